@@ -1,9 +1,11 @@
 """Generate the Python code for ``protos/`` into ``clients/v1``.
 
-The stock generator writes absolute imports (``from brain.v1 import common_pb2``)
-that only resolve when the output folder is on ``sys.path``. The generated modules
-live in the package ``brain.clients.v1``, so every such import is rewritten to a
-relative one (``from . import common_pb2``). Type stubs come from mypy-protobuf.
+The generated modules are installed as the package ``brain.v1`` (pyproject maps the
+folder ``clients/v1`` to it), so the Python import path equals the proto package and
+``server`` can use the messages without importing ``brain.clients``. The stock
+generator's absolute imports (``from brain.v1 import common_pb2``) are still rewritten
+to relative ones (``from . import common_pb2``) so the modules never depend on
+``sys.path``. Type stubs come from mypy-protobuf.
 
 Run ``python -m brain.clients.codegen`` after changing a ``.proto`` file; the test
 suite regenerates into a temporary folder and fails on any drift.
@@ -30,7 +32,7 @@ def repo_root() -> Path:
 
 def generate(proto_root: Path, out_dir: Path) -> list[Path]:
     """Generate modules and stubs for every proto under ``proto_root/brain/v1`` into ``out_dir``."""
-    from grpc_tools import protoc  # imported lazily: only developers regenerate
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # only developers regenerate
 
     protos = sorted((proto_root / PROTO_PACKAGE).glob("*.proto"))
     if not protos:

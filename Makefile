@@ -1,0 +1,41 @@
+# Shared Brain — the two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck check proto clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+## Serve on 127.0.0.1:50051 with an embedded PostgreSQL; prints a dev key once.
+run: $(STAMP)
+	BRAIN_DEV_KEY_FILE=$${BRAIN_DEV_KEY_FILE:-.brain/dev-key} $(BIN)/brain-server --log-format console
+
+## Lint, type-check and run the whole test suite (starts its own PostgreSQL).
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check authz server clients tests
+	$(BIN)/ruff format --check authz server clients tests
+
+# mypy resolves packages by folder; mirror the installed layout (brain.* -> folders).
+typecheck: $(STAMP)
+	rm -rf .build/typecheck && mkdir -p .build/typecheck/brain
+	ln -s ../../../authz .build/typecheck/brain/authz
+	ln -s ../../../server .build/typecheck/brain/server
+	ln -s ../../../clients .build/typecheck/brain/clients
+	ln -s ../../../clients/v1 .build/typecheck/brain/v1
+	cd .build/typecheck && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p brain.authz -p brain.server -p brain.clients
+
+## Regenerate clients/v1 from protos/ after editing a .proto file.
+proto: $(STAMP)
+	$(BIN)/python -m brain.clients.codegen
+
+clean:
+	rm -rf $(VENV) .build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,84 @@
+"""Permissions and the classification of every RPC."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Permission(enum.StrEnum):
+    READ = "memories:read"
+    WRITE = "memories:write"
+    PROPOSE = "memories:propose"
+    REVIEW = "memories:review"
+    FORGET = "memories:forget"
+    AUDIT = "audit:read"
+
+
+ALL_PERMISSIONS: frozenset[str] = frozenset(p.value for p in Permission)
+# A key minted without permissions can only read.
+DEFAULT_PERMISSIONS: frozenset[str] = frozenset({Permission.READ.value})
+
+
+class MethodClass(enum.StrEnum):
+    READ = "read"
+    WRITE = "write"
+    PROPOSE = "propose"
+    REVIEW = "review"
+    FORGET = "forget"
+    AUDIT = "audit"
+    ROWLESS = "rowless"
+
+
+# The permission a method class needs; None: any authenticated key.
+REQUIRED_PERMISSION: dict[MethodClass, Permission | None] = {
+    MethodClass.READ: Permission.READ,
+    MethodClass.WRITE: Permission.WRITE,
+    MethodClass.PROPOSE: Permission.PROPOSE,
+    MethodClass.REVIEW: Permission.REVIEW,
+    MethodClass.FORGET: Permission.FORGET,
+    MethodClass.AUDIT: Permission.AUDIT,
+    MethodClass.ROWLESS: None,
+}
+
+# Every RPC of brain.v1, by full method name. The interceptor refuses anything else;
+# tests check this table against the service descriptors so no method is missed.
+METHOD_CLASSES: dict[str, MethodClass] = {
+    "/brain.v1.MemoryService/SaveMemory": MethodClass.WRITE,
+    "/brain.v1.MemoryService/GetMemory": MethodClass.READ,
+    "/brain.v1.MemoryService/UpdateMemory": MethodClass.WRITE,
+    "/brain.v1.MemoryService/ForgetMemory": MethodClass.FORGET,
+    "/brain.v1.MemoryService/SearchMemories": MethodClass.READ,
+    "/brain.v1.MemoryService/ListMemories": MethodClass.READ,
+    "/brain.v1.MemoryService/GetMemoryHistory": MethodClass.READ,
+    "/brain.v1.MemoryService/ExportMemories": MethodClass.READ,
+    "/brain.v1.MemoryService/WatchMemories": MethodClass.READ,
+    "/brain.v1.MemoryService/BuildContext": MethodClass.READ,
+    "/brain.v1.ReviewService/ProposeMemory": MethodClass.PROPOSE,
+    "/brain.v1.ReviewService/ListCandidates": MethodClass.READ,
+    "/brain.v1.ReviewService/ReviewCandidate": MethodClass.REVIEW,
+    "/brain.v1.ReviewService/WithdrawCandidate": MethodClass.PROPOSE,
+    "/brain.v1.AuditService/ListAuditEvents": MethodClass.AUDIT,
+    "/brain.v1.IdentityService/WhoAmI": MethodClass.ROWLESS,
+}
+
+
+def parse_permissions(text: str | list[str] | None) -> frozenset[str]:
+    """Parse ``memories:read,memories:write``; an empty value means read-only."""
+    items = text.split(",") if isinstance(text, str) else (text or [])
+    perms = frozenset(p.strip() for p in items if p.strip())
+    unknown = perms - ALL_PERMISSIONS
+    if unknown:
+        raise ValueError(
+            f"unknown permission(s) {sorted(unknown)}; choose from {sorted(ALL_PERMISSIONS)}"
+        )
+    return perms or DEFAULT_PERMISSIONS
+
+
+def allowed_methods(permissions: frozenset[str]) -> list[str]:
+    """Full method names a key holding these permissions may call."""
+    out = []
+    for method, cls in METHOD_CLASSES.items():
+        needed = REQUIRED_PERMISSION[cls]
+        if needed is None or needed.value in permissions:
+            out.append(method)
+    return sorted(out)

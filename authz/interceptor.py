@@ -1,0 +1,258 @@
+"""The authorization interceptor: authenticate, classify, confine, then serve.
+
+It wraps each method handler so it sees the deserialized request. In order:
+1. the method must be in METHOD_CLASSES (unknown methods are refused for any key);
+2. the ``authorization: Bearer brk_…`` key must parse, exist, match, be unexpired
+   and unrevoked — every failure is the same UNAUTHENTICATED;
+3. the key must hold the permission the method's class needs (PERMISSION_DENIED);
+4. the request's scope (and nested filter copies) must stay inside the key's
+   confinement (PERMISSION_DENIED naming the field);
+5. the per-key rate limit (RESOURCE_EXHAUSTED with a retry delay).
+Then the caller is bound in a ContextVar for the servicer, and the call is logged.
+It holds no business logic; row visibility is enforced in SQL by the storage layer.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol, cast
+
+import grpc
+import structlog
+
+from ._grpc_types import Ctx, Handler, Interceptor
+from ._keys import MalformedKey, parse_key, verify_secret
+from ._permissions import METHOD_CLASSES, REQUIRED_PERMISSION, MethodClass
+from ._principal import Caller, KeyRecord, current_caller
+from ._ratelimit import RateLimiter
+from ._scope import NestedScope, RequestScope, ScopeViolation, check_scope
+
+UNAUTHENTICATED_MESSAGE = "missing, malformed, unknown, expired or revoked API key"
+_log = structlog.get_logger("brain.rpc")
+
+
+class KeyResolver(Protocol):
+    """Looks a key up by its public id; None when there is no such key."""
+
+    async def __call__(self, key_id: str) -> KeyRecord | None: ...
+
+
+class _Denied(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str, trailers: tuple[Any, ...] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.trailers = trailers
+
+
+def _bearer(metadata: Any) -> str | None:
+    for key, value in metadata or ():
+        if key == "authorization":
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            scheme, _, token = text.partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def request_scope(request: Any) -> tuple[RequestScope, NestedScope | None]:
+    """Read scope and nested filter copies off any brain.v1 request message."""
+    s = request.scope
+    scope = RequestScope(user_id=s.user_id, namespace=s.namespace, session_id=s.session_id)
+    nested = None
+    if "filter" in type(request).DESCRIPTOR.fields_by_name:
+        f = request.filter
+        nested = NestedScope(
+            user_id=f.user_id, namespaces=tuple(f.namespaces), session_id=f.session_id
+        )
+    return scope, nested
+
+
+class AuthorizationInterceptor(Interceptor):
+    """Authenticates and confines every brain.v1 call; see the module docstring."""
+
+    def __init__(
+        self,
+        resolve_key: KeyResolver,
+        pepper: bytes,
+        rate_limiter: RateLimiter | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        passthrough_prefixes: tuple[str, ...] = ("/grpc.health.v1.", "/grpc.reflection."),
+    ) -> None:
+        self._resolve_key = resolve_key
+        self._pepper = pepper
+        self._rate_limiter = rate_limiter
+        self._clock = clock
+        self._passthrough = passthrough_prefixes
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler:
+        method: str = details.method
+        if method.startswith(self._passthrough):
+            return await continuation(details)
+        handler = await continuation(details)
+        method_class = METHOD_CLASSES.get(method)
+        if handler is None or method_class is None:
+            return _refusing_handler(method)
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(handler.unary_unary, method, method_class),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(
+                    cast(Callable[..., AsyncIterator[Any]], handler.unary_stream),
+                    method,
+                    method_class,
+                ),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return _refusing_handler(method)
+
+    async def _authorize(self, request: Any, context: Ctx, method: str, cls: MethodClass) -> Caller:
+        token = _bearer(context.invocation_metadata())
+        key = await self._authenticate(token)
+        needed = REQUIRED_PERMISSION[cls]
+        if needed is not None and needed.value not in key.permissions:
+            raise _Denied(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"this key lacks the {needed.value} permission needed for {method}",
+            )
+        scope, nested = request_scope(request)
+        try:
+            check_scope(key.confinement, scope, nested, required=cls is not MethodClass.ROWLESS)
+        except ScopeViolation as exc:
+            raise _Denied(grpc.StatusCode.PERMISSION_DENIED, exc.message) from exc
+        if self._rate_limiter is not None:
+            wait = self._rate_limiter.acquire(key.key_id)
+            if wait > 0:
+                raise _Denied(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"rate limit exceeded for this key; retry after {wait:.2f}s",
+                    (("retry-after-ms", str(int(wait * 1000) + 1)),),
+                )
+        return Caller(
+            key=key,
+            method=method,
+            method_class=cls,
+            scope=scope,
+            request_id=uuid.uuid4().hex,
+        )
+
+    async def _authenticate(self, token: str | None) -> KeyRecord:
+        denied = _Denied(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+        if not token:
+            raise denied
+        try:
+            parsed = parse_key(token)
+        except MalformedKey:
+            raise denied from None
+        key = await self._resolve_key(parsed.key_id)
+        if key is None or not verify_secret(
+            self._pepper, parsed.key_id, parsed.secret, key.secret_hash
+        ):
+            raise denied
+        now = self._clock()
+        if key.revoked_at is not None and key.revoked_at <= now:
+            raise denied
+        if key.expires_at is not None and key.expires_at <= now:
+            raise denied
+        return key
+
+    def _wrap_unary(
+        self, behavior: Callable[..., Awaitable[Any]], method: str, cls: MethodClass
+    ) -> Callable[..., Awaitable[Any]]:
+        async def wrapper(request: Any, context: Ctx) -> Any:
+            started = time.perf_counter()
+            caller: Caller | None = None
+            try:
+                caller = await self._authorize(request, context, method, cls)
+            except _Denied as denied:
+                _log_call(method, None, denied.code, started)
+                if denied.trailers:
+                    context.set_trailing_metadata(denied.trailers)
+                await context.abort(denied.code, denied.message)
+            token = current_caller.set(caller)
+            code = grpc.StatusCode.UNKNOWN
+            try:
+                response = await behavior(request, context)
+                code = _code_of(context)
+                return response
+            except BaseException:
+                code = _code_of(context, grpc.StatusCode.UNKNOWN)
+                raise
+            finally:
+                current_caller.reset(token)
+                _log_call(method, caller, code, started)
+
+        return wrapper
+
+    def _wrap_stream(
+        self, behavior: Callable[..., AsyncIterator[Any]], method: str, cls: MethodClass
+    ) -> Callable[..., AsyncIterator[Any]]:
+        async def wrapper(request: Any, context: Ctx) -> AsyncIterator[Any]:
+            started = time.perf_counter()
+            caller: Caller | None = None
+            try:
+                caller = await self._authorize(request, context, method, cls)
+            except _Denied as denied:
+                _log_call(method, None, denied.code, started)
+                if denied.trailers:
+                    context.set_trailing_metadata(denied.trailers)
+                await context.abort(denied.code, denied.message)
+            token = current_caller.set(caller)
+            code = grpc.StatusCode.UNKNOWN
+            try:
+                async for item in behavior(request, context):
+                    yield item
+                code = _code_of(context)
+            except BaseException:
+                code = _code_of(context, grpc.StatusCode.CANCELLED)
+                raise
+            finally:
+                current_caller.reset(token)
+                _log_call(method, caller, code, started)
+
+        return wrapper
+
+
+def _code_of(context: Ctx, default: grpc.StatusCode = grpc.StatusCode.OK) -> grpc.StatusCode:
+    code = context.code()
+    if code is None:
+        return default
+    if isinstance(code, grpc.StatusCode):
+        return code
+    return default
+
+
+def _log_call(method: str, caller: Caller | None, code: grpc.StatusCode, started: float) -> None:
+    fields: dict[str, Any] = {
+        "method": method,
+        "status": code.name,
+        "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+    }
+    if caller is not None:
+        fields.update(
+            request_id=caller.request_id,
+            tenant_id=caller.tenant_id,
+            key_id=caller.key.key_id,
+            principal=caller.principal,
+        )
+    _log.info("rpc", **fields)
+
+
+def _refusing_handler(method: str) -> Handler:
+    async def refuse(request: Any, context: Ctx) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, f"method {method} is not part of the brain.v1 API"
+        )
+
+    return grpc.unary_unary_rpc_method_handler(refuse)

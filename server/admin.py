@@ -1,0 +1,316 @@
+"""brain-admin: migrations, tenants and keys, run against the database as its owner.
+
+Admin work is never done over the network API. With no database URL it works on the
+embedded PostgreSQL in BRAIN_DATA_DIR, the same one `brain-server` starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from brain.authz import Confinement, is_valid_name, parse_permissions
+
+from . import embedded, logs
+from .config import default_data_dir
+from .pepper import PepperError, load_pepper
+from .storage import admin as store
+from .storage.bootstrap import prepare_embedded
+from .storage.migrate import MigrationError, migrate
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"duration {text!r} must look like 90d, 12h, 30m, 45s or 2w")
+    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+
+
+class Context:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.database_url: str | None = args.database_url
+        self.data_dir: Path = args.data_dir
+        self._pg: embedded.EmbeddedPostgres | None = None
+
+    @property
+    def pepper(self) -> bytes:
+        return load_pepper(self.args.pepper_file, self.data_dir, create=self.database_url is None)
+
+    async def owner_dsn(self) -> str:
+        if self.database_url is not None:
+            return self.database_url
+        self._pg = embedded.start(self.data_dir / "pg")
+        await prepare_embedded(self._pg)
+        return self._pg.owner_dsn
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[asyncpg.Connection]:
+        dsn = await self.owner_dsn()
+        try:
+            conn = await asyncpg.connect(dsn)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise UsageError(f"cannot connect to {logs.redact_dsn(dsn)}: {exc}") from exc
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+
+def _out(args: argparse.Namespace, data: Any, text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, default=str, indent=2))
+    else:
+        print(text)
+
+
+async def cmd_migrate(ctx: Context) -> None:
+    applied = await migrate(await ctx.owner_dsn())
+    names = [f"{m.version:04d}_{m.name}" for m in applied]
+    _out(ctx.args, {"applied": names}, "\n".join(f"applied {n}" for n in names) or "up to date")
+
+
+async def cmd_tenants_create(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        tenant_id = await store.create_tenant(conn, ctx.args.name)
+    _out(
+        ctx.args,
+        {"tenant_id": tenant_id, "name": ctx.args.name},
+        f"created tenant {ctx.args.name} ({tenant_id})",
+    )
+
+
+async def cmd_tenants_list(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        rows = await conn.fetch("SELECT tenant_id, name, created_at FROM tenants ORDER BY name")
+    _out(
+        ctx.args,
+        [dict(r) for r in rows],
+        "\n".join(f"{r['name']}\t{r['tenant_id']}\t{r['created_at']:%Y-%m-%d}" for r in rows),
+    )
+
+
+def _key_json(minted: store.MintedKey) -> dict[str, Any]:
+    c = minted.confinement
+    return {
+        "key": minted.key,
+        "key_id": minted.key_id,
+        "tenant": minted.tenant_name,
+        "tenant_id": minted.tenant_id,
+        "principal": minted.principal,
+        "permissions": minted.permissions,
+        "confinement": {
+            "user_id": c.user_id,
+            "namespaces": sorted(c.namespaces),
+            "session_id": c.session_id,
+        },
+        "labels": minted.labels,
+        "expires_at": minted.expires_at.isoformat() if minted.expires_at else None,
+    }
+
+
+def _print_minted(args: argparse.Namespace, minted: store.MintedKey) -> None:
+    _out(
+        args,
+        _key_json(minted),
+        f"{minted.key}\n\nkey id {minted.key_id} for {minted.principal} in tenant "
+        f"{minted.tenant_name}; permissions {','.join(minted.permissions)}.\n"
+        "This is the only time the key is shown: store it in a secret manager now.",
+    )
+
+
+def _confinement(args: argparse.Namespace) -> Confinement:
+    for value, flag in [(args.user, "--user"), (args.session, "--session")]:
+        if value is not None and not is_valid_name(value):
+            raise UsageError(f"{flag} {value!r} is not a valid name")
+    for ns in args.namespace or []:
+        if not is_valid_name(ns):
+            raise UsageError(f"--namespace {ns!r} is not a valid name")
+    return Confinement(
+        user_id=args.user, namespaces=frozenset(args.namespace or []), session_id=args.session
+    )
+
+
+def _labels(text: str) -> frozenset[str]:
+    labels = frozenset(x.strip() for x in text.split(",") if x.strip())
+    if not labels:
+        raise UsageError("--labels needs at least one label")
+    bad = [x for x in labels if not is_valid_name(x)]
+    if bad:
+        raise UsageError(f"--labels: {bad} are not valid labels")
+    return labels
+
+
+async def cmd_keys_create(ctx: Context) -> None:
+    a = ctx.args
+    if not a.principal.strip():
+        raise UsageError("--principal must not be empty")
+    try:
+        permissions = parse_permissions(a.permissions)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    expires_at = datetime.now(UTC) + parse_duration(a.expires_in) if a.expires_in else None
+    pepper = ctx.pepper
+    async with ctx.connect() as conn:
+        minted = await store.mint_key(
+            conn,
+            pepper,
+            tenant=a.tenant,
+            principal=a.principal,
+            permissions=permissions,
+            confinement=_confinement(a),
+            labels=_labels(a.labels),
+            expires_at=expires_at,
+            description=a.description,
+        )
+    _print_minted(a, minted)
+
+
+async def cmd_keys_list(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        rows = await store.list_keys(conn, ctx.args.tenant)
+    now = datetime.now(UTC)
+
+    def state(r: Any) -> str:
+        if r["revoked_at"] and r["revoked_at"] <= now:
+            return "revoked"
+        if r["expires_at"] and r["expires_at"] <= now:
+            return "expired"
+        return "active"
+
+    lines = [
+        f"{r['key_id']}\t{r['tenant']}\t{r['principal']}\t{state(r)}\t"
+        f"{','.join(r['permissions'])}\tuser={r['confine_user_id'] or '*'} "
+        f"ns={','.join(r['confine_namespaces']) or '*'} session={r['confine_session_id'] or '*'}\t"
+        f"labels={','.join(r['labels'])}\tlast_used={r['last_used_at'] or 'never'}"
+        for r in rows
+    ]
+    _out(ctx.args, [{**dict(r), "state": state(r)} for r in rows], "\n".join(lines) or "no keys")
+
+
+async def cmd_keys_revoke(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        await store.revoke_key(conn, ctx.args.key_id)
+    _out(ctx.args, {"revoked": ctx.args.key_id}, f"revoked {ctx.args.key_id}")
+
+
+async def cmd_keys_rotate(ctx: Context) -> None:
+    """A new key with the same grants; the old one stops working after the grace period."""
+    grace = parse_duration(ctx.args.grace)
+    pepper = ctx.pepper
+    async with ctx.connect() as conn, conn.transaction():
+        old = await store.key_row(conn, ctx.args.key_id)
+        minted = await store.mint_key(
+            conn,
+            pepper,
+            tenant=old["tenant"],
+            principal=old["principal"],
+            permissions=frozenset(old["permissions"]),
+            confinement=Confinement(
+                user_id=old["confine_user_id"],
+                namespaces=frozenset(old["confine_namespaces"]),
+                session_id=old["confine_session_id"],
+            ),
+            labels=frozenset(old["labels"]),
+            expires_at=old["expires_at"],
+            description=old["description"],
+            rotated_from=old["key_id"],
+        )
+        await store.revoke_key(conn, old["key_id"], datetime.now(UTC) + grace)
+    _print_minted(ctx.args, minted)
+
+
+def _path_or_none(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .config import _env
+
+    parser = argparse.ArgumentParser(prog="brain-admin", description=__doc__)
+    parser.add_argument(
+        "--database-url",
+        default=_env("ADMIN_DATABASE_URL") or _env("DATABASE_URL"),
+        help="owner connection (BRAIN_ADMIN_DATABASE_URL, else BRAIN_DATABASE_URL); "
+        "unset: the embedded PostgreSQL",
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(_env("DATA_DIR") or default_data_dir())
+    )
+    parser.add_argument("--pepper-file", type=Path, default=_path_or_none(_env("PEPPER_FILE")))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(
+        subparsers: Any, name: str, fn: Callable[[Context], Awaitable[None]], help: str
+    ) -> argparse.ArgumentParser:
+        new: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+        new.set_defaults(fn=fn)
+        new.add_argument("--json", action="store_true", help="print JSON")
+        return new
+
+    command(sub, "migrate", cmd_migrate, "apply pending schema migrations")
+
+    tenants = sub.add_parser("tenants", help="manage tenants").add_subparsers(
+        dest="sub", required=True
+    )
+    p: argparse.ArgumentParser = command(tenants, "create", cmd_tenants_create, "create a tenant")
+    p.add_argument("name")
+    command(tenants, "list", cmd_tenants_list, "list tenants")
+
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="sub", required=True)
+    p = command(keys, "create", cmd_keys_create, "mint an API key (printed once)")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--principal", required=True, help="who acts: alice, agent:coder, ...")
+    p.add_argument("--permissions", default="", help="comma-separated; default memories:read only")
+    p.add_argument("--user", help="confine to this user_id")
+    p.add_argument("--namespace", action="append", help="confine to this namespace (repeatable)")
+    p.add_argument("--session", help="confine to this session_id")
+    p.add_argument("--labels", default="team", help="ACL labels the key holds (default team)")
+    p.add_argument("--expires-in", help="e.g. 90d, 12h")
+    p.add_argument("--description", default="")
+    p = command(keys, "list", cmd_keys_list, "list keys (never secrets)")
+    p.add_argument("--tenant")
+    p = command(keys, "revoke", cmd_keys_revoke, "revoke a key now")
+    p.add_argument("key_id")
+    p = command(
+        keys, "rotate", cmd_keys_rotate, "mint a replacement key; the old one expires after --grace"
+    )
+    p.add_argument("key_id")
+    p.add_argument("--grace", default="24h", help="how long the old key keeps working")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logs.configure("warning", "console")
+    ctx = Context(args)
+    try:
+        asyncio.run(args.fn(ctx))
+    except (UsageError, store.AdminError, MigrationError, PepperError) as exc:
+        print(f"brain-admin: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if ctx._pg is not None:
+            ctx._pg.stop()
+
+
+if __name__ == "__main__":
+    main()

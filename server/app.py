@@ -1,0 +1,237 @@
+"""brain-server: the gRPC server, its startup checks and graceful shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import asyncpg
+import grpc
+import structlog
+from grpc_health.v1 import _async as health_aio  # the asyncio servicer; health.aio is this
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from brain.authz import RateLimiter
+from brain.authz.interceptor import AuthorizationInterceptor
+from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_pb2_grpc
+
+from . import embedded, logs
+from .config import Settings, add_server_arguments, settings_from_args
+from .memories import Limits, Memories
+from .pepper import PepperError, load_pepper
+from .servicers.memory import MemoryServicer
+from .servicers.other import AuditServicer, IdentityServicer, ReviewServicer
+from .storage import migrate as migrations
+from .storage.bootstrap import prepare_embedded
+from .storage.db import Database, UnsafeRole
+
+_log = structlog.get_logger("brain.server")
+SERVICES = (
+    "brain.v1.MemoryService",
+    "brain.v1.ReviewService",
+    "brain.v1.AuditService",
+    "brain.v1.IdentityService",
+)
+
+
+class StartupError(Exception):
+    """The server cannot start; the message is one line for the operator."""
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    db: Database
+    health: health_aio.HealthServicer
+    port: int
+    embedded_pg: embedded.EmbeddedPostgres | None = None
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Refuse new calls, drain in-flight ones for up to ``grace`` s, then close."""
+        if self.stopped.is_set():
+            return
+        self.stopped.set()
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.db.close()
+        if self.embedded_pg is not None:
+            self.embedded_pg.stop()
+        _log.info("server stopped")
+
+
+async def open_database(settings: Settings) -> tuple[Database, embedded.EmbeddedPostgres | None]:
+    """Connect as the app role: embedded (started and migrated here) or BRAIN_DATABASE_URL."""
+    pg = None
+    if settings.database_url is None:
+        pg = embedded.start(settings.data_dir / "pg")
+        await prepare_embedded(pg)
+        dsn = pg.app_dsn
+    else:
+        dsn = settings.database_url
+        parts = urlsplit(dsn)
+        if parts.scheme not in ("postgres", "postgresql"):
+            raise StartupError(
+                f"BRAIN_DATABASE_URL {logs.redact_dsn(dsn)!r} is not a postgresql:// URL"
+            )
+    try:
+        db = await asyncio.wait_for(Database.connect(dsn), timeout=15)
+    except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
+        raise StartupError(
+            f"cannot connect to the database at {logs.redact_dsn(dsn)}: {exc}"
+        ) from exc
+    try:
+        missing = await migrations.pending(dsn)
+        if missing:
+            raise StartupError(
+                f"the database lacks {len(missing)} migration(s) (first: "
+                f"{missing[0].version}_{missing[0].name}); run `brain-admin migrate` as the owner"
+            )
+        await db.check_role_is_confined()
+    except UnsafeRole as exc:
+        await db.close()
+        raise StartupError(str(exc)) from exc
+    except StartupError:
+        await db.close()
+        raise
+    return db, pg
+
+
+def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    if settings.tls_cert is None and settings.tls_key is None:
+        if settings.tls_client_ca is not None:
+            raise StartupError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise StartupError("TLS needs both --tls-cert and --tls-key")
+    try:
+        cert = settings.tls_cert.read_bytes()
+        key = settings.tls_key.read_bytes()
+        ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+    except OSError as exc:
+        raise StartupError(f"cannot read TLS file: {exc}") from exc
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+async def start_server(settings: Settings) -> RunningServer:
+    """Open the database, build the gRPC server and start serving."""
+    credentials = _server_credentials(settings)
+    try:
+        pepper = load_pepper(
+            settings.pepper_file, settings.data_dir, create=settings.database_url is None
+        )
+    except PepperError as exc:
+        raise StartupError(str(exc)) from exc
+    db, pg = await open_database(settings)
+    try:
+        return await _serve(settings, db, pg, pepper, credentials)
+    except BaseException:
+        await db.close()
+        if pg is not None:
+            pg.stop()
+        raise
+
+
+async def _serve(
+    settings: Settings,
+    db: Database,
+    pg: embedded.EmbeddedPostgres | None,
+    pepper: bytes,
+    credentials: grpc.ServerCredentials | None,
+) -> RunningServer:
+    if settings.dev_key_file is not None and pg is not None:
+        from .devkey import ensure_dev_key
+
+        await ensure_dev_key(pg.owner_dsn, pepper, settings.dev_key_file)
+
+    interceptor = AuthorizationInterceptor(
+        db.lookup_key,
+        pepper,
+        rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
+    )
+    options = [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.aio.server(interceptors=[interceptor], options=options)
+    memories = Memories(
+        db,
+        pepper,
+        Limits(
+            max_page_size=settings.max_page_size, statement_timeout_ms=settings.statement_timeout_ms
+        ),
+    )
+    memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)
+    review_pb2_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(), server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(), server)
+    identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
+    health_servicer = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(settings.listen)
+        else:
+            port = server.add_secure_port(settings.listen, credentials)
+    except RuntimeError as exc:
+        raise StartupError(
+            f"cannot listen on {settings.listen}: the address is in use or not valid"
+        ) from exc
+    if port == 0:
+        raise StartupError(
+            f"cannot listen on {settings.listen}: the address is in use or not valid"
+        )
+    await server.start()
+    for service in ("", *SERVICES):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    _log.info(
+        "serving",
+        listen=settings.listen,
+        port=port,
+        tls=credentials is not None,
+        mtls=settings.tls_client_ca is not None,
+        database="embedded" if pg is not None else logs.redact_dsn(settings.database_url or ""),
+    )
+    return RunningServer(server=server, db=db, health=health_servicer, port=port, embedded_pg=pg)
+
+
+async def _run(settings: Settings) -> None:
+    running = await start_server(settings)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.create_task(running.server.wait_for_termination())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    _log.info("shutting down", grace_seconds=settings.grace_seconds)
+    await running.stop(settings.grace_seconds)
+    for task in (waiter, stopper):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="brain-server", description=__doc__)
+    add_server_arguments(parser)
+    settings = settings_from_args(parser.parse_args(argv))
+    logs.configure(settings.log_level, settings.log_format)
+    try:
+        asyncio.run(_run(settings))
+    except StartupError as exc:
+        print(f"brain-server: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Server settings: flags override ``BRAIN_*`` environment variables override defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("shared-brain"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen: str = "127.0.0.1:50051"
+    database_url: str | None = None
+    data_dir: Path = Path()
+    pepper_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    log_level: str = "info"
+    log_format: str = "json"
+    rate_limit: float = 50.0
+    rate_burst: int = 100
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_page_size: int = 100
+    statement_timeout_ms: int = 10_000
+    grace_seconds: float = 10.0
+    embedder: str = "none"
+    dev_key_file: Path | None = None
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(f"BRAIN_{name}")
+    return value if value not in (None, "") else default
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--listen",
+        default=_env("LISTEN", "127.0.0.1:50051"),
+        help="host:port to serve on (BRAIN_LISTEN)",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=_env("DATABASE_URL"),
+        help="PostgreSQL URL; unset: embedded PostgreSQL (BRAIN_DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(_env("DATA_DIR") or default_data_dir()),
+        help="embedded PostgreSQL data and pepper (BRAIN_DATA_DIR)",
+    )
+    parser.add_argument(
+        "--pepper-file",
+        type=Path,
+        default=_opt_path("PEPPER_FILE"),
+        help="file with the key-hashing pepper (BRAIN_PEPPER_FILE)",
+    )
+    parser.add_argument("--tls-cert", type=Path, default=_opt_path("TLS_CERT"))
+    parser.add_argument("--tls-key", type=Path, default=_opt_path("TLS_KEY"))
+    parser.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        default=_opt_path("TLS_CLIENT_CA"),
+        help="require client certificates signed by this CA (mTLS)",
+    )
+    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    parser.add_argument(
+        "--log-format", choices=["json", "console"], default=_env("LOG_FORMAT", "json")
+    )
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=float(_env("RATE_LIMIT", "50") or 50),
+        help="requests per second per key (BRAIN_RATE_LIMIT)",
+    )
+    parser.add_argument("--rate-burst", type=int, default=int(_env("RATE_BURST", "100") or 100))
+    parser.add_argument(
+        "--statement-timeout-ms",
+        type=int,
+        default=int(_env("STATEMENT_TIMEOUT_MS", "10000") or 10000),
+    )
+    parser.add_argument(
+        "--embedder",
+        default=_env("EMBEDDER", "none"),
+        help="none | local | openai (BRAIN_EMBEDDER)",
+    )
+    parser.add_argument(
+        "--dev-key-file",
+        type=Path,
+        default=_opt_path("DEV_KEY_FILE"),
+        help="embedded mode: write a local dev key here (mode 0600) on first start",
+    )
+
+
+def _opt_path(name: str) -> Path | None:
+    value = _env(name)
+    return Path(value) if value else None
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return Settings(
+        listen=args.listen,
+        database_url=args.database_url,
+        data_dir=args.data_dir,
+        pepper_file=args.pepper_file,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        log_level=args.log_level,
+        log_format=args.log_format,
+        rate_limit=args.rate_limit,
+        rate_burst=args.rate_burst,
+        statement_timeout_ms=args.statement_timeout_ms,
+        embedder=args.embedder,
+        dev_key_file=args.dev_key_file,
+    )

@@ -1,0 +1,69 @@
+"""Database rows to brain.v1 messages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from brain.v1 import common_pb2
+
+STATUS_TO_PROTO = {
+    "active": common_pb2.MEMORY_STATUS_ACTIVE,
+    "candidate": common_pb2.MEMORY_STATUS_CANDIDATE,
+    "superseded": common_pb2.MEMORY_STATUS_SUPERSEDED,
+    "retracted": common_pb2.MEMORY_STATUS_RETRACTED,
+    "rejected": common_pb2.MEMORY_STATUS_REJECTED,
+    "withdrawn": common_pb2.MEMORY_STATUS_WITHDRAWN,
+}
+PROTO_TO_STATUS = {v: k for k, v in STATUS_TO_PROTO.items()}
+
+
+def ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    out = Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+def memory(row: Any) -> common_pb2.Memory:
+    """One memory version as the API shows it."""
+    m = common_pb2.Memory(
+        id=str(row["memory_id"]),
+        version=row["version"],
+        scope=common_pb2.Scope(
+            user_id=row["user_id"], namespace=row["namespace"], session_id=row["session_id"]
+        ),
+        content=row["content"],
+        kind=row["kind"],
+        tags=row["tags"],
+        metadata=row["metadata"],
+        labels=row["labels"],
+        status=STATUS_TO_PROTO[row["status"]],
+        confidence=row["confidence"],
+        importance=row["importance"],
+        created_by=row["created_by"],
+        changed_by=row["changed_by"],
+        change=row["change"],
+        reviewed_by=row["reviewed_by"] or "",
+        review_reason=row["review_reason"] or "",
+        proposal_reason=row["proposal_reason"] or "",
+        supersedes=[str(x) for x in row["supersedes"]],
+        superseded_by=[str(x) for x in row["superseded_by"]],
+        has_embedding=row["has_embedding"],
+    )
+    for name in (
+        "valid_from",
+        "valid_to",
+        "recorded_at",
+        "retired_at",
+        "expires_at",
+        "reviewed_at",
+        "candidate_expires_at",
+    ):
+        stamp = ts(row[name])
+        if stamp is not None:
+            getattr(m, name).CopyFrom(stamp)
+    return m

@@ -1,0 +1,73 @@
+"""Domain errors, translated to gRPC status codes in one place (servicers/_status.py).
+
+    BrainError
+    ├── InvalidArgument      a caller's mistake, names the field  → INVALID_ARGUMENT
+    ├── NotFound             no such row, or one outside scope      → NOT_FOUND
+    ├── PermissionDenied     the key may not do this                → PERMISSION_DENIED
+    ├── FailedPrecondition   e.g. a tombstone holds the value       → FAILED_PRECONDITION
+    ├── AlreadyExists        idempotency key reused with a new body → ALREADY_EXISTS
+    ├── Conflict             expected_version is stale              → ABORTED
+    ├── ResourceExhausted    a quota or limit is spent              → RESOURCE_EXHAUSTED
+    ├── DeadlineExceeded     the statement timeout fired            → DEADLINE_EXCEEDED
+    ├── Unavailable          the database cannot be reached         → UNAVAILABLE
+    └── NotImplementedYet    the RPC is designed but not built      → UNIMPLEMENTED
+
+Database errors become these in the storage layer (``raise ... from exc``).
+"""
+
+from __future__ import annotations
+
+
+class BrainError(Exception):
+    """Base of every error the service reports to a caller."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(BrainError):
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+class NotFound(BrainError):
+    pass
+
+
+def memory_not_found(memory_id: str) -> NotFound:
+    """The one NOT_FOUND for memories: identical for missing and out-of-scope ids."""
+    return NotFound(f"memory {memory_id} not found")
+
+
+class PermissionDenied(BrainError):
+    pass
+
+
+class FailedPrecondition(BrainError):
+    pass
+
+
+class AlreadyExists(BrainError):
+    pass
+
+
+class Conflict(BrainError):
+    pass
+
+
+class ResourceExhausted(BrainError):
+    pass
+
+
+class DeadlineExceeded(BrainError):
+    pass
+
+
+class Unavailable(BrainError):
+    pass
+
+
+class NotImplementedYet(BrainError):
+    pass

@@ -1,0 +1,40 @@
+"""Structured JSON logs (structlog). Never log a key, a secret, or memory content."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import structlog
+
+
+def configure(level: str = "info", fmt: str = "json") -> None:
+    numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def redact_dsn(dsn: str) -> str:
+    """A database URL fit for logs and errors: the password replaced."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "<unparseable database URL>"
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return dsn

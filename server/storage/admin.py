@@ -1,0 +1,134 @@
+"""Tenants and keys, written by brain-admin through the owner role."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from brain.authz import Confinement, format_key, hash_secret, new_key_id, new_secret
+
+
+class AdminError(Exception):
+    """An admin command cannot be carried out as asked."""
+
+
+@dataclass(frozen=True)
+class MintedKey:
+    key: str
+    key_id: str
+    tenant_id: str
+    tenant_name: str
+    principal: str
+    permissions: list[str]
+    confinement: Confinement
+    labels: list[str]
+    expires_at: datetime | None
+
+
+async def create_tenant(conn: asyncpg.Connection, name: str) -> str:
+    tenant_id = uuid.uuid4()
+    try:
+        await conn.execute("INSERT INTO tenants (tenant_id, name) VALUES ($1, $2)", tenant_id, name)
+    except asyncpg.UniqueViolationError as exc:
+        raise AdminError(f"tenant {name!r} already exists") from exc
+    except asyncpg.CheckViolationError as exc:
+        raise AdminError(
+            f"tenant name {name!r} must be 1-64 letters, digits, '.', '_' or '-'"
+        ) from exc
+    return str(tenant_id)
+
+
+async def tenant_id_by_name(conn: asyncpg.Connection, name: str) -> str:
+    tid = await conn.fetchval("SELECT tenant_id FROM tenants WHERE name = $1", name)
+    if tid is None:
+        raise AdminError(f"no tenant named {name!r}; create it with `brain-admin tenants create`")
+    return str(tid)
+
+
+async def mint_key(
+    conn: asyncpg.Connection,
+    pepper: bytes,
+    *,
+    tenant: str,
+    principal: str,
+    permissions: frozenset[str],
+    confinement: Confinement,
+    labels: frozenset[str],
+    expires_at: datetime | None,
+    description: str = "",
+    rotated_from: str | None = None,
+) -> MintedKey:
+    """Create a key and return it with its secret — the only time the secret exists."""
+    tenant_id = await tenant_id_by_name(conn, tenant)
+    key_id, secret = new_key_id(), new_secret()
+    await conn.execute(
+        """INSERT INTO api_keys (tenant_id, key_id, secret_hash, principal, permissions,
+               confine_user_id, confine_namespaces, confine_session_id, labels, expires_at,
+               description, rotated_from)
+           VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)""",
+        tenant_id,
+        key_id,
+        hash_secret(pepper, key_id, secret),
+        principal,
+        sorted(permissions),
+        confinement.user_id,
+        sorted(confinement.namespaces),
+        confinement.session_id,
+        sorted(labels),
+        expires_at,
+        description,
+        rotated_from,
+    )
+    return MintedKey(
+        key=format_key(key_id, secret),
+        key_id=key_id,
+        tenant_id=tenant_id,
+        tenant_name=tenant,
+        principal=principal,
+        permissions=sorted(permissions),
+        confinement=confinement,
+        labels=sorted(labels),
+        expires_at=expires_at,
+    )
+
+
+async def list_keys(conn: asyncpg.Connection, tenant: str | None) -> list[asyncpg.Record]:
+    """Keys without secrets or hashes."""
+    return list(
+        await conn.fetch(
+            """SELECT t.name AS tenant, k.key_id, k.principal, k.permissions, k.confine_user_id,
+                      k.confine_namespaces, k.confine_session_id, k.labels, k.created_at,
+                      k.expires_at, k.revoked_at, k.last_used_at, k.rotated_from, k.description
+               FROM api_keys k JOIN tenants t USING (tenant_id)
+               WHERE $1::text IS NULL OR t.name = $1
+               ORDER BY t.name, k.created_at""",
+            tenant,
+        )
+    )
+
+
+async def revoke_key(conn: asyncpg.Connection, key_id: str, at: datetime | None = None) -> None:
+    status = await conn.execute(
+        "UPDATE api_keys SET revoked_at = COALESCE($2, now()) WHERE key_id = $1 "
+        "AND (revoked_at IS NULL OR revoked_at > COALESCE($2, now()))",
+        key_id,
+        at,
+    )
+    if status == "UPDATE 0":
+        exists = await conn.fetchval("SELECT 1 FROM api_keys WHERE key_id = $1", key_id)
+        if not exists:
+            raise AdminError(f"no key with id {key_id!r}")
+
+
+async def key_row(conn: asyncpg.Connection, key_id: str) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        """SELECT t.name AS tenant, k.* FROM api_keys k JOIN tenants t USING (tenant_id)
+           WHERE k.key_id = $1""",
+        key_id,
+    )
+    if row is None:
+        raise AdminError(f"no key with id {key_id!r}")
+    return row

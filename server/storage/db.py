@@ -1,0 +1,134 @@
+"""The connection pool and tenant-bound transactions.
+
+Every transaction that touches tenant rows first sets ``brain.tenant_id`` (read by the
+row-level security policies), the acting key and principal (read by audit triggers),
+and a statement timeout derived from the RPC deadline — all transaction-local.
+Database errors become domain errors here, at this one boundary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+from brain.authz import Confinement, KeyRecord
+
+from ..errors import DeadlineExceeded, Unavailable
+
+DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+
+
+class UnsafeRole(Exception):
+    """The server's database role could read past row-level security."""
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    await register_vector(conn)
+
+
+class Database:
+    """An asyncpg pool plus the few statements that are not tenant-bound."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Database:
+        pool = await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        )
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def check_role_is_confined(self) -> None:
+        """Refuse to serve through a role that is superuser, bypasses RLS, or owns tables."""
+        row = await self.pool.fetchrow(
+            """SELECT r.rolname, r.rolsuper, r.rolbypassrls,
+                      EXISTS (SELECT 1 FROM pg_tables t
+                              WHERE t.tablename IN ('memories', 'api_keys', 'tenants')
+                                AND pg_has_role(current_user, t.tableowner, 'MEMBER')) AS owns
+               FROM pg_roles r WHERE r.rolname = current_user"""
+        )
+        assert row is not None
+        if row["rolsuper"] or row["rolbypassrls"] or row["owns"]:
+            raise UnsafeRole(
+                f"database role {row['rolname']!r} is a superuser, bypasses row-level "
+                "security, or owns the brain tables; connect the server as a member of "
+                "brain_app (see README, Deployment)"
+            )
+
+    @asynccontextmanager
+    async def tenant_tx(
+        self,
+        tenant_id: str,
+        *,
+        key_id: str = "",
+        principal: str = "",
+        method: str = "",
+        timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+        readonly: bool = False,
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """A transaction in which RLS shows exactly one tenant."""
+        try:
+            async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
+                await conn.execute(
+                    """SELECT set_config('brain.tenant_id', $1, true),
+                                  set_config('brain.key_id', $2, true),
+                                  set_config('brain.principal', $3, true),
+                                  set_config('brain.method', $4, true),
+                                  set_config('statement_timeout', $5, true)""",
+                    tenant_id,
+                    key_id,
+                    principal,
+                    method,
+                    str(max(1, timeout_ms)),
+                )
+                yield conn  # type: ignore[misc]
+        except asyncpg.QueryCanceledError as exc:
+            raise DeadlineExceeded("the request ran out of time in the database") from exc
+        except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
+            raise Unavailable("the database is unavailable; retry shortly") from exc
+        except asyncpg.InterfaceError as exc:
+            if "closed" in str(exc) or "connection" in str(exc):
+                raise Unavailable("the database is unavailable; retry shortly") from exc
+            raise
+
+    async def lookup_key(self, key_id: str) -> KeyRecord | None:
+        """The key with this public id, across tenants (through a definer function)."""
+        try:
+            row = await self.pool.fetchrow("SELECT * FROM brain_lookup_key($1)", key_id)
+        except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
+            raise Unavailable("the database is unavailable; retry shortly") from exc
+        if row is None:
+            return None
+        return key_record(row)
+
+    async def touch_key(self, key_id: str) -> None:
+        await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+
+
+def key_record(row: Any) -> KeyRecord:
+    return KeyRecord(
+        tenant_id=str(row["tenant_id"]),
+        tenant_name=row["tenant_name"],
+        key_id=row["key_id"],
+        principal=row["principal"],
+        permissions=frozenset(row["permissions"]),
+        confinement=Confinement(
+            user_id=row["confine_user_id"],
+            namespaces=frozenset(row["confine_namespaces"] or ()),
+            session_id=row["confine_session_id"],
+        ),
+        labels=frozenset(row["labels"]),
+        secret_hash=bytes(row["secret_hash"]),
+        expires_at=row["expires_at"],
+        revoked_at=row["revoked_at"],
+    )

@@ -1,0 +1,119 @@
+"""Ordered SQL migrations, tracked in a table, applied under an advisory lock."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+import asyncpg
+import structlog
+
+_log = structlog.get_logger("brain.migrate")
+_LOCK_ID = 0x6272_6169_6E00  # "brain\0"
+APP_GROUP_ROLE = "brain_app"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def load_migrations() -> list[Migration]:
+    """Every ``NNNN_name.sql`` shipped in the package, in order."""
+    folder = resources.files("brain.server.storage").joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            number, _, rest = entry.name.partition("_")
+            found.append(Migration(int(number), rest.removesuffix(".sql"), entry.read_text()))
+    found.sort(key=lambda m: m.version)
+    return found
+
+
+class MigrationError(Exception):
+    """The database's migration history does not match this release."""
+
+
+async def migrate(dsn: str) -> list[Migration]:
+    """Apply pending migrations as the connecting (owner) role; return the applied ones."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_ID)
+        try:
+            return await _apply(conn)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_ID)
+    finally:
+        await conn.close()
+
+
+async def _apply(conn: asyncpg.Connection) -> list[Migration]:
+    await _ensure_app_role(conn)
+    await conn.execute(
+        """CREATE TABLE IF NOT EXISTS brain_schema_migrations (
+               version integer PRIMARY KEY,
+               name text NOT NULL,
+               checksum text NOT NULL,
+               applied_at timestamptz NOT NULL DEFAULT now())"""
+    )
+    # The server checks, read-only, that it runs against a fully migrated schema.
+    await conn.execute(f"GRANT SELECT ON brain_schema_migrations TO {APP_GROUP_ROLE}")
+    applied = {
+        r["version"]: r["checksum"]
+        for r in await conn.fetch("SELECT version, checksum FROM brain_schema_migrations")
+    }
+    done = []
+    for migration in load_migrations():
+        if migration.version in applied:
+            if applied[migration.version] != migration.checksum:
+                raise MigrationError(
+                    f"migration {migration.version}_{migration.name} was changed after it "
+                    "was applied; add a new migration instead"
+                )
+            continue
+        async with conn.transaction():
+            await conn.execute(migration.sql)
+            await conn.execute(
+                "INSERT INTO brain_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                migration.version,
+                migration.name,
+                migration.checksum,
+            )
+        _log.info("migration applied", version=migration.version, name=migration.name)
+        done.append(migration)
+    return done
+
+
+async def _ensure_app_role(conn: asyncpg.Connection) -> None:
+    exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", APP_GROUP_ROLE)
+    if exists:
+        return
+    try:
+        await conn.execute(f"CREATE ROLE {APP_GROUP_ROLE} NOLOGIN")
+    except asyncpg.InsufficientPrivilegeError as exc:
+        raise MigrationError(
+            f"role {APP_GROUP_ROLE} does not exist and this role may not create it; "
+            f"ask a DBA to run: CREATE ROLE {APP_GROUP_ROLE} NOLOGIN"
+        ) from exc
+
+
+async def pending(dsn: str) -> list[Migration]:
+    """Migrations this release has that the database has not applied."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        has_table = await conn.fetchval("SELECT to_regclass('brain_schema_migrations') IS NOT NULL")
+        applied: set[int] = set()
+        if has_table:
+            applied = {
+                r[0] for r in await conn.fetch("SELECT version FROM brain_schema_migrations")
+            }
+        return [m for m in load_migrations() if m.version not in applied]
+    finally:
+        await conn.close()

@@ -1,0 +1,75 @@
+"""The one visibility predicate: which memory rows a caller may see.
+
+Every read path and every write by id embeds ``visibility_predicate`` in the same
+SQL statement that reads or changes the row, so there is no check-then-act gap, and
+a row outside scope is indistinguishable from a row that does not exist.
+
+A row is visible when it belongs to the key's tenant, shares an ACL label with the
+key, and lies inside both the key's confinement and the request's scope. Within a
+namespace, a user sees the team-shared rows (``user_id = ''``) and their own; within
+a user, a session sees the user's session-less rows and its own session's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from brain.authz import Caller, Confinement, RequestScope
+
+
+class Params:
+    """Collects query parameters and hands out ``$n`` placeholders."""
+
+    def __init__(self, *initial: Any) -> None:
+        self.values: list[Any] = list(initial)
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    tenant_id: str
+    labels: frozenset[str]
+    confinement: Confinement
+    scope: RequestScope
+    # Off only in tests that prove row-level security holds on its own.
+    app_filter: bool = True
+
+    @classmethod
+    def of(cls, caller: Caller, *, app_filter: bool = True) -> Visibility:
+        return cls(
+            tenant_id=caller.tenant_id,
+            labels=caller.key.labels,
+            confinement=caller.key.confinement,
+            scope=caller.scope,
+            app_filter=app_filter,
+        )
+
+
+def visibility_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
+    """SQL boolean expression over ``alias`` restricting rows to what ``v`` may see."""
+    if not v.app_filter:
+        return "TRUE"
+    a = alias
+    clauses = [
+        f"{a}.tenant_id = {p.add(v.tenant_id)}::uuid",
+        f"{a}.labels && {p.add(sorted(v.labels))}::text[]",
+    ]
+    c = v.confinement
+    if c.user_id is not None:
+        clauses.append(f"{a}.user_id IN ('', {p.add(c.user_id)})")
+    if c.namespaces:
+        clauses.append(f"{a}.namespace = ANY({p.add(sorted(c.namespaces))}::text[])")
+    if c.session_id is not None:
+        clauses.append(f"{a}.session_id IN ('', {p.add(c.session_id)})")
+    s = v.scope
+    if s.namespace:
+        clauses.append(f"{a}.namespace = {p.add(s.namespace)}")
+    if s.user_id:
+        clauses.append(f"{a}.user_id IN ('', {p.add(s.user_id)})")
+    if s.session_id:
+        clauses.append(f"{a}.session_id IN ('', {p.add(s.session_id)})")
+    return "(" + " AND ".join(clauses) + ")"

@@ -1,0 +1,233 @@
+"""Shared fixtures: one embedded PostgreSQL per test session and a real gRPC server.
+
+The server runs on its own event loop in a background thread, so both sync and async
+clients can call it from tests. Nothing here mocks the database or gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import grpc
+import pytest
+
+from brain.authz import Confinement, parse_permissions
+from brain.server import embedded
+from brain.server.app import RunningServer, start_server
+from brain.server.config import Settings
+from brain.server.storage import admin
+from brain.server.storage.bootstrap import prepare_embedded
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio loop in a daemon thread; ``run`` executes a coroutine there."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return fut.result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@dataclass
+class PgCluster:
+    pg: embedded.EmbeddedPostgres
+    pepper_file: Path
+    pepper: bytes
+
+    @property
+    def owner_dsn(self) -> str:
+        return self.pg.owner_dsn
+
+    @property
+    def app_dsn(self) -> str:
+        return self.pg.app_dsn
+
+
+@dataclass
+class BrainServer:
+    """A real brain-server on loopback, plus admin helpers for tests."""
+
+    cluster: PgCluster
+    loop: LoopThread
+    settings: Settings
+    running: RunningServer | None = None
+    _tenants: set[str] = field(default_factory=set)
+
+    @property
+    def target(self) -> str:
+        assert self.running is not None
+        return f"127.0.0.1:{self.running.port}"
+
+    def start(self) -> None:
+        self.running = self.loop.run(start_server(self.settings))
+        # Pin the port so restart() comes back on the same address.
+        self.settings = Settings(**{**self.settings.__dict__, "listen": self.target})
+
+    def stop(self) -> None:
+        if self.running is not None:
+            self.loop.run(self.running.stop(grace=1.0))
+
+    async def restart(self, down_for: float = 0.0) -> None:
+        """Stop the gRPC server and start it again on the same port."""
+        await asyncio.to_thread(self.stop)
+        if down_for:
+            await asyncio.sleep(down_for)
+        await asyncio.to_thread(self.start)
+
+    def mint_key(
+        self,
+        tenant: str,
+        principal: str,
+        *,
+        permissions: str = "memories:read,memories:write",
+        user: str | None = None,
+        namespaces: tuple[str, ...] = (),
+        session: str | None = None,
+        labels: tuple[str, ...] = ("team",),
+        expires_in_seconds: float | None = None,
+    ) -> str:
+        """Create the tenant if needed and return a full API key."""
+        return self.loop.run(
+            self._mint(
+                tenant,
+                principal,
+                permissions,
+                user,
+                namespaces,
+                session,
+                labels,
+                expires_in_seconds,
+            )
+        )
+
+    async def _mint(
+        self,
+        tenant: str,
+        principal: str,
+        permissions: str,
+        user: str | None,
+        namespaces: tuple[str, ...],
+        session: str | None,
+        labels: tuple[str, ...],
+        expires_in_seconds: float | None,
+    ) -> str:
+        from datetime import UTC, datetime, timedelta
+
+        conn = await asyncpg.connect(self.cluster.owner_dsn)
+        try:
+            async with conn.transaction():
+                if not await conn.fetchval("SELECT 1 FROM tenants WHERE name = $1", tenant):
+                    await admin.create_tenant(conn, tenant)
+                minted = await admin.mint_key(
+                    conn,
+                    self.cluster.pepper,
+                    tenant=tenant,
+                    principal=principal,
+                    permissions=parse_permissions(permissions),
+                    confinement=Confinement(
+                        user_id=user, namespaces=frozenset(namespaces), session_id=session
+                    ),
+                    labels=frozenset(labels),
+                    expires_at=(
+                        datetime.now(UTC) + timedelta(seconds=expires_in_seconds)
+                        if expires_in_seconds is not None
+                        else None
+                    ),
+                )
+        finally:
+            await conn.close()
+        return minted.key
+
+    def sql(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        """Run SQL as the owner (sees every tenant), for checks behind the API's back."""
+
+        async def run() -> list[asyncpg.Record]:
+            conn = await asyncpg.connect(self.cluster.owner_dsn)
+            try:
+                return list(await conn.fetch(query, *args))
+            finally:
+                await conn.close()
+
+        return self.loop.run(run())
+
+
+@pytest.fixture(scope="session")
+def loop_thread() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(loop_thread: LoopThread) -> Iterator[PgCluster]:
+    """A private PostgreSQL + pgvector for the whole session, removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="brain-test-"))
+    os.chmod(root, 0o755)
+    pg = embedded.start(root / "pg", delete_on_stop=True)
+    try:
+        loop_thread.run(prepare_embedded(pg))
+        pepper_file = root / "pepper"
+        pepper = secrets.token_bytes(32)
+        pepper_file.write_bytes(pepper)
+        yield PgCluster(pg=pg, pepper_file=pepper_file, pepper=pepper)
+    finally:
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def server_settings(cluster: PgCluster, **overrides: Any) -> Settings:
+    base: dict[str, Any] = dict(
+        listen="127.0.0.1:0",
+        database_url=cluster.app_dsn,
+        data_dir=cluster.pepper_file.parent,
+        pepper_file=cluster.pepper_file,
+        log_level="warning",
+        rate_limit=1000.0,
+        rate_burst=1000,
+    )
+    base.update(overrides)
+    return Settings(**base)
+
+
+@pytest.fixture(scope="session")
+def brain_server(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[BrainServer]:
+    """A real brain-server on 127.0.0.1 (random port) backed by the session cluster."""
+    from brain.server import logs
+
+    logs.configure("warning")
+    server = BrainServer(cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster))
+    server.start()
+    yield server
+    server.stop()
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses (tenants, users, namespaces)."""
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+async def channel(brain_server: BrainServer) -> Any:
+    async with grpc.aio.insecure_channel(brain_server.target) as ch:
+        yield ch
