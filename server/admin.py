@@ -295,6 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("key_id")
     p.add_argument("--grace", default="24h", help="how long the old key keeps working")
+    # Subcommands that live beside the feature they administer.
+    from . import admin_audit, certs
+
+    certs.register(sub, command)
+    admin_audit.register(sub, command)
     return parser
 
 
