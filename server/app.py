@@ -166,7 +166,9 @@ async def _serve(
         db,
         pepper,
         Limits(
-            max_page_size=settings.max_page_size, statement_timeout_ms=settings.statement_timeout_ms
+            max_page_size=settings.max_page_size,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            app_filter=settings.app_filter,
         ),
     )
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)

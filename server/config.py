@@ -33,6 +33,8 @@ class Settings:
     grace_seconds: float = 10.0
     embedder: str = "none"
     dev_key_file: Path | None = None
+    # Test-only: drop the application's visibility predicate to prove RLS alone isolates.
+    app_filter: bool = True
 
 
 def _env(name: str, default: str | None = None) -> str | None:

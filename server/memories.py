@@ -1,21 +1,38 @@
-"""The memory domain: defaults, validation and the transactions behind each RPC."""
+"""The memory domain: defaults, validation and the transaction behind each memory RPC.
+
+Each method validates everything before it opens a transaction, and every statement
+it runs carries the caller's visibility predicate, so a row outside scope behaves
+exactly like a row that does not exist.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import uuid
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import asyncpg
+from google.protobuf.message import Message
 
 from brain.authz import Caller
 from brain.v1 import common_pb2, memory_pb2
 
+from . import convert, cursors
 from . import validation as check
 from .convert import PROTO_TO_STATUS
-from .errors import InvalidArgument, PermissionDenied, memory_not_found
+from .errors import (
+    AlreadyExists,
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    memory_not_found,
+)
 from .storage import memories as sql
 from .storage.db import Database
 from .storage.visibility import Visibility
@@ -23,12 +40,24 @@ from .storage.visibility import Visibility
 DEFAULT_LABEL = "team"
 DEFAULT_KIND = "note"
 DEFAULT_SEARCH_LIMIT = 10
+DEFAULT_PAGE_SIZE = 50
+EXPORT_BATCH = 200
+MAX_SUPERSEDES = 100
+ALL_STATUSES = tuple(PROTO_TO_STATUS.values())
+UPDATABLE_FIELDS = frozenset(
+    {"content", "kind", "tags", "metadata", "labels", "confidence", "importance",
+     "valid_from", "valid_to", "expires_at"}
+)  # fmt: skip
+
+M = TypeVar("M", bound=Message)
 
 
 @dataclass(frozen=True)
 class Limits:
     max_page_size: int = 100
     statement_timeout_ms: int = 10_000
+    # Off only in tests proving that row-level security holds on its own.
+    app_filter: bool = True
 
 
 @dataclass(frozen=True)
@@ -43,9 +72,8 @@ class Hit:
 
 def fingerprint(pepper: bytes, content: str) -> bytes:
     """Keyed hash of the normalised value, for dedupe and tombstones."""
-    return hmac.new(
-        pepper, b"fingerprint:" + check.normalise(content).encode(), hashlib.sha256
-    ).digest()
+    normalised = check.normalise(content).encode()
+    return hmac.new(pepper, b"fingerprint:" + normalised, hashlib.sha256).digest()
 
 
 def time_coords(t: common_pb2.TimeTravel, *, default_any_valid: bool) -> sql.TimeCoords:
@@ -55,14 +83,16 @@ def time_coords(t: common_pb2.TimeTravel, *, default_any_valid: bool) -> sql.Tim
     return sql.TimeCoords(as_of=as_of, valid_at=valid_at, any_valid_time=any_valid)
 
 
-def row_filter(f: common_pb2.MemoryFilter) -> sql.RowFilter:
+def row_filter(
+    f: common_pb2.MemoryFilter, default_statuses: Sequence[str] = ("active",)
+) -> sql.RowFilter:
     statuses: list[str] = []
     for s in f.statuses:
         if s not in PROTO_TO_STATUS:
             raise InvalidArgument("filter.statuses", f"unknown status {s}")
         statuses.append(PROTO_TO_STATUS[s])
     return sql.RowFilter(
-        statuses=statuses or ["active"],
+        statuses=statuses or list(default_statuses),
         kinds=[check.text("filter.kinds", k, limit=64) for k in f.kinds],
         tags=[check.text("filter.tags", t, limit=64) for t in f.tags],
         labels=check.names("filter.labels", f.labels, limit=check.MAX_LABELS),
@@ -78,6 +108,12 @@ def row_filter(f: common_pb2.MemoryFilter) -> sql.RowFilter:
     )
 
 
+def request_hash(method: str, request: Message) -> bytes:
+    """What an idempotency key is bound to: the method and the exact request body."""
+    body = request.SerializeToString(deterministic=True)
+    return hashlib.sha256(method.encode() + b"\0" + body).digest()
+
+
 class Memories:
     """Carries out memory RPCs for an authenticated caller."""
 
@@ -86,19 +122,76 @@ class Memories:
         self.pepper = pepper
         self.limits = limits or Limits()
 
-    def tx(self, caller: Caller, *, timeout_ms: int | None = None, readonly: bool = False):  # type: ignore[no-untyped-def]
+    # -- plumbing -----------------------------------------------------------------
+
+    def tx(
+        self, caller: Caller, *, timeout_ms: int | None = None, readonly: bool = False
+    ) -> AbstractAsyncContextManager[asyncpg.Connection]:
         return self.db.tenant_tx(
             caller.tenant_id,
             key_id=caller.key.key_id,
             principal=caller.principal,
             method=caller.method,
+            labels=caller.key.labels,
+            confinement=caller.key.confinement,
             timeout_ms=min(
                 timeout_ms or self.limits.statement_timeout_ms, self.limits.statement_timeout_ms
             ),
             readonly=readonly,
         )
 
-    def _labels(self, caller: Caller, requested: list[str]) -> list[str]:
+    def visibility(self, caller: Caller) -> Visibility:
+        return Visibility.of(caller, app_filter=self.limits.app_filter)
+
+    def page_size(self, field: str, requested: int, default: int) -> int:
+        size = requested or default
+        if not 0 < size <= self.limits.max_page_size:
+            raise InvalidArgument(field, f"must be between 1 and {self.limits.max_page_size}")
+        return size
+
+    async def replay(
+        self,
+        conn: asyncpg.Connection,
+        caller: Caller,
+        idempotency_key: str,
+        request: Message,
+        response_type: type[M],
+    ) -> M | None:
+        """The stored response when this idempotency key was used before for this request."""
+        if not idempotency_key:
+            return None
+        earlier = await sql.claim_idempotency_key(
+            conn,
+            caller.tenant_id,
+            caller.key.key_id,
+            idempotency_key,
+            caller.method,
+            request_hash(caller.method, request),
+        )
+        if earlier is None:
+            return None
+        if earlier["method"] != caller.method or bytes(earlier["request_hash"]) != request_hash(
+            caller.method, request
+        ):
+            raise AlreadyExists(
+                "idempotency_key: already used by this key for a different request; "
+                "use a new key for a new request"
+            )
+        return response_type.FromString(earlier["response"] or b"")
+
+    async def remember(
+        self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, response: Message
+    ) -> None:
+        if idempotency_key:
+            await sql.store_idempotent_response(
+                conn,
+                caller.tenant_id,
+                caller.key.key_id,
+                idempotency_key,
+                response.SerializeToString(deterministic=True),
+            )
+
+    def labels(self, caller: Caller, requested: list[str]) -> list[str]:
         held = caller.key.labels
         if not requested:
             return [DEFAULT_LABEL] if DEFAULT_LABEL in held else sorted(held)
@@ -124,8 +217,7 @@ class Memories:
         valid_to = check.timestamp(draft.valid_to, draft.HasField("valid_to"))
         if valid_to is not None and valid_to < valid_from:
             raise InvalidArgument("memory.valid_to", "must not be before memory.valid_from")
-        expires_at = check.timestamp(draft.expires_at, draft.HasField("expires_at"))
-        labels = self._labels(
+        labels = self.labels(
             caller, check.names("memory.labels", draft.labels, limit=check.MAX_LABELS)
         )
         return sql.NewMemory(
@@ -147,42 +239,315 @@ class Memories:
             ),
             valid_from=valid_from,
             valid_to=valid_to,
-            expires_at=expires_at,
+            expires_at=check.timestamp(draft.expires_at, draft.HasField("expires_at")),
             created_by=caller.principal,
             changed_by_key=caller.key.key_id,
             change=change,
         )
 
+    @staticmethod
+    def supersede_ids(values: Sequence[str]) -> list[uuid.UUID]:
+        if len(values) > MAX_SUPERSEDES:
+            raise InvalidArgument("supersedes", f"at most {MAX_SUPERSEDES} ids")
+        return sorted({check.memory_id("supersedes", v) for v in values})
+
+    async def refuse_tombstoned(
+        self, conn: asyncpg.Connection, field: str, new: sql.NewMemory
+    ) -> None:
+        tombstone = await sql.live_tombstone(
+            conn, new.namespace, new.user_id, new.session_id, new.fingerprint
+        )
+        if tombstone is not None:
+            raise FailedPrecondition(
+                f"{field}: this value was forgotten or rejected in this bucket (tombstone "
+                f"{tombstone}); a reviewer must re-admit it before it can be stored again"
+            )
+
+    async def lock_targets(
+        self, conn: asyncpg.Connection, vis: Visibility, ids: list[uuid.UUID]
+    ) -> list[asyncpg.Record]:
+        """Lock every memory to supersede; any missing or invisible one fails the write."""
+        targets = []
+        for target_id in ids:  # sorted: concurrent writers lock in the same order
+            row = await sql.lock_current(conn, vis, target_id)
+            if row is None:
+                raise memory_not_found(str(target_id))
+            if row["status"] != "active":
+                raise FailedPrecondition(
+                    f"supersedes: memory {target_id} is {row['status']}, not active; "
+                    "only active memories can be superseded"
+                )
+            targets.append(row)
+        return targets
+
+    async def insert_new(
+        self,
+        conn: asyncpg.Connection,
+        caller: Caller,
+        new: sql.NewMemory,
+        targets: list[asyncpg.Record],
+    ) -> asyncpg.Record:
+        """Insert ``new`` and mark ``targets`` superseded by it, at one transaction time."""
+        memory_id = cursors.uuid7()
+        at = await sql.clock(conn)
+        new = replace(new, supersedes=[t["memory_id"] for t in targets])
+        row = await sql.insert_memory(conn, caller.tenant_id, new, memory_id, at)
+        for target in targets:
+            await sql.new_version(
+                conn,
+                target,
+                at,
+                {
+                    "status": "superseded",
+                    "superseded_by": [*target["superseded_by"], memory_id],
+                    "change": "supersede",
+                    "changed_by": caller.principal,
+                    "changed_by_key": caller.key.key_id,
+                },
+            )
+        return row
+
+    # -- RPCs ---------------------------------------------------------------------
+
     async def save(
         self, caller: Caller, req: memory_pb2.SaveMemoryRequest, timeout_ms: int | None = None
-    ) -> tuple[asyncpg.Record, int]:
+    ) -> memory_pb2.SaveMemoryResponse:
         new = self.new_memory(caller, req.memory, status="active", change="save")
+        supersedes = self.supersede_ids(req.supersedes)
+        idem = check.text("idempotency_key", req.idempotency_key, limit=128)
+        vis = self.visibility(caller)
         async with self.tx(caller, timeout_ms=timeout_ms) as conn:
-            row = await sql.insert_memory(conn, caller.tenant_id, new)
-        return row, memory_pb2.SAVE_OUTCOME_CREATED
+            replayed = await self.replay(conn, caller, idem, req, memory_pb2.SaveMemoryResponse)
+            if replayed is not None:
+                replayed.outcome = memory_pb2.SAVE_OUTCOME_REPLAYED
+                return replayed
+            await self.refuse_tombstoned(conn, "memory.content", new)
+            duplicate = None if supersedes else await sql.find_duplicate(conn, vis, new)
+            if duplicate is not None:
+                response = memory_pb2.SaveMemoryResponse(
+                    memory=convert.memory(duplicate),
+                    outcome=memory_pb2.SAVE_OUTCOME_DEDUPLICATED,
+                )
+            else:
+                targets = await self.lock_targets(conn, vis, supersedes)
+                row = await self.insert_new(conn, caller, new, targets)
+                response = memory_pb2.SaveMemoryResponse(
+                    memory=convert.memory(row), outcome=memory_pb2.SAVE_OUTCOME_CREATED
+                )
+            await self.remember(conn, caller, idem, response)
+        return response
 
     async def get(
         self, caller: Caller, req: memory_pb2.GetMemoryRequest, timeout_ms: int | None = None
-    ) -> asyncpg.Record:
+    ) -> memory_pb2.GetMemoryResponse:
         memory_id = check.memory_id("id", req.id)
         t = time_coords(req.time, default_any_valid=True)
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
-            row = await sql.get_memory(conn, Visibility.of(caller), memory_id, t)
+            row = await sql.get_memory(conn, self.visibility(caller), memory_id, t)
         if row is None:
             raise memory_not_found(req.id)
-        return row
+        return memory_pb2.GetMemoryResponse(memory=convert.memory(row))
+
+    async def update(
+        self, caller: Caller, req: memory_pb2.UpdateMemoryRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.UpdateMemoryResponse:
+        memory_id = check.memory_id("id", req.id)
+        paths = set(req.update_mask.paths)
+        if not paths:
+            raise InvalidArgument("update_mask", "name at least one field to change")
+        unknown = paths - UPDATABLE_FIELDS
+        if unknown:
+            raise InvalidArgument(
+                "update_mask",
+                f"cannot update {sorted(unknown)}; updatable: {sorted(UPDATABLE_FIELDS)}",
+            )
+        patch = req.patch
+        changes: dict[str, Any] = {}
+        if "content" in paths:
+            changes["content"] = check.content("patch.content", patch.content)
+            changes["fingerprint"] = fingerprint(self.pepper, changes["content"])
+            changes["embedding"] = None
+            changes["embedding_model"] = None
+        if "kind" in paths:
+            changes["kind"] = check.text("patch.kind", patch.kind, limit=64) or DEFAULT_KIND
+        if "tags" in paths:
+            changes["tags"] = check.tags("patch.tags", patch.tags)
+        if "metadata" in paths:
+            changes["metadata"] = check.metadata("patch.metadata", dict(patch.metadata))
+        if "labels" in paths:
+            changes["labels"] = self.labels(
+                caller, check.names("patch.labels", patch.labels, limit=check.MAX_LABELS)
+            )
+        if "confidence" in paths:
+            changes["confidence"] = check.unit_interval(
+                "patch.confidence", patch.confidence if patch.HasField("confidence") else 1.0
+            )
+        if "importance" in paths:
+            changes["importance"] = check.unit_interval(
+                "patch.importance", patch.importance if patch.HasField("importance") else 0.5
+            )
+        if "valid_from" in paths:
+            changes["valid_from"] = check.timestamp(
+                patch.valid_from, patch.HasField("valid_from")
+            ) or datetime.now(UTC)
+        if "valid_to" in paths:
+            changes["valid_to"] = check.timestamp(patch.valid_to, patch.HasField("valid_to"))
+        if "expires_at" in paths:
+            changes["expires_at"] = check.timestamp(patch.expires_at, patch.HasField("expires_at"))
+        idem = check.text("idempotency_key", req.idempotency_key, limit=128)
+        vis = self.visibility(caller)
+        async with self.tx(caller, timeout_ms=timeout_ms) as conn:
+            replayed = await self.replay(conn, caller, idem, req, memory_pb2.UpdateMemoryResponse)
+            if replayed is not None:
+                return replayed
+            current = await sql.lock_current(conn, vis, memory_id)
+            if current is None:
+                raise memory_not_found(req.id)
+            if req.expected_version and current["version"] != req.expected_version:
+                raise Conflict(
+                    f"expected_version: memory {req.id} is at version {current['version']}, "
+                    f"not {req.expected_version}; read it again and retry"
+                )
+            if current["status"] != "active":
+                raise FailedPrecondition(
+                    f"memory {req.id} is {current['status']}; only active memories can be updated"
+                )
+            valid_from = changes.get("valid_from", current["valid_from"])
+            valid_to = changes.get("valid_to", current["valid_to"])
+            if valid_to is not None and valid_to < valid_from:
+                raise InvalidArgument("patch.valid_to", "must not be before valid_from")
+            if "fingerprint" in changes and changes["fingerprint"] != current["fingerprint"]:
+                tombstone = await sql.live_tombstone(
+                    conn,
+                    current["namespace"],
+                    current["user_id"],
+                    current["session_id"],
+                    changes["fingerprint"],
+                )
+                if tombstone is not None:
+                    raise FailedPrecondition(
+                        f"patch.content: this value was forgotten or rejected in this bucket "
+                        f"(tombstone {tombstone}); a reviewer must re-admit it first"
+                    )
+            at = await sql.clock(conn)
+            changes.update(
+                change="update", changed_by=caller.principal, changed_by_key=caller.key.key_id
+            )
+            row = await sql.new_version(conn, current, at, changes)
+            response = memory_pb2.UpdateMemoryResponse(memory=convert.memory(row))
+            await self.remember(conn, caller, idem, response)
+        return response
+
+    async def forget(
+        self, caller: Caller, req: memory_pb2.ForgetMemoryRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.ForgetMemoryResponse:
+        memory_id = check.memory_id("id", req.id)
+        reason = check.text("reason", req.reason, limit=500)
+        vis = self.visibility(caller)
+        async with self.tx(caller, timeout_ms=timeout_ms) as conn:
+            current = await sql.lock_current(conn, vis, memory_id)
+            if current is None:
+                raise memory_not_found(req.id)
+            if current["status"] == "retracted":  # forgetting twice is a no-op
+                tombstone = await conn.fetchval(
+                    "SELECT tombstone_id FROM tombstones WHERE memory_id = $1 "
+                    "ORDER BY created_at LIMIT 1",
+                    memory_id,
+                )
+                return memory_pb2.ForgetMemoryResponse(id=req.id, tombstone_id=str(tombstone or ""))
+            tombstones = {
+                fp: await sql.add_tombstone(
+                    conn, current["tenant_id"], current, fp, "forget", caller.principal
+                )
+                for fp in await sql.version_fingerprints(
+                    conn, current["tenant_id"], current["memory_id"]
+                )
+            }
+            await sql.erase_all_versions(conn, current["tenant_id"], current["memory_id"])
+            at = await sql.clock(conn)
+            await sql.new_version(
+                conn,
+                current,
+                at,
+                {
+                    "status": "retracted",
+                    "change": "forget",
+                    "changed_by": caller.principal,
+                    "changed_by_key": caller.key.key_id,
+                    "review_reason": reason or None,
+                },
+            )
+        main = tombstones.get(bytes(current["fingerprint"])) if current["fingerprint"] else None
+        return memory_pb2.ForgetMemoryResponse(id=req.id, tombstone_id=str(main or ""))
+
+    async def history(
+        self,
+        caller: Caller,
+        req: memory_pb2.GetMemoryHistoryRequest,
+        timeout_ms: int | None = None,
+    ) -> memory_pb2.GetMemoryHistoryResponse:
+        memory_id = check.memory_id("id", req.id)
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+            rows = await sql.history(conn, self.visibility(caller), memory_id)
+        if not rows:
+            raise memory_not_found(req.id)
+        return memory_pb2.GetMemoryHistoryResponse(versions=[convert.memory(r) for r in rows])
+
+    async def list_page(
+        self, caller: Caller, req: memory_pb2.ListMemoriesRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.ListMemoriesResponse:
+        size = self.page_size("page_size", req.page_size, DEFAULT_PAGE_SIZE)
+        f = row_filter(req.filter)
+        t = time_coords(req.time, default_any_valid=False)
+        after = None
+        if req.page_token:
+            data = cursors.decode("page_token", req.page_token)
+            after = cursors.get_uuid("page_token", data, "k")
+            # A token pins the snapshot its first page saw, so pages never shift.
+            t = replace(t, as_of=cursors.get_time("page_token", data, "a"))
+        if t.as_of is None:
+            t = replace(t, as_of=datetime.now(UTC))
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+            rows = await sql.list_page(conn, self.visibility(caller), f, t, after, size + 1)
+        more = len(rows) > size
+        rows = rows[:size]
+        token = ""
+        if more and t.as_of is not None:
+            token = cursors.encode({"k": str(rows[-1]["memory_id"]), "a": t.as_of.isoformat()})
+        return memory_pb2.ListMemoriesResponse(
+            memories=[convert.memory(r) for r in rows], next_page_token=token
+        )
+
+    async def export(
+        self, caller: Caller, req: memory_pb2.ExportMemoriesRequest
+    ) -> AsyncIterator[memory_pb2.ExportMemoriesResponse]:
+        f = replace(row_filter(req.filter, ALL_STATUSES), hide_expired=False)
+        after: tuple[uuid.UUID, int] | None = None
+        if req.cursor:
+            token = cursors.decode("cursor", req.cursor)
+            after = (cursors.get_uuid("cursor", token, "k"), cursors.get_int("cursor", token, "v"))
+        vis = self.visibility(caller)
+        while True:
+            async with self.tx(caller, readonly=True) as conn:
+                rows = await sql.export_page(conn, vis, f, req.include_history, after, EXPORT_BATCH)
+            for row in rows:
+                after = (row["memory_id"], row["version"])
+                yield memory_pb2.ExportMemoriesResponse(
+                    memory=convert.memory(row),
+                    cursor=cursors.encode({"k": str(after[0]), "v": after[1]}),
+                )
+            if len(rows) < EXPORT_BATCH:
+                return
 
     async def search(
         self, caller: Caller, req: memory_pb2.SearchMemoriesRequest, timeout_ms: int | None = None
     ) -> list[Hit]:
         query = check.query("query", req.query)
-        limit = req.limit or DEFAULT_SEARCH_LIMIT
-        if not 0 < limit <= self.limits.max_page_size:
-            raise InvalidArgument("limit", f"must be between 1 and {self.limits.max_page_size}")
+        limit = self.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
         f = row_filter(req.filter)
         t = time_coords(req.time, default_any_valid=False)
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
-            rows = await sql.search_lexical(conn, Visibility.of(caller), query, limit, f, t)
+            rows = await sql.search_lexical(conn, self.visibility(caller), query, limit, f, t)
         return [
             Hit(
                 row=r,
@@ -194,7 +559,3 @@ class Memories:
             )
             for i, r in enumerate(rows)
         ]
-
-
-def new_uuid() -> uuid.UUID:
-    return uuid.uuid4()

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
+from brain.authz import current_caller
 from brain.authz._grpc_types import Ctx
 
 from .. import errors
@@ -58,6 +59,11 @@ def unary(
         except errors.BrainError as exc:
             await context.abort(status_code(exc), exc.message)
             raise AssertionError("unreachable") from exc
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # a bug: log it whole, tell the caller nothing internal
+            await _internal(context, exc)
+            raise AssertionError("unreachable") from exc
 
     return wrapper
 
@@ -74,8 +80,21 @@ def streaming(
                 yield item
         except errors.BrainError as exc:
             await context.abort(status_code(exc), exc.message)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # a bug: log it whole, tell the caller nothing internal
+            await _internal(context, exc)
 
     return wrapper
+
+
+async def _internal(context: Ctx, exc: Exception) -> None:
+    c = current_caller.get()
+    request_id = c.request_id if c is not None else ""
+    _log.error("unhandled error", request_id=request_id, exc_info=exc)
+    await context.abort(
+        grpc.StatusCode.INTERNAL, f"internal error (request id {request_id}); see server logs"
+    )
 
 
 def not_yet(what: str, issue: int) -> errors.NotImplementedYet:

@@ -21,15 +21,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def SaveMemory(
         self, request: memory_pb2.SaveMemoryRequest, context: Ctx
     ) -> memory_pb2.SaveMemoryResponse:
-        row, outcome = await self.memories.save(caller(), request, timeout_ms(context))
-        return memory_pb2.SaveMemoryResponse(memory=convert.memory(row), outcome=outcome)  # type: ignore[arg-type]
+        return await self.memories.save(caller(), request, timeout_ms(context))
 
     @unary
     async def GetMemory(
         self, request: memory_pb2.GetMemoryRequest, context: Ctx
     ) -> memory_pb2.GetMemoryResponse:
-        row = await self.memories.get(caller(), request, timeout_ms(context))
-        return memory_pb2.GetMemoryResponse(memory=convert.memory(row))
+        return await self.memories.get(caller(), request, timeout_ms(context))
 
     @unary
     async def SearchMemories(
@@ -54,32 +52,32 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def UpdateMemory(
         self, request: memory_pb2.UpdateMemoryRequest, context: Ctx
     ) -> memory_pb2.UpdateMemoryResponse:
-        raise not_yet("UpdateMemory", 4)
+        return await self.memories.update(caller(), request, timeout_ms(context))
 
     @unary
     async def ForgetMemory(
         self, request: memory_pb2.ForgetMemoryRequest, context: Ctx
     ) -> memory_pb2.ForgetMemoryResponse:
-        raise not_yet("ForgetMemory", 4)
+        return await self.memories.forget(caller(), request, timeout_ms(context))
 
     @unary
     async def ListMemories(
         self, request: memory_pb2.ListMemoriesRequest, context: Ctx
     ) -> memory_pb2.ListMemoriesResponse:
-        raise not_yet("ListMemories", 4)
+        return await self.memories.list_page(caller(), request, timeout_ms(context))
 
     @unary
     async def GetMemoryHistory(
         self, request: memory_pb2.GetMemoryHistoryRequest, context: Ctx
     ) -> memory_pb2.GetMemoryHistoryResponse:
-        raise not_yet("GetMemoryHistory", 4)
+        return await self.memories.history(caller(), request, timeout_ms(context))
 
     @streaming
     async def ExportMemories(
         self, request: memory_pb2.ExportMemoriesRequest, context: Ctx
     ) -> AsyncIterator[memory_pb2.ExportMemoriesResponse]:
-        raise not_yet("ExportMemories", 4)
-        yield  # pragma: no cover
+        async for item in self.memories.export(caller(), request):
+            yield item
 
     @streaming
     async def WatchMemories(

@@ -21,6 +21,7 @@ from brain.authz import Confinement, KeyRecord
 from ..errors import DeadlineExceeded, Unavailable
 
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+UNCONFINED = Confinement()
 
 
 class UnsafeRole(Exception):
@@ -73,23 +74,33 @@ class Database:
         key_id: str = "",
         principal: str = "",
         method: str = "",
+        labels: frozenset[str] = frozenset(),
+        confinement: Confinement = UNCONFINED,
         timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         readonly: bool = False,
     ) -> AsyncIterator[asyncpg.Connection]:
-        """A transaction in which RLS shows exactly one tenant."""
+        """A transaction in which RLS shows one tenant, within the key's confinement and labels."""
         try:
             async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
                 await conn.execute(
                     """SELECT set_config('brain.tenant_id', $1, true),
-                                  set_config('brain.key_id', $2, true),
-                                  set_config('brain.principal', $3, true),
-                                  set_config('brain.method', $4, true),
-                                  set_config('statement_timeout', $5, true)""",
+                              set_config('brain.key_id', $2, true),
+                              set_config('brain.principal', $3, true),
+                              set_config('brain.method', $4, true),
+                              set_config('statement_timeout', $5, true),
+                              set_config('brain.labels', $6, true),
+                              set_config('brain.confine_user_id', $7, true),
+                              set_config('brain.confine_namespaces', $8, true),
+                              set_config('brain.confine_session_id', $9, true)""",
                     tenant_id,
                     key_id,
                     principal,
                     method,
                     str(max(1, timeout_ms)),
+                    _pg_array(labels),
+                    confinement.user_id or "",
+                    _pg_array(confinement.namespaces) if confinement.namespaces else "",
+                    confinement.session_id or "",
                 )
                 yield conn  # type: ignore[misc]
         except asyncpg.QueryCanceledError as exc:
@@ -113,6 +124,11 @@ class Database:
 
     async def touch_key(self, key_id: str) -> None:
         await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+
+
+def _pg_array(values: frozenset[str]) -> str:
+    """A text[] literal; names are validated to hold no quotes, commas or braces."""
+    return "{" + ",".join(f'"{v}"' for v in sorted(values)) + "}"
 
 
 def key_record(row: Any) -> KeyRecord:

@@ -66,6 +66,8 @@ class NewMemory:
     supersedes: list[uuid.UUID] = field(default_factory=list)
     embedding: Any = None
     embedding_model: str | None = None
+    proposal_reason: str | None = None
+    candidate_expires_at: datetime | None = None
 
 
 def time_predicate(t: TimeCoords, p: Params, alias: str = "m") -> str:
@@ -107,19 +109,22 @@ def filter_predicate(f: RowFilter, p: Params, alias: str = "m") -> str:
     return " AND ".join(clauses)
 
 
-async def insert_memory(conn: asyncpg.Connection, tenant_id: str, m: NewMemory) -> asyncpg.Record:
+async def insert_memory(
+    conn: asyncpg.Connection, tenant_id: str, m: NewMemory, memory_id: uuid.UUID, at: datetime
+) -> asyncpg.Record:
     """Insert version 1 of a new memory and return it."""
     row = await conn.fetchrow(
         f"""INSERT INTO memories AS m (
                 tenant_id, memory_id, version, namespace, user_id, session_id, content,
                 fingerprint, kind, tags, metadata, labels, status, confidence, importance,
                 valid_from, valid_to, expires_at, created_by, changed_by, changed_by_key,
-                change, supersedes, embedding, embedding_model)
+                change, supersedes, embedding, embedding_model, recorded_at, proposal_reason,
+                candidate_expires_at)
             VALUES ($1::uuid, $2, 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                    $15, $16, $17, $18, $18, $19, $20, $21, $22, $23)
+                    $15, $16, $17, $18, $18, $19, $20, $21, $22, $23, $24, $25, $26)
             RETURNING {MEMORY_COLUMNS}""",
         tenant_id,
-        uuid.uuid4(),
+        memory_id,
         m.namespace,
         m.user_id,
         m.session_id,
@@ -141,6 +146,9 @@ async def insert_memory(conn: asyncpg.Connection, tenant_id: str, m: NewMemory) 
         m.supersedes,
         m.embedding,
         m.embedding_model,
+        at,
+        m.proposal_reason,
+        m.candidate_expires_at,
     )
     assert row is not None
     return row
@@ -174,3 +182,268 @@ async def search_lexical(
               ORDER BY lexical_score DESC, m.recorded_at DESC, m.memory_id
               LIMIT {p.add(limit)}"""
     return list(await conn.fetch(sql, *p.values))
+
+
+# Every column a version copies; search_tsv is generated from content.
+VERSION_COLUMNS = (
+    "tenant_id", "memory_id", "version", "namespace", "user_id", "session_id", "content",
+    "fingerprint", "kind", "tags", "metadata", "labels", "status", "confidence", "importance",
+    "valid_from", "valid_to", "recorded_at", "retired_at", "expires_at", "created_by",
+    "changed_by", "changed_by_key", "change", "reviewed_by", "reviewed_at", "review_reason",
+    "proposal_reason", "candidate_expires_at", "supersedes", "superseded_by", "embedding",
+    "embedding_model",
+)  # fmt: skip
+
+
+async def clock(conn: asyncpg.Connection) -> datetime:
+    """Transaction time for the versions this transaction writes (read after locking)."""
+    value: datetime = await conn.fetchval("SELECT clock_timestamp()")
+    return value
+
+
+async def lock_current(
+    conn: asyncpg.Connection, v: Visibility, memory_id: uuid.UUID
+) -> asyncpg.Record | None:
+    """The current version of a visible memory, locked for a change."""
+    p = Params(memory_id)
+    return await conn.fetchrow(
+        f"""SELECT {MEMORY_COLUMNS}, m.fingerprint FROM memories m
+            WHERE m.memory_id = $1 AND m.retired_at IS NULL AND {visibility_predicate(v, p)}
+            FOR UPDATE""",
+        *p.values,
+    )
+
+
+async def new_version(
+    conn: asyncpg.Connection,
+    current: asyncpg.Record,
+    at: datetime,
+    changes: dict[str, Any],
+) -> asyncpg.Record:
+    """Close ``current`` at ``at`` and insert the next version with ``changes`` applied."""
+    unknown = set(changes) - set(VERSION_COLUMNS)
+    if unknown:
+        raise ValueError(f"not memory columns: {sorted(unknown)}")
+    await conn.execute(
+        """UPDATE memories SET retired_at = $4
+           WHERE tenant_id = $1 AND memory_id = $2 AND version = $3 AND retired_at IS NULL""",
+        current["tenant_id"],
+        current["memory_id"],
+        current["version"],
+        at,
+    )
+    overrides = {**changes, "version": current["version"] + 1, "recorded_at": at,
+                 "retired_at": None}  # fmt: skip
+    p = Params(current["tenant_id"], current["memory_id"], current["version"])
+    select = ", ".join(p.add(overrides[c]) if c in overrides else f"m.{c}" for c in VERSION_COLUMNS)
+    row = await conn.fetchrow(
+        f"""INSERT INTO memories AS m ({", ".join(VERSION_COLUMNS)})
+            SELECT {select} FROM memories m
+            WHERE m.tenant_id = $1 AND m.memory_id = $2 AND m.version = $3
+            RETURNING {MEMORY_COLUMNS}""",
+        *p.values,
+    )
+    assert row is not None
+    return row
+
+
+async def find_duplicate(
+    conn: asyncpg.Connection, v: Visibility, m: NewMemory
+) -> asyncpg.Record | None:
+    """A visible active memory with the same value in the same bucket."""
+    p = Params(m.namespace, m.user_id, m.session_id, m.fingerprint)
+    return await conn.fetchrow(
+        f"""SELECT {MEMORY_COLUMNS} FROM memories m
+            WHERE m.namespace = $1 AND m.user_id = $2 AND m.session_id = $3
+              AND m.fingerprint = $4 AND m.status = 'active' AND m.retired_at IS NULL
+              AND (m.expires_at IS NULL OR m.expires_at > now())
+              AND {visibility_predicate(v, p)}
+            ORDER BY m.memory_id LIMIT 1""",
+        *p.values,
+    )
+
+
+async def live_tombstone(
+    conn: asyncpg.Connection, namespace: str, user_id: str, session_id: str, fingerprint: bytes
+) -> uuid.UUID | None:
+    value: uuid.UUID | None = await conn.fetchval(
+        """SELECT tombstone_id FROM tombstones
+           WHERE namespace = $1 AND user_id = $2 AND session_id = $3 AND fingerprint = $4
+             AND readmitted_at IS NULL""",
+        namespace,
+        user_id,
+        session_id,
+        fingerprint,
+    )
+    return value
+
+
+async def add_tombstone(
+    conn: asyncpg.Connection,
+    tenant_id: Any,
+    row: asyncpg.Record,
+    fingerprint: bytes,
+    cause: str,
+    by: str,
+) -> uuid.UUID:
+    """Leave (or find) the live tombstone for this value in the row's bucket."""
+    tombstone_id: uuid.UUID | None = await conn.fetchval(
+        """INSERT INTO tombstones (tenant_id, tombstone_id, namespace, user_id, session_id,
+                                   fingerprint, memory_id, cause, created_by)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+           ON CONFLICT (tenant_id, namespace, user_id, session_id, fingerprint)
+               WHERE readmitted_at IS NULL DO NOTHING
+           RETURNING tombstone_id""",
+        tenant_id,
+        uuid.uuid4(),
+        row["namespace"],
+        row["user_id"],
+        row["session_id"],
+        fingerprint,
+        row["memory_id"],
+        cause,
+        by,
+    )
+    if tombstone_id is None:
+        tombstone_id = await live_tombstone(
+            conn, row["namespace"], row["user_id"], row["session_id"], fingerprint
+        )
+    assert tombstone_id is not None
+    return tombstone_id
+
+
+async def erase_all_versions(conn: asyncpg.Connection, tenant_id: Any, memory_id: Any) -> None:
+    """Blank content, fingerprint, metadata, tags and embedding in every version."""
+    await conn.execute(
+        """UPDATE memories SET content = '', fingerprint = NULL, metadata = '{}', tags = '{}',
+                  embedding = NULL, embedding_model = NULL
+           WHERE tenant_id = $1 AND memory_id = $2""",
+        tenant_id,
+        memory_id,
+    )
+
+
+async def version_fingerprints(
+    conn: asyncpg.Connection, tenant_id: Any, memory_id: Any
+) -> list[bytes]:
+    rows = await conn.fetch(
+        """SELECT DISTINCT fingerprint FROM memories
+           WHERE tenant_id = $1 AND memory_id = $2 AND fingerprint IS NOT NULL""",
+        tenant_id,
+        memory_id,
+    )
+    return [bytes(r[0]) for r in rows]
+
+
+async def history(
+    conn: asyncpg.Connection, v: Visibility, memory_id: uuid.UUID
+) -> list[asyncpg.Record]:
+    p = Params(memory_id)
+    return list(
+        await conn.fetch(
+            f"""SELECT {MEMORY_COLUMNS} FROM memories m
+                WHERE m.memory_id = $1 AND {visibility_predicate(v, p)}
+                ORDER BY m.version""",
+            *p.values,
+        )
+    )
+
+
+async def list_page(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    f: RowFilter,
+    t: TimeCoords,
+    after: uuid.UUID | None,
+    limit: int,
+) -> list[asyncpg.Record]:
+    """One page, newest memory first; the cursor is the last memory id seen."""
+    p = Params()
+    cursor = f"AND m.memory_id < {p.add(after)}" if after is not None else ""
+    return list(
+        await conn.fetch(
+            f"""SELECT {MEMORY_COLUMNS} FROM memories m
+                WHERE {visibility_predicate(v, p)} AND {time_predicate(t, p)}
+                  AND {filter_predicate(f, p)} {cursor}
+                ORDER BY m.memory_id DESC
+                LIMIT {p.add(limit)}""",
+            *p.values,
+        )
+    )
+
+
+async def export_page(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    f: RowFilter,
+    include_history: bool,
+    after: tuple[uuid.UUID, int] | None,
+    limit: int,
+) -> list[asyncpg.Record]:
+    """Export order: memory id, then version; every status unless filtered."""
+    p = Params()
+    current = "" if include_history else "AND m.retired_at IS NULL"
+    cursor = ""
+    if after is not None:
+        cursor = f"AND (m.memory_id, m.version) > ({p.add(after[0])}, {p.add(after[1])})"
+    return list(
+        await conn.fetch(
+            f"""SELECT {MEMORY_COLUMNS} FROM memories m
+                WHERE {visibility_predicate(v, p)} AND {filter_predicate(f, p)}
+                  {current} {cursor}
+                ORDER BY m.memory_id, m.version
+                LIMIT {p.add(limit)}""",
+            *p.values,
+        )
+    )
+
+
+async def claim_idempotency_key(
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    key_id: str,
+    idempotency_key: str,
+    method: str,
+    request_hash: bytes,
+) -> asyncpg.Record | None:
+    """Claim the key for this request; None when claimed now, else the earlier claim."""
+    claimed = await conn.fetchval(
+        """INSERT INTO idempotency_keys (tenant_id, key_id, idempotency_key, method, request_hash)
+           VALUES ($1::uuid, $2, $3, $4, $5)
+           ON CONFLICT DO NOTHING RETURNING 1""",
+        tenant_id,
+        key_id,
+        idempotency_key,
+        method,
+        request_hash,
+    )
+    if claimed:
+        return None
+    return await conn.fetchrow(
+        """SELECT method, request_hash, response FROM idempotency_keys
+           WHERE tenant_id = $1::uuid AND key_id = $2 AND idempotency_key = $3""",
+        tenant_id,
+        key_id,
+        idempotency_key,
+    )
+
+
+async def store_idempotent_response(
+    conn: asyncpg.Connection, tenant_id: str, key_id: str, idempotency_key: str, response: bytes
+) -> None:
+    await conn.execute(
+        """UPDATE idempotency_keys SET response = $4
+           WHERE tenant_id = $1::uuid AND key_id = $2 AND idempotency_key = $3""",
+        tenant_id,
+        key_id,
+        idempotency_key,
+        response,
+    )
+
+
+async def namespace_policy(conn: asyncpg.Connection, namespace: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "SELECT review_required, candidate_ttl, max_pending FROM namespace_policies "
+        "WHERE namespace = $1",
+        namespace,
+    )

@@ -81,13 +81,39 @@ CREATE INDEX memories_bucket ON memories (tenant_id, namespace, user_id, session
 CREATE INDEX memories_tsv ON memories USING gin (search_tsv);
 CREATE INDEX memories_fingerprint ON memories (tenant_id, namespace, user_id, session_id, fingerprint) WHERE retired_at IS NULL;
 
+-- The calling key's confinement and labels, set per transaction by the server.
+-- Row-level security re-checks them on every row, as a second wall behind the
+-- visibility predicate the application puts in each statement.
+CREATE FUNCTION brain_key_confines(p_namespace text, p_user_id text, p_session_id text)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT (COALESCE(current_setting('brain.confine_user_id', true), '') = ''
+            OR p_user_id IN ('', current_setting('brain.confine_user_id', true)))
+       AND CASE WHEN COALESCE(current_setting('brain.confine_namespaces', true), '') = ''
+                THEN true
+                ELSE p_namespace = ANY (current_setting('brain.confine_namespaces', true)::text[])
+           END
+       AND (COALESCE(current_setting('brain.confine_session_id', true), '') = ''
+            OR p_session_id IN ('', current_setting('brain.confine_session_id', true)))
+$$;
+
+CREATE FUNCTION brain_key_may_see(
+    p_labels text[], p_namespace text, p_user_id text, p_session_id text
+) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT p_labels && COALESCE(NULLIF(current_setting('brain.labels', true), ''), '{}')::text[]
+       AND brain_key_confines(p_namespace, p_user_id, p_session_id)
+$$;
+
 -- Row-level security: forced on every tenant table. The app role sees one tenant;
 -- the owner (migrations, brain-admin) sees all through its own policy.
 DO $$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['tenants', 'api_keys', 'memories'] LOOP
+    FOREACH t IN ARRAY ARRAY['tenants', 'api_keys'] LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
         EXECUTE format(
@@ -98,6 +124,15 @@ BEGIN
             'CREATE POLICY owner_all ON %I TO %I USING (true) WITH CHECK (true)',
             t, current_user);
     END LOOP;
+    ALTER TABLE memories ENABLE ROW LEVEL SECURITY;
+    ALTER TABLE memories FORCE ROW LEVEL SECURITY;
+    CREATE POLICY tenant_isolation ON memories TO brain_app
+        USING (tenant_id = brain_current_tenant()
+               AND brain_key_may_see(labels, namespace, user_id, session_id))
+        WITH CHECK (tenant_id = brain_current_tenant()
+                    AND brain_key_may_see(labels, namespace, user_id, session_id));
+    EXECUTE format('CREATE POLICY owner_all ON memories TO %I USING (true) WITH CHECK (true)',
+                   current_user);
 END
 $$;
 

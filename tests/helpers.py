@@ -1,0 +1,153 @@
+"""A thin test-side wrapper over the generated stubs: one key, one default scope."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from brain.v1 import (
+    audit_pb2_grpc,
+    common_pb2,
+    identity_pb2,
+    identity_pb2_grpc,
+    memory_pb2,
+    memory_pb2_grpc,
+    review_pb2_grpc,
+)
+
+
+def ts(value: datetime) -> Timestamp:
+    out = Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+@dataclass
+class Api:
+    channel: grpc.aio.Channel
+    key: str
+    namespace: str = "proj"
+    user_id: str = ""
+    session_id: str = ""
+
+    @property
+    def md(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.key}"),)
+
+    def scope(self, **overrides: str) -> common_pb2.Scope:
+        fields = {
+            "namespace": self.namespace,
+            "user_id": self.user_id,
+            "session_id": self.session_id,
+        }
+        fields.update(overrides)
+        return common_pb2.Scope(**fields)
+
+    @property
+    def memories(self) -> memory_pb2_grpc.MemoryServiceStub:
+        return memory_pb2_grpc.MemoryServiceStub(self.channel)
+
+    @property
+    def review(self) -> review_pb2_grpc.ReviewServiceStub:
+        return review_pb2_grpc.ReviewServiceStub(self.channel)
+
+    @property
+    def audit(self) -> audit_pb2_grpc.AuditServiceStub:
+        return audit_pb2_grpc.AuditServiceStub(self.channel)
+
+    async def whoami(self) -> identity_pb2.WhoAmIResponse:
+        stub = identity_pb2_grpc.IdentityServiceStub(self.channel)
+        return await stub.WhoAmI(identity_pb2.WhoAmIRequest(), metadata=self.md)
+
+    async def save(
+        self, content: str, *, supersedes: Iterable[str] = (), idempotency_key: str = "",
+        scope: common_pb2.Scope | None = None, **draft: Any,
+    ) -> memory_pb2.SaveMemoryResponse:  # fmt: skip
+        return await self.memories.SaveMemory(
+            memory_pb2.SaveMemoryRequest(
+                scope=scope or self.scope(),
+                memory=common_pb2.MemoryDraft(content=content, **draft),
+                supersedes=list(supersedes),
+                idempotency_key=idempotency_key,
+            ),
+            metadata=self.md,
+        )
+
+    async def get(self, memory_id: str, **time: Any) -> common_pb2.Memory:
+        response = await self.memories.GetMemory(
+            memory_pb2.GetMemoryRequest(
+                scope=self.scope(), id=memory_id, time=common_pb2.TimeTravel(**time)
+            ),
+            metadata=self.md,
+        )
+        return response.memory
+
+    async def search(self, query: str, *, limit: int = 10, **kw: Any) -> list[str]:
+        """Ids of the hits, best first."""
+        response = await self.memories.SearchMemories(
+            memory_pb2.SearchMemoriesRequest(scope=self.scope(), query=query, limit=limit, **kw),
+            metadata=self.md,
+        )
+        return [h.memory.id for h in response.hits]
+
+    async def update(
+        self, memory_id: str, paths: list[str], expected_version: int = 0, **patch: Any
+    ) -> common_pb2.Memory:
+        response = await self.memories.UpdateMemory(
+            memory_pb2.UpdateMemoryRequest(
+                scope=self.scope(),
+                id=memory_id,
+                patch=common_pb2.MemoryDraft(**patch),
+                update_mask=FieldMask(paths=paths),
+                expected_version=expected_version,
+            ),
+            metadata=self.md,
+        )
+        return response.memory
+
+    async def forget(self, memory_id: str) -> memory_pb2.ForgetMemoryResponse:
+        return await self.memories.ForgetMemory(
+            memory_pb2.ForgetMemoryRequest(scope=self.scope(), id=memory_id), metadata=self.md
+        )
+
+    async def history(self, memory_id: str) -> list[common_pb2.Memory]:
+        response = await self.memories.GetMemoryHistory(
+            memory_pb2.GetMemoryHistoryRequest(scope=self.scope(), id=memory_id), metadata=self.md
+        )
+        return list(response.versions)
+
+    async def list_all(self, page_size: int = 50, **kw: Any) -> list[common_pb2.Memory]:
+        out: list[common_pb2.Memory] = []
+        token = ""
+        while True:
+            response = await self.memories.ListMemories(
+                memory_pb2.ListMemoriesRequest(
+                    scope=self.scope(), page_size=page_size, page_token=token, **kw
+                ),
+                metadata=self.md,
+            )
+            out.extend(response.memories)
+            token = response.next_page_token
+            if not token:
+                return out
+
+    async def export(self, cursor: str = "", **kw: Any) -> list[memory_pb2.ExportMemoriesResponse]:
+        call = self.memories.ExportMemories(
+            memory_pb2.ExportMemoriesRequest(scope=self.scope(), cursor=cursor, **kw),
+            metadata=self.md,
+        )
+        return [item async for item in call]
+
+
+async def rpc_error(coro: Any) -> grpc.aio.AioRpcError:
+    """Await ``coro`` expecting a gRPC error, and return it."""
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await coro
+    return err.value
