@@ -80,12 +80,17 @@ class AuthorizationInterceptor(Interceptor):
         rate_limiter: RateLimiter | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         passthrough_prefixes: tuple[str, ...] = ("/grpc.health.v1.", "/grpc.reflection."),
+        touch_key: Callable[[str], Awaitable[None]] | None = None,
+        touch_every_seconds: float = 60.0,
     ) -> None:
         self._resolve_key = resolve_key
         self._pepper = pepper
         self._rate_limiter = rate_limiter
         self._clock = clock
         self._passthrough = passthrough_prefixes
+        self._touch_key = touch_key
+        self._touch_every = touch_every_seconds
+        self._touched: dict[str, float] = {}
 
     async def intercept_service(
         self,
@@ -165,7 +170,18 @@ class AuthorizationInterceptor(Interceptor):
             raise denied
         if key.expires_at is not None and key.expires_at <= now:
             raise denied
+        await self._note_use(key.key_id)
         return key
+
+    async def _note_use(self, key_id: str) -> None:
+        """Record a coarse last-used time, at most once a minute per key and process."""
+        if self._touch_key is None:
+            return
+        now = time.monotonic()
+        if now - self._touched.get(key_id, -self._touch_every) < self._touch_every:
+            return
+        self._touched[key_id] = now
+        await self._touch_key(key_id)
 
     def _wrap_unary(
         self, behavior: Callable[..., Awaitable[Any]], method: str, cls: MethodClass

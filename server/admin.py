@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +20,13 @@ import asyncpg
 
 from brain.authz import Confinement, is_valid_name, parse_permissions
 
-from . import embedded, logs
+from . import admin_audit, embedded, logs
+from .cli import UsageError, parse_duration
 from .config import default_data_dir
 from .pepper import PepperError, load_pepper
 from .storage import admin as store
 from .storage.bootstrap import prepare_embedded
 from .storage.migrate import MigrationError, migrate
-
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-class UsageError(Exception):
-    pass
-
-
-def parse_duration(text: str) -> timedelta:
-    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``."""
-    match = _DURATION.fullmatch(text.strip())
-    if not match:
-        raise UsageError(f"duration {text!r} must look like 90d, 12h, 30m, 45s or 2w")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
 
 
 class Context:
@@ -70,6 +55,7 @@ class Context:
         except (OSError, asyncpg.PostgresError) as exc:
             raise UsageError(f"cannot connect to {logs.redact_dsn(dsn)}: {exc}") from exc
         try:
+            await admin_audit.set_admin_actor(conn)  # audit events name the admin
             yield conn
         finally:
             await conn.close()
@@ -157,6 +143,107 @@ def _labels(text: str) -> frozenset[str]:
     if bad:
         raise UsageError(f"--labels: {bad} are not valid labels")
     return labels
+
+
+async def cmd_namespaces_set(ctx: Context) -> None:
+    """Review policy for one namespace of one tenant."""
+    a = ctx.args
+    if not is_valid_name(a.namespace):
+        raise UsageError(f"namespace {a.namespace!r} is not a valid name")
+    ttl = parse_duration(a.candidate_ttl) if a.candidate_ttl else None
+    if a.max_pending is not None and a.max_pending < 1:
+        raise UsageError("--max-pending must be at least 1")
+    async with ctx.connect() as conn:
+        tenant_id = await store.tenant_id_by_name(conn, a.tenant)
+        row = await conn.fetchrow(
+            """INSERT INTO namespace_policies AS p
+                   (tenant_id, namespace, review_required, candidate_ttl, max_pending)
+               VALUES ($1::uuid, $2, COALESCE($3, false), COALESCE($4, interval '7 days'),
+                       COALESCE($5, 1000))
+               ON CONFLICT (tenant_id, namespace) DO UPDATE SET
+                   review_required = COALESCE($3, p.review_required),
+                   candidate_ttl = COALESCE($4, p.candidate_ttl),
+                   max_pending = COALESCE($5, p.max_pending),
+                   updated_at = now()
+               RETURNING namespace, review_required, candidate_ttl, max_pending""",
+            tenant_id,
+            a.namespace,
+            a.review_required,
+            ttl,
+            a.max_pending,
+        )
+    assert row is not None
+    _out(
+        a,
+        dict(row),
+        f"{row['namespace']}: review_required={row['review_required']} "
+        f"candidate_ttl={row['candidate_ttl']} max_pending={row['max_pending']}",
+    )
+
+
+async def cmd_namespaces_list(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        rows = await conn.fetch(
+            """SELECT t.name AS tenant, p.namespace, p.review_required, p.candidate_ttl,
+                      p.max_pending
+               FROM namespace_policies p JOIN tenants t USING (tenant_id)
+               WHERE $1::text IS NULL OR t.name = $1 ORDER BY t.name, p.namespace""",
+            ctx.args.tenant,
+        )
+    _out(
+        ctx.args,
+        [dict(r) for r in rows],
+        "\n".join(
+            f"{r['tenant']}\t{r['namespace']}\treview_required={r['review_required']}\t"
+            f"candidate_ttl={r['candidate_ttl']}\tmax_pending={r['max_pending']}"
+            for r in rows
+        )
+        or "no namespace policies (every namespace: no review required)",
+    )
+
+
+async def cmd_tombstones_list(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
+        rows = await conn.fetch(
+            """SELECT tombstone_id, namespace, user_id, session_id, memory_id, cause,
+                      created_at, created_by, readmitted_at, readmitted_by
+               FROM tombstones WHERE tenant_id = $1::uuid
+                 AND ($2::text IS NULL OR namespace = $2)
+               ORDER BY created_at""",
+            tenant_id,
+            ctx.args.namespace,
+        )
+    _out(
+        ctx.args,
+        [dict(r) for r in rows],
+        "\n".join(
+            f"{r['tombstone_id']}\t{r['namespace']}\tuser={r['user_id'] or '*'}\t"
+            f"{r['cause']} of {r['memory_id']} by {r['created_by']}\t"
+            f"{'readmitted by ' + r['readmitted_by'] if r['readmitted_at'] else 'live'}"
+            for r in rows
+        )
+        or "no tombstones",
+    )
+
+
+async def cmd_tombstones_readmit(ctx: Context) -> None:
+    """Lift a tombstone so its value may be saved again in its bucket."""
+    import getpass
+
+    async with ctx.connect() as conn:
+        tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
+        status = await conn.execute(
+            """UPDATE tombstones SET readmitted_at = now(), readmitted_by = $3
+               WHERE tenant_id = $1::uuid AND tombstone_id::text = $2
+                 AND readmitted_at IS NULL""",
+            tenant_id,
+            ctx.args.tombstone_id,
+            f"admin:{getpass.getuser()}",
+        )
+    if status == "UPDATE 0":
+        raise UsageError(f"no live tombstone {ctx.args.tombstone_id} in tenant {ctx.args.tenant}")
+    _out(ctx.args, {"readmitted": ctx.args.tombstone_id}, f"readmitted {ctx.args.tombstone_id}")
 
 
 async def cmd_keys_create(ctx: Context) -> None:
@@ -295,8 +382,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("key_id")
     p.add_argument("--grace", default="24h", help="how long the old key keeps working")
+    namespaces = sub.add_parser("namespaces", help="per-namespace review policy").add_subparsers(
+        dest="sub", required=True
+    )
+    p = command(namespaces, "set", cmd_namespaces_set, "set a namespace's review policy")
+    p.add_argument("namespace")
+    p.add_argument("--tenant", required=True)
+    p.add_argument(
+        "--review-required",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="saves from keys without memories:review become candidates",
+    )
+    p.add_argument("--candidate-ttl", help="default review window, e.g. 7d")
+    p.add_argument("--max-pending", type=int, help="cap on candidates awaiting review")
+    p = command(namespaces, "list", cmd_namespaces_list, "list namespace policies")
+    p.add_argument("--tenant")
+
+    tombstones = sub.add_parser(
+        "tombstones", help="values kept from coming back after forget or reject"
+    ).add_subparsers(dest="sub", required=True)
+    p = command(tombstones, "list", cmd_tombstones_list, "list a tenant's tombstones")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--namespace")
+    p = command(
+        tombstones, "readmit", cmd_tombstones_readmit, "let a tombstoned value be stored again"
+    )
+    p.add_argument("tombstone_id")
+    p.add_argument("--tenant", required=True)
+
     # Subcommands that live beside the feature they administer.
-    from . import admin_audit, certs
+    from . import certs
 
     certs.register(sub, command)
     admin_audit.register(sub, command)

@@ -8,6 +8,7 @@ import contextlib
 import signal
 import sys
 from dataclasses import dataclass, field
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -21,14 +22,17 @@ from brain.authz.interceptor import AuthorizationInterceptor
 from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_pb2_grpc
 
 from . import embedded, logs
+from .audit import AuditLog
 from .config import Settings, add_server_arguments, settings_from_args
 from .memories import Limits, Memories
 from .pepper import PepperError, load_pepper
+from .review import Review, ReviewLimits
 from .servicers.memory import MemoryServicer
 from .servicers.other import AuditServicer, IdentityServicer, ReviewServicer
 from .storage import migrate as migrations
 from .storage.bootstrap import prepare_embedded
 from .storage.db import Database, UnsafeRole
+from .watch import close_feed
 
 _log = structlog.get_logger("brain.server")
 SERVICES = (
@@ -58,6 +62,7 @@ class RunningServer:
             return
         self.stopped.set()
         await self.health.enter_graceful_shutdown()
+        await close_feed(self.db)  # watch streams end now, not after the grace period
         await self.server.stop(grace)
         await self.db.close()
         if self.embedded_pg is not None:
@@ -79,26 +84,26 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
             raise StartupError(
                 f"BRAIN_DATABASE_URL {logs.redact_dsn(dsn)!r} is not a postgresql:// URL"
             )
+    where = logs.redact_dsn(dsn)
+    try:
+        # Checked on a plain connection first: the pool's codecs need the migrated schema.
+        missing = await asyncio.wait_for(migrations.pending(dsn), timeout=15)
+    except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
+        raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
+    if missing:
+        raise StartupError(
+            f"the database at {where} lacks {len(missing)} migration(s) (first: "
+            f"{missing[0].version}_{missing[0].name}); run `brain-admin migrate` as the owner"
+        )
     try:
         db = await asyncio.wait_for(Database.connect(dsn), timeout=15)
     except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
-        raise StartupError(
-            f"cannot connect to the database at {logs.redact_dsn(dsn)}: {exc}"
-        ) from exc
+        raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
     try:
-        missing = await migrations.pending(dsn)
-        if missing:
-            raise StartupError(
-                f"the database lacks {len(missing)} migration(s) (first: "
-                f"{missing[0].version}_{missing[0].name}); run `brain-admin migrate` as the owner"
-            )
         await db.check_role_is_confined()
     except UnsafeRole as exc:
         await db.close()
         raise StartupError(str(exc)) from exc
-    except StartupError:
-        await db.close()
-        raise
     return db, pg
 
 
@@ -155,6 +160,7 @@ async def _serve(
         db.lookup_key,
         pepper,
         rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
+        touch_key=db.touch_key,
     )
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
@@ -172,8 +178,17 @@ async def _serve(
         ),
     )
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)
-    review_pb2_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(), server)
-    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(), server)
+    review = Review(
+        memories,
+        ReviewLimits(
+            max_candidate_ttl=timedelta(days=settings.max_candidate_ttl_days),
+            proposals_per_hour=settings.proposals_per_hour,
+        ),
+    )
+    review_pb2_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(review), server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(
+        AuditServicer(AuditLog(db, settings.statement_timeout_ms)), server
+    )
     identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -32,6 +32,8 @@ class Settings:
     statement_timeout_ms: int = 10_000
     grace_seconds: float = 10.0
     embedder: str = "none"
+    max_candidate_ttl_days: int = 30
+    proposals_per_hour: int = 100
     dev_key_file: Path | None = None
     # Test-only: drop the application's visibility predicate to prove RLS alone isolates.
     app_filter: bool = True
@@ -90,6 +92,18 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         default=int(_env("STATEMENT_TIMEOUT_MS", "10000") or 10000),
     )
     parser.add_argument(
+        "--proposals-per-hour",
+        type=int,
+        default=int(_env("PROPOSALS_PER_HOUR", "100") or 100),
+        help="candidates one key may propose per hour (BRAIN_PROPOSALS_PER_HOUR)",
+    )
+    parser.add_argument(
+        "--max-candidate-ttl-days",
+        type=int,
+        default=int(_env("MAX_CANDIDATE_TTL_DAYS", "30") or 30),
+        help="longest review window a proposal may ask for (BRAIN_MAX_CANDIDATE_TTL_DAYS)",
+    )
+    parser.add_argument(
         "--embedder",
         default=_env("EMBEDDER", "none"),
         help="none | local | openai (BRAIN_EMBEDDER)",
@@ -122,5 +136,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         rate_burst=args.rate_burst,
         statement_timeout_ms=args.statement_timeout_ms,
         embedder=args.embedder,
+        proposals_per_hour=args.proposals_per_hour,
+        max_candidate_ttl_days=args.max_candidate_ttl_days,
         dev_key_file=args.dev_key_file,
     )

@@ -36,9 +36,17 @@ class NotFound(BrainError):
     pass
 
 
-def memory_not_found(memory_id: str) -> NotFound:
-    """The one NOT_FOUND for memories: identical for missing and out-of-scope ids."""
-    return NotFound(f"memory {memory_id} not found")
+MEMORY_NOT_FOUND = "memory not found"
+
+
+def memory_not_found() -> NotFound:
+    """The one NOT_FOUND for a memory id: byte-identical for missing and out-of-scope ids."""
+    return NotFound(MEMORY_NOT_FOUND)
+
+
+def supersede_target_not_found(memory_id: str) -> NotFound:
+    """A supersedes target that is missing or invisible (the id is the caller's own input)."""
+    return NotFound(f"supersedes: memory {memory_id} not found")
 
 
 class PermissionDenied(BrainError):

@@ -14,15 +14,15 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 from google.protobuf.message import Message
 
-from brain.authz import Caller
+from brain.authz import Caller, Permission
 from brain.v1 import common_pb2, memory_pb2
 
-from . import convert, cursors
+from . import context, convert, cursors
 from . import validation as check
 from .convert import PROTO_TO_STATUS
 from .errors import (
@@ -32,6 +32,7 @@ from .errors import (
     InvalidArgument,
     PermissionDenied,
     memory_not_found,
+    supersede_target_not_found,
 )
 from .storage import memories as sql
 from .storage.db import Database
@@ -48,6 +49,9 @@ UPDATABLE_FIELDS = frozenset(
     {"content", "kind", "tags", "metadata", "labels", "confidence", "importance",
      "valid_from", "valid_to", "expires_at"}
 )  # fmt: skip
+
+if TYPE_CHECKING:
+    from .review import Review
 
 M = TypeVar("M", bound=Message)
 
@@ -121,6 +125,8 @@ class Memories:
         self.db = db
         self.pepper = pepper
         self.limits = limits or Limits()
+        # Set by Review: saves into review-required namespaces become candidates.
+        self.review: Review | None = None
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -190,6 +196,17 @@ class Memories:
                 idempotency_key,
                 response.SerializeToString(deterministic=True),
             )
+
+    @staticmethod
+    def readable_filter(caller: Caller, f: common_pb2.MemoryFilter) -> sql.RowFilter:
+        """The filter for recall and lists; only reviewers may ask for candidates."""
+        rf = row_filter(f)
+        if "candidate" in rf.statuses and not caller.has(Permission.REVIEW.value):
+            raise PermissionDenied(
+                "filter.statuses: only keys with memories:review can recall candidates; "
+                "use ListCandidates for your own proposals"
+            )
+        return rf
 
     def labels(self, caller: Caller, requested: list[str]) -> list[str]:
         held = caller.key.labels
@@ -271,7 +288,7 @@ class Memories:
         for target_id in ids:  # sorted: concurrent writers lock in the same order
             row = await sql.lock_current(conn, vis, target_id)
             if row is None:
-                raise memory_not_found(str(target_id))
+                raise supersede_target_not_found(str(target_id))
             if row["status"] != "active":
                 raise FailedPrecondition(
                     f"supersedes: memory {target_id} is {row['status']}, not active; "
@@ -321,6 +338,12 @@ class Memories:
             if replayed is not None:
                 replayed.outcome = memory_pb2.SAVE_OUTCOME_REPLAYED
                 return replayed
+            if self.review is not None and await self.review.review_required(
+                conn, caller, new.namespace
+            ):
+                response = await self.review.save_as_candidate(conn, caller, new, supersedes)
+                await self.remember(conn, caller, idem, response)
+                return response
             await self.refuse_tombstoned(conn, "memory.content", new)
             duplicate = None if supersedes else await sql.find_duplicate(conn, vis, new)
             if duplicate is not None:
@@ -345,7 +368,7 @@ class Memories:
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
             row = await sql.get_memory(conn, self.visibility(caller), memory_id, t)
         if row is None:
-            raise memory_not_found(req.id)
+            raise memory_not_found()
         return memory_pb2.GetMemoryResponse(memory=convert.memory(row))
 
     async def update(
@@ -402,7 +425,7 @@ class Memories:
                 return replayed
             current = await sql.lock_current(conn, vis, memory_id)
             if current is None:
-                raise memory_not_found(req.id)
+                raise memory_not_found()
             if req.expected_version and current["version"] != req.expected_version:
                 raise Conflict(
                     f"expected_version: memory {req.id} is at version {current['version']}, "
@@ -447,7 +470,7 @@ class Memories:
         async with self.tx(caller, timeout_ms=timeout_ms) as conn:
             current = await sql.lock_current(conn, vis, memory_id)
             if current is None:
-                raise memory_not_found(req.id)
+                raise memory_not_found()
             if current["status"] == "retracted":  # forgetting twice is a no-op
                 tombstone = await conn.fetchval(
                     "SELECT tombstone_id FROM tombstones WHERE memory_id = $1 "
@@ -490,14 +513,14 @@ class Memories:
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
             rows = await sql.history(conn, self.visibility(caller), memory_id)
         if not rows:
-            raise memory_not_found(req.id)
+            raise memory_not_found()
         return memory_pb2.GetMemoryHistoryResponse(versions=[convert.memory(r) for r in rows])
 
     async def list_page(
         self, caller: Caller, req: memory_pb2.ListMemoriesRequest, timeout_ms: int | None = None
     ) -> memory_pb2.ListMemoriesResponse:
         size = self.page_size("page_size", req.page_size, DEFAULT_PAGE_SIZE)
-        f = row_filter(req.filter)
+        f = self.readable_filter(caller, req.filter)
         t = time_coords(req.time, default_any_valid=False)
         after = None
         if req.page_token:
@@ -542,10 +565,29 @@ class Memories:
     async def search(
         self, caller: Caller, req: memory_pb2.SearchMemoriesRequest, timeout_ms: int | None = None
     ) -> list[Hit]:
-        query = check.query("query", req.query)
         limit = self.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
-        f = row_filter(req.filter)
-        t = time_coords(req.time, default_any_valid=False)
+        return await self.recall(caller, req.query, limit, req.filter, req.time, timeout_ms)
+
+    async def build_context(
+        self, caller: Caller, req: memory_pb2.BuildContextRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.BuildContextResponse:
+        token_budget, count = context.budget(req)
+        hits = await self.recall(caller, req.query, count, req.filter, req.time, timeout_ms)
+        return context.pack(hits, token_budget)
+
+    async def recall(
+        self,
+        caller: Caller,
+        query_text: str,
+        limit: int,
+        filter_: common_pb2.MemoryFilter,
+        time: common_pb2.TimeTravel,
+        timeout_ms: int | None,
+    ) -> list[Hit]:
+        """Ranked hits for a query: every lane filtered by scope, status and time first."""
+        query = check.query("query", query_text)
+        f = self.readable_filter(caller, filter_)
+        t = time_coords(time, default_any_valid=False)
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
             rows = await sql.search_lexical(conn, self.visibility(caller), query, limit, f, t)
         return [

@@ -10,6 +10,8 @@ import asyncio
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Coroutine, Iterator
@@ -158,6 +160,21 @@ class BrainServer:
         finally:
             await conn.close()
         return minted.key
+
+    def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run brain-admin as a subprocess against this cluster, as the owner."""
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "brain.server.admin",
+                "--database-url", self.cluster.owner_dsn,
+                "--pepper-file", str(self.cluster.pepper_file),
+                *args,
+            ],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise AssertionError(f"brain-admin {args} failed: {done.stderr}")
+        return done
 
     def sql(self, query: str, *args: Any) -> list[asyncpg.Record]:
         """Run SQL as the owner (sees every tenant), for checks behind the API's back."""

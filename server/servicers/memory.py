@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 from brain.authz import caller
 from brain.authz._grpc_types import Ctx
 from brain.v1 import memory_pb2, memory_pb2_grpc
 
-from .. import convert
+from .. import convert, watch
 from ..memories import Memories
-from ._status import not_yet, streaming, timeout_ms, unary
+from ._status import streaming, timeout_ms, unary
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
@@ -83,11 +84,19 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def WatchMemories(
         self, request: memory_pb2.WatchMemoriesRequest, context: Ctx
     ) -> AsyncIterator[memory_pb2.WatchMemoriesResponse]:
-        raise not_yet("WatchMemories", 5)
-        yield  # pragma: no cover
+        feed = watch.changes(self.memories, caller(), request)
+        async with contextlib.aclosing(feed) as changes:
+            async for change in changes:
+                response = memory_pb2.WatchMemoriesResponse(
+                    kind=change.kind,  # type: ignore[arg-type]
+                    memory=convert.memory(change.row),
+                    cursor=str(change.seq),
+                )
+                response.changed_at.FromDatetime(change.changed_at)
+                yield response
 
     @unary
     async def BuildContext(
         self, request: memory_pb2.BuildContextRequest, context: Ctx
     ) -> memory_pb2.BuildContextResponse:
-        raise not_yet("BuildContext", 6)
+        return await self.memories.build_context(caller(), request, timeout_ms(context))

@@ -14,7 +14,9 @@ from brain.v1 import (
 )
 
 from .. import convert
-from ._status import not_yet, unary
+from ..audit import AuditLog, event_message
+from ..review import Review
+from ._status import timeout_ms, unary
 
 
 class IdentityServicer(identity_pb2_grpc.IdentityServiceServicer):
@@ -45,34 +47,43 @@ class IdentityServicer(identity_pb2_grpc.IdentityServiceServicer):
 
 
 class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
+    def __init__(self, review: Review) -> None:
+        self.review = review
+
     @unary
     async def ProposeMemory(
         self, request: review_pb2.ProposeMemoryRequest, context: Ctx
     ) -> review_pb2.ProposeMemoryResponse:
-        raise not_yet("ProposeMemory", 5)
+        return await self.review.propose(caller(), request, timeout_ms(context))
 
     @unary
     async def ListCandidates(
         self, request: review_pb2.ListCandidatesRequest, context: Ctx
     ) -> review_pb2.ListCandidatesResponse:
-        raise not_yet("ListCandidates", 5)
+        return await self.review.list_candidates(caller(), request, timeout_ms(context))
 
     @unary
     async def ReviewCandidate(
         self, request: review_pb2.ReviewCandidateRequest, context: Ctx
     ) -> review_pb2.ReviewCandidateResponse:
-        raise not_yet("ReviewCandidate", 5)
+        return await self.review.review(caller(), request, timeout_ms(context))
 
     @unary
     async def WithdrawCandidate(
         self, request: review_pb2.WithdrawCandidateRequest, context: Ctx
     ) -> review_pb2.WithdrawCandidateResponse:
-        raise not_yet("WithdrawCandidate", 5)
+        return await self.review.withdraw(caller(), request, timeout_ms(context))
 
 
 class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
+    def __init__(self, log: AuditLog) -> None:
+        self.log = log
+
     @unary
     async def ListAuditEvents(
         self, request: audit_pb2.ListAuditEventsRequest, context: Ctx
     ) -> audit_pb2.ListAuditEventsResponse:
-        raise not_yet("ListAuditEvents", 5)
+        rows, next_token = await self.log.list_events(caller(), request, timeout_ms(context))
+        return audit_pb2.ListAuditEventsResponse(
+            events=[event_message(r) for r in rows], next_page_token=next_token
+        )

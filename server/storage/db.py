@@ -54,7 +54,8 @@ class Database:
         row = await self.pool.fetchrow(
             """SELECT r.rolname, r.rolsuper, r.rolbypassrls,
                       EXISTS (SELECT 1 FROM pg_tables t
-                              WHERE t.tablename IN ('memories', 'api_keys', 'tenants')
+                              WHERE t.tablename IN ('memories', 'api_keys', 'tenants',
+                                                    'audit_events', 'audit_heads', 'tombstones')
                                 AND pg_has_role(current_user, t.tableowner, 'MEMBER')) AS owns
                FROM pg_roles r WHERE r.rolname = current_user"""
         )

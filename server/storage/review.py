@@ -1,0 +1,92 @@
+"""SQL for candidates: counts for the limits, pending duplicates, the review queue."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import asyncpg
+
+from .memories import MEMORY_COLUMNS
+from .visibility import Params, Visibility, visibility_predicate
+
+
+async def pending_in_namespace(conn: asyncpg.Connection, namespace: str) -> int:
+    value: int = await conn.fetchval(
+        """SELECT count(*) FROM memories
+           WHERE namespace = $1 AND status = 'candidate' AND retired_at IS NULL
+             AND (candidate_expires_at IS NULL OR candidate_expires_at > now())""",
+        namespace,
+    )
+    return value
+
+
+async def proposals_since(conn: asyncpg.Connection, key_id: str, since: datetime) -> int:
+    """Proposals this key made since ``since``, reviewed or not (first versions persist)."""
+    value: int = await conn.fetchval(
+        """SELECT count(*) FROM memories
+           WHERE changed_by_key = $1 AND version = 1 AND change = 'propose'
+             AND recorded_at > $2""",
+        key_id,
+        since,
+    )
+    return value
+
+
+async def pending_duplicate(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    namespace: str,
+    user_id: str,
+    session_id: str,
+    fingerprint: bytes,
+) -> asyncpg.Record | None:
+    """A visible, current, active or still-pending memory holding the same value."""
+    p = Params(namespace, user_id, session_id, fingerprint)
+    return await conn.fetchrow(
+        f"""SELECT {MEMORY_COLUMNS} FROM memories m
+            WHERE m.namespace = $1 AND m.user_id = $2 AND m.session_id = $3
+              AND m.fingerprint = $4 AND m.retired_at IS NULL
+              AND (m.status = 'active'
+                   OR (m.status = 'candidate' AND m.candidate_expires_at > now()))
+              AND {visibility_predicate(v, p)}
+            ORDER BY m.memory_id LIMIT 1""",
+        *p.values,
+    )
+
+
+async def candidates_page(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    proposed_by: str,
+    after: uuid.UUID | None,
+    limit: int,
+) -> list[asyncpg.Record]:
+    """Pending, unexpired candidates, newest first."""
+    p = Params()
+    clauses = [
+        "m.status = 'candidate'",
+        "m.retired_at IS NULL",
+        "m.candidate_expires_at > now()",
+        visibility_predicate(v, p),
+    ]
+    if proposed_by:
+        clauses.append(f"m.created_by = {p.add(proposed_by)}")
+    if after is not None:
+        clauses.append(f"m.memory_id < {p.add(after)}")
+    return list(
+        await conn.fetch(
+            f"""SELECT {MEMORY_COLUMNS} FROM memories m WHERE {" AND ".join(clauses)}
+                ORDER BY m.memory_id DESC LIMIT {p.add(limit)}""",
+            *p.values,
+        )
+    )
+
+
+async def readmit_tombstone(conn: asyncpg.Connection, tombstone_id: uuid.UUID, by: str) -> None:
+    await conn.execute(
+        """UPDATE tombstones SET readmitted_at = now(), readmitted_by = $2
+           WHERE tombstone_id = $1 AND readmitted_at IS NULL""",
+        tombstone_id,
+        by,
+    )

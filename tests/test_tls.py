@@ -1,0 +1,309 @@
+"""TLS and mTLS on the gRPC listener, with certificates from ``brain-admin certs dev``.
+
+Every server here is a real brain-server on loopback (port 0) with TLS settings, backed
+by the session PostgreSQL; every client is a real gRPC channel.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from brain.server.app import StartupError, start_server
+from brain.server.certs import DevCerts, generate_dev_certs
+from brain.v1 import identity_pb2, identity_pb2_grpc
+
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
+
+HEALTHCHECK = Path(__file__).resolve().parent.parent / "deploy" / "healthcheck.py"
+CALL_TIMEOUT = 10.0
+
+
+@pytest.fixture(scope="module")
+def dev_certs(tmp_path_factory: pytest.TempPathFactory) -> DevCerts:
+    return generate_dev_certs(tmp_path_factory.mktemp("dev-certs"), client_name="agent:ci")
+
+
+@pytest.fixture(scope="module")
+def other_certs(tmp_path_factory: pytest.TempPathFactory) -> DevCerts:
+    """A second, unrelated dev CA with its own server and client certificates."""
+    return generate_dev_certs(tmp_path_factory.mktemp("other-certs"))
+
+
+def _server(
+    pg_cluster: PgCluster, loop_thread: LoopThread, certs: DevCerts, *, mtls: bool
+) -> Iterator[BrainServer]:
+    from brain.server import logs
+
+    logs.configure("warning")
+    settings = server_settings(
+        pg_cluster,
+        tls_cert=certs.server_cert,
+        tls_key=certs.server_key,
+        tls_client_ca=certs.ca_cert if mtls else None,
+    )
+    server = BrainServer(cluster=pg_cluster, loop=loop_thread, settings=settings)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_server(
+    pg_cluster: PgCluster, loop_thread: LoopThread, dev_certs: DevCerts
+) -> Iterator[BrainServer]:
+    yield from _server(pg_cluster, loop_thread, dev_certs, mtls=False)
+
+
+@pytest.fixture(scope="module")
+def mtls_server(
+    pg_cluster: PgCluster, loop_thread: LoopThread, dev_certs: DevCerts
+) -> Iterator[BrainServer]:
+    yield from _server(pg_cluster, loop_thread, dev_certs, mtls=True)
+
+
+def _credentials(
+    ca: DevCerts | None = None, client: DevCerts | None = None
+) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(
+        root_certificates=ca.ca_cert.read_bytes() if ca else None,
+        private_key=client.client_key.read_bytes() if client else None,
+        certificate_chain=client.client_cert.read_bytes() if client else None,
+    )
+
+
+def _who_am_i(
+    target: str,
+    credentials: grpc.ChannelCredentials | None,
+    key: str | None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> identity_pb2.WhoAmIResponse:
+    channel = (
+        grpc.secure_channel(target, credentials, options)
+        if credentials is not None
+        else grpc.insecure_channel(target, options)
+    )
+    metadata = (("authorization", f"Bearer {key}"),) if key else ()
+    with channel:
+        stub = identity_pb2_grpc.IdentityServiceStub(channel)
+        reply: identity_pb2.WhoAmIResponse = stub.WhoAmI(
+            identity_pb2.WhoAmIRequest(), metadata=metadata, timeout=CALL_TIMEOUT
+        )
+        return reply
+
+
+def _refused(
+    target: str,
+    credentials: grpc.ChannelCredentials | None,
+    key: str | None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as info:
+        _who_am_i(target, credentials, key, options)
+    code: grpc.StatusCode = info.value.code()
+    return code
+
+
+def _key(server: BrainServer, principal: str = "alice") -> tuple[str, str]:
+    tenant = unique("tls")
+    return tenant, server.mint_key(tenant, principal, permissions="memories:read")
+
+
+# -- TLS -----------------------------------------------------------------------------------
+
+
+def test_tls_client_trusting_dev_ca_calls_whoami(
+    tls_server: BrainServer, dev_certs: DevCerts
+) -> None:
+    """A client that trusts the dev CA reaches WhoAmI over TLS with its API key."""
+    tenant, key = _key(tls_server)
+    reply = _who_am_i(tls_server.target, _credentials(ca=dev_certs), key)
+    assert (reply.tenant_name, reply.principal) == (tenant, "alice")
+
+
+def test_tls_verifies_the_dns_name_in_the_certificate(
+    tls_server: BrainServer, dev_certs: DevCerts
+) -> None:
+    """The server name is checked: localhost (in the certificate) works, another name fails."""
+    _, key = _key(tls_server)
+    as_localhost = [("grpc.ssl_target_name_override", "localhost")]
+    assert _who_am_i(tls_server.target, _credentials(ca=dev_certs), key, as_localhost).principal
+    as_other = [("grpc.ssl_target_name_override", "brain.example.com")]
+    code = _refused(tls_server.target, _credentials(ca=dev_certs), key, as_other)
+    assert code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_tls_plaintext_client_fails(tls_server: BrainServer) -> None:
+    """A plaintext client cannot talk to a TLS listener, even with a valid key."""
+    _, key = _key(tls_server)
+    assert _refused(tls_server.target, None, key) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_tls_client_not_trusting_the_ca_fails(
+    tls_server: BrainServer, other_certs: DevCerts
+) -> None:
+    """A client that trusts another CA (or only the system roots) rejects the server."""
+    _, key = _key(tls_server)
+    for credentials in (_credentials(ca=other_certs), grpc.ssl_channel_credentials()):
+        assert _refused(tls_server.target, credentials, key) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_tls_still_requires_an_api_key(tls_server: BrainServer, dev_certs: DevCerts) -> None:
+    """TLS protects the channel; a call without a key is still UNAUTHENTICATED."""
+    code = _refused(tls_server.target, _credentials(ca=dev_certs), None)
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_deploy_healthcheck_speaks_tls(tls_server: BrainServer, dev_certs: DevCerts) -> None:
+    """deploy/healthcheck.py reports SERVING over TLS and fails without the right CA."""
+    env = {
+        **os.environ,
+        "BRAIN_HEALTH_TARGET": tls_server.target,
+        "BRAIN_HEALTH_TLS_CA": str(dev_certs.ca_cert),
+    }
+    ok = subprocess.run(
+        [sys.executable, str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "SERVING" in ok.stdout
+    env.pop("BRAIN_HEALTH_TLS_CA")
+    env["BRAIN_TLS_CERT"] = str(dev_certs.server_cert)  # TLS on, system roots: not trusted
+    bad = subprocess.run(
+        [sys.executable, str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 1
+    assert "UNAVAILABLE" in bad.stderr
+
+
+def test_tls_half_configured_refuses_to_start(
+    pg_cluster: PgCluster, loop_thread: LoopThread, dev_certs: DevCerts
+) -> None:
+    """A certificate without its key, or a client CA without TLS, stops startup with a reason."""
+    for overrides, message in [
+        ({"tls_cert": dev_certs.server_cert}, "both --tls-cert and --tls-key"),
+        ({"tls_client_ca": dev_certs.ca_cert}, "--tls-client-ca needs"),
+    ]:
+        with pytest.raises(StartupError, match=message):
+            loop_thread.run(start_server(server_settings(pg_cluster, **overrides)))
+
+
+# -- mTLS ----------------------------------------------------------------------------------
+
+
+def test_mtls_client_without_certificate_is_refused(
+    mtls_server: BrainServer, dev_certs: DevCerts
+) -> None:
+    """With --tls-client-ca, a client that trusts the server but has no certificate is cut off."""
+    _, key = _key(mtls_server)
+    code = _refused(mtls_server.target, _credentials(ca=dev_certs), key)
+    assert code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_mtls_client_with_certificate_calls_whoami(
+    mtls_server: BrainServer, dev_certs: DevCerts
+) -> None:
+    """The client certificate from the dev CA plus a key reaches WhoAmI."""
+    tenant, key = _key(mtls_server, "agent:ci")
+    reply = _who_am_i(mtls_server.target, _credentials(ca=dev_certs, client=dev_certs), key)
+    assert (reply.tenant_name, reply.principal) == (tenant, "agent:ci")
+
+
+def test_mtls_client_certificate_from_another_ca_is_refused(
+    mtls_server: BrainServer, dev_certs: DevCerts, other_certs: DevCerts
+) -> None:
+    """A client certificate signed by an unrelated CA is refused at the handshake."""
+    _, key = _key(mtls_server)
+    credentials = _credentials(ca=dev_certs, client=other_certs)
+    assert _refused(mtls_server.target, credentials, key) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_mtls_certificate_does_not_replace_the_api_key(
+    mtls_server: BrainServer, dev_certs: DevCerts
+) -> None:
+    """A valid client certificate without an API key is still UNAUTHENTICATED."""
+    credentials = _credentials(ca=dev_certs, client=dev_certs)
+    assert _refused(mtls_server.target, credentials, None) == grpc.StatusCode.UNAUTHENTICATED
+
+
+# -- brain-admin certs dev -----------------------------------------------------------------
+
+
+def _admin(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "BRAIN_DATA_DIR": str(data_dir)}
+    env.pop("BRAIN_DATABASE_URL", None)
+    env.pop("BRAIN_ADMIN_DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-c", "from brain.server.admin import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_certs_dev_command_writes_usable_files(tmp_path: Path) -> None:
+    """`brain-admin certs dev` writes the CA and certs, keys 0600, and starts no database."""
+    out, data_dir = tmp_path / "certs", tmp_path / "data"
+    data_dir.mkdir()
+    done = _admin(
+        "certs",
+        "dev",
+        "--out",
+        str(out),
+        "--hosts",
+        "localhost,127.0.0.1,::1,brain.internal",
+        "--days",
+        "7",
+        "--client-name",
+        "agent:coder",
+        data_dir=data_dir,
+    )
+    assert done.returncode == 0, done.stderr
+    assert list(data_dir.iterdir()) == []  # no embedded PostgreSQL, no pepper
+    for name in ("ca-key.pem", "server-key.pem", "client-key.pem"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    assert f"--tls-cert {out / 'server.pem'} --tls-key {out / 'server-key.pem'}" in done.stdout
+    assert f"--tls-client-ca {out / 'ca.pem'}" in done.stdout
+
+    ca = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
+    server = x509.load_pem_x509_certificate((out / "server.pem").read_bytes())
+    client = x509.load_pem_x509_certificate((out / "client.pem").read_bytes())
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    for leaf in (server, client):
+        leaf.verify_directly_issued_by(ca)
+        assert (leaf.not_valid_after_utc - leaf.not_valid_before_utc).days == 7
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost", "brain.internal"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "::1"]
+    server_eku = server.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    client_eku = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(server_eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    assert list(client_eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    cn = client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    assert cn == "agent:coder"
+
+
+def test_certs_dev_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
+    """A second run keeps the existing CA unless --force is given."""
+    out = tmp_path / "certs"
+    assert _admin("certs", "dev", "--out", str(out), data_dir=tmp_path).returncode == 0
+    before = (out / "ca.pem").read_bytes()
+    again = _admin("certs", "dev", "--out", str(out), data_dir=tmp_path)
+    assert again.returncode == 2
+    assert "--force" in again.stderr
+    assert (out / "ca.pem").read_bytes() == before
+    forced = _admin("certs", "dev", "--out", str(out), "--force", data_dir=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert (out / "ca.pem").read_bytes() != before

@@ -1,0 +1,248 @@
+"""WatchMemories: pushed changes, scoped exactly like reads, resumable by cursor."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+import pytest
+
+from brain.server import watch
+from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+
+from .conftest import BrainServer, unique
+from .helpers import Api
+
+QUIET = 1.5  # seconds to wait for something that must not arrive
+
+
+def md(key: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {key}"),)
+
+
+async def save(
+    channel: grpc.aio.Channel, key: str, content: str, labels: tuple[str, ...] = (), **scope: str
+) -> str:
+    scope.setdefault("namespace", "proj")
+    response = await memory_pb2_grpc.MemoryServiceStub(channel).SaveMemory(
+        memory_pb2.SaveMemoryRequest(
+            scope=common_pb2.Scope(**scope),
+            memory=common_pb2.MemoryDraft(content=content, labels=list(labels)),
+        ),
+        metadata=md(key),
+    )
+    return str(response.memory.id)
+
+
+class Watcher:
+    """A WatchMemories stream read in the background into a queue."""
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall) -> None:  # type: ignore[type-arg]
+        self.call = call
+        self.received: asyncio.Queue[memory_pb2.WatchMemoriesResponse] = asyncio.Queue()
+        self.task = asyncio.ensure_future(self._pump())
+
+    async def _pump(self) -> None:
+        async for item in self.call:
+            await self.received.put(item)
+
+    async def next(self, within: float = 5.0) -> memory_pb2.WatchMemoriesResponse:
+        return await asyncio.wait_for(self.received.get(), within)
+
+    async def nothing_within(self, seconds: float) -> bool:
+        try:
+            await asyncio.wait_for(self.received.get(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+
+@asynccontextmanager
+async def watching(
+    channel: grpc.aio.Channel, key: str, cursor: str = "", **scope: str
+) -> AsyncIterator[Watcher]:
+    scope.setdefault("namespace", "proj")
+    call = memory_pb2_grpc.MemoryServiceStub(channel).WatchMemories(
+        memory_pb2.WatchMemoriesRequest(scope=common_pb2.Scope(**scope), cursor=cursor),
+        metadata=md(key),
+    )
+    watcher = Watcher(call)
+    # The stream subscribes before it reads the head; give it a moment to get there.
+    await asyncio.sleep(0.3)
+    try:
+        yield watcher
+    finally:
+        call.cancel()
+        if not watcher.task.done():
+            with pytest.raises(asyncio.CancelledError):
+                await watcher.task
+
+
+async def test_watch_delivers_allowed_change_and_never_a_foreign_one(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Another tenant's write, another user's write and a row with a label the key lacks
+    never reach the watcher; its own change arrives within a second."""
+    tenant, other_tenant = unique("t"), unique("t")
+    watcher_key = brain_server.mint_key(tenant, "alice", user="alice")
+    bob = brain_server.mint_key(tenant, "bob", user="bob")
+    secret_keeper = brain_server.mint_key(tenant, "carol", labels=("team", "secret"))
+    stranger = brain_server.mint_key(other_tenant, "alice", user="alice")
+
+    async with watching(channel, watcher_key, user_id="alice") as w:
+        await save(channel, stranger, "other tenant's plan", user_id="alice")
+        await save(channel, bob, "bob's private note", user_id="bob")
+        await save(channel, secret_keeper, "the secret", labels=("secret",))
+        started = time.monotonic()
+        mine = await save(channel, watcher_key, "alice's own note", user_id="alice")
+        got = await w.next()
+        elapsed = time.monotonic() - started
+        # The foreign writes came first; had any leaked it would be here instead.
+        assert got.memory.id == mine
+        assert got.kind == memory_pb2.CHANGE_KIND_CREATED
+        assert got.memory.content == "alice's own note"
+        assert got.cursor.isdigit()
+        assert elapsed < 1.0
+        shared = await save(channel, secret_keeper, "team-wide note")  # user '' = team-shared
+        assert (await w.next()).memory.id == shared
+        await save(channel, bob, "bob again", user_id="bob")
+        assert await w.nothing_within(QUIET)
+
+
+async def test_watch_resumes_after_its_cursor(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A watcher that reconnects with its last cursor gets what it missed, in order."""
+    key = brain_server.mint_key(unique("t"), "alice")
+    async with watching(channel, key) as w:
+        first = await save(channel, key, "first")
+        got = await w.next()
+        assert got.memory.id == first
+        cursor = got.cursor
+    missed = [await save(channel, key, f"missed {i}") for i in range(2)]
+    async with watching(channel, key, cursor=cursor) as w:
+        assert [(await w.next()).memory.id for _ in missed] == missed
+        assert await w.nothing_within(0.5)
+    # Without a cursor a watch starts from now: the past is not replayed.
+    async with watching(channel, key) as w:
+        assert await w.nothing_within(0.5)
+        latest = await save(channel, key, "latest")
+        assert (await w.next()).memory.id == latest
+
+
+async def test_watch_rejects_a_cursor_it_did_not_hand_out(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A malformed cursor is INVALID_ARGUMENT naming the field."""
+    key = brain_server.mint_key(unique("t"), "alice")
+    call = memory_pb2_grpc.MemoryServiceStub(channel).WatchMemories(
+        memory_pb2.WatchMemoriesRequest(scope=common_pb2.Scope(namespace="proj"), cursor="x1"),
+        metadata=md(key),
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for _ in call:
+            pass
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cursor" in (err.value.details() or "")
+
+
+def listeners(server: BrainServer) -> int:
+    rows = server.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %brain_audit%'"
+    )
+    return int(rows[0][0])
+
+
+async def test_watch_survives_losing_its_listener_and_releases_it_on_cancel(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """With the LISTEN backend killed, changes still arrive (polling, then re-listen);
+    when the last watcher cancels, the listening connection is let go."""
+    key = brain_server.mint_key(unique("t"), "alice")
+    async with watching(channel, key) as w:
+        assert listeners(brain_server) == 1
+        brain_server.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE query LIKE 'LISTEN %brain_audit%'"
+        )
+        after_kill = await save(channel, key, "written while the listener was down")
+        assert (await w.next(within=8)).memory.id == after_kill
+    for _ in range(50):  # the release happens just after the stream ends
+        if not listeners(brain_server):
+            break
+        await asyncio.sleep(0.1)
+    assert listeners(brain_server) == 0
+
+
+async def test_watch_reports_each_lifecycle_change_with_its_kind(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Save, supersede, update and forget arrive as their change kinds, in order, with the
+    memory version each change wrote (a forgotten one without content)."""
+    key = brain_server.mint_key(
+        unique("t"), "alice", permissions="memories:read,memories:write,memories:forget"
+    )
+    api = Api(channel, key)
+    async with watching(channel, key) as w:
+        old = (await api.save("Deploys happen on Friday")).memory.id
+        new = (await api.save("Deploys happen on Thursday", supersedes=[old])).memory.id
+        await api.update(new, ["importance"], importance=0.9)
+        await api.forget(new)
+        got = [await w.next() for _ in range(5)]
+        assert await w.nothing_within(0.5)
+    assert [(g.memory.id, g.kind) for g in got] == [
+        (old, memory_pb2.CHANGE_KIND_CREATED),
+        (new, memory_pb2.CHANGE_KIND_CREATED),
+        (old, memory_pb2.CHANGE_KIND_SUPERSEDED),
+        (new, memory_pb2.CHANGE_KIND_UPDATED),
+        (new, memory_pb2.CHANGE_KIND_FORGOTTEN),
+    ]
+    assert got[3].memory.importance == pytest.approx(0.9)
+    assert got[4].memory.content == ""
+    assert got[4].memory.status == common_pb2.MEMORY_STATUS_RETRACTED
+    assert got[2].cursor == got[1].cursor  # one save, one event, two memories
+    assert int(got[0].cursor) < int(got[1].cursor) < int(got[3].cursor) < int(got[4].cursor)
+
+
+async def test_watch_ends_with_unavailable_when_the_server_stops(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Stopping the server ends open watch streams at once with UNAVAILABLE, and a watch
+    reopened afterwards with the last cursor picks up where it left off."""
+    key = brain_server.mint_key(unique("t"), "alice")
+    async with watching(channel, key) as w:
+        first = await save(channel, key, "before the restart")
+        cursor = (await w.next()).cursor
+        started = time.monotonic()
+        restart = asyncio.create_task(brain_server.restart())
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await asyncio.wait_for(asyncio.shield(w.task), 5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "cursor" in (err.value.details() or "")
+        assert time.monotonic() - started < 1.0  # not held for the drain grace period
+        await restart
+    later = await save(channel, key, "after the restart")
+    async with watching(channel, key, cursor=cursor) as w:
+        assert (await w.next()).memory.id == later
+    assert first != later
+
+
+async def test_watch_ends_when_its_key_is_revoked(
+    brain_server: BrainServer, channel: grpc.aio.Channel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream authenticated before a revocation stops with PERMISSION_DENIED after it."""
+    monkeypatch.setattr(watch, "KEY_RECHECK_SECONDS", 0.0)
+    key = brain_server.mint_key(unique("t"), "alice")
+    async with watching(channel, key) as w:
+        mine = await save(channel, key, "still allowed")
+        assert (await w.next()).memory.id == mine
+        brain_server.sql(
+            "UPDATE api_keys SET revoked_at = now() WHERE key_id = $1", key.split("_")[1]
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await asyncio.wait_for(asyncio.shield(w.task), 8)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "revoked" in (err.value.details() or "")
