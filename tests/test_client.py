@@ -1,0 +1,326 @@
+"""BrainClient and AsyncBrainClient against a real brain-server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from brain.clients import errors
+from brain.clients.client import AsyncBrainClient, BrainClient, RetryPolicy, Scope
+from brain.v1 import common_pb2, memory_pb2
+
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
+
+RW = "memories:read,memories:write"
+FAST_RETRY = RetryPolicy(max_attempts=40, initial_backoff=0.05, max_backoff=0.25)
+
+
+class StatusLog(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """Records the status code of every unary attempt the client makes (a real interceptor)."""
+
+    def __init__(self) -> None:
+        self.codes: list[grpc.StatusCode] = []
+        self._lock = threading.Lock()
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        outcome = continuation(details, request)
+        with self._lock:
+            self.codes.append(outcome.code())
+        return outcome
+
+
+class AsyncStatusLog(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """The asyncio twin of StatusLog."""
+
+    def __init__(self) -> None:
+        self.codes: list[grpc.StatusCode] = []
+
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        call = await continuation(details, request)
+        self.codes.append(await call.code())
+        return call
+
+
+def wait_until_down(target: str, within: float = 10.0) -> None:
+    """Block until nothing accepts connections on `target` (the server has stopped)."""
+    host, port = target.rsplit(":", 1)
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.2):
+                pass
+        except OSError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{target} still accepts connections after {within}s")
+
+
+@contextlib.contextmanager
+def client_for(
+    brain_server: BrainServer, key: str, scope: common_pb2.Scope, **kw: Any
+) -> Iterator[BrainClient]:
+    with BrainClient(brain_server.target, key, scope=scope, **kw) as client:
+        yield client
+
+
+def test_scope_is_stamped_on_every_call(brain_server: BrainServer) -> None:
+    """A key confined to one user and namespace works only because the client stamps its scope."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "alice", user="alice", namespaces=(ns,))
+    scope = Scope(user_id="alice", namespace=ns)
+    with client_for(brain_server, key, scope) as client:
+        saved = client.save("The staging database is called quokkadb", kind="fact", tags=["db"])
+        assert saved.outcome == memory_pb2.SAVE_OUTCOME_CREATED
+        assert saved.memory.scope.user_id == "alice"
+        assert saved.memory.scope.namespace == ns
+        got = client.get(saved.memory.id)
+        assert got.memory.content == "The staging database is called quokkadb"
+        assert list(got.memory.tags) == ["db"]
+        hits = client.search("quokkadb").hits
+        assert [h.memory.id for h in hits] == [saved.memory.id]
+        me = client.whoami()
+        assert me.principal == "alice"
+        assert "/brain.v1.MemoryService/SaveMemory" in me.allowed_methods
+        assert client.scope == scope
+
+
+async def test_async_client_round_trip(brain_server: BrainServer) -> None:
+    """AsyncBrainClient saves, reads and searches with the same stamped scope."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "agent:async", namespaces=(ns,))
+    async with AsyncBrainClient(brain_server.target, key, scope=Scope(namespace=ns)) as client:
+        saved = await client.save("Releases are cut from the trunk branch on Fridays")
+        got = await client.get(saved.memory.id)
+        assert got.memory.scope.namespace == ns
+        hits = (await client.search("trunk releases Fridays")).hits
+        assert hits and hits[0].memory.id == saved.memory.id
+
+
+def test_error_mapping_keeps_the_server_message(brain_server: BrainServer) -> None:
+    """Each refusal raises the exception class of its status code, with the server's message."""
+    tenant = unique("t")
+    ns = unique("ns")
+    key = brain_server.mint_key(tenant, "alice", user="alice", namespaces=(ns,))
+    with client_for(brain_server, key, Scope(user_id="alice", namespace=ns)) as client:
+        with pytest.raises(errors.NotFound) as not_found:
+            client.get("00000000-0000-0000-0000-000000000000")
+        assert not_found.value.code is grpc.StatusCode.NOT_FOUND
+        assert not_found.value.message and not_found.value.method == "GetMemory"
+
+        with pytest.raises(errors.InvalidArgument) as invalid:
+            client.save("")
+        assert "content" in invalid.value.message
+
+    with (
+        client_for(brain_server, key, Scope(user_id="bob", namespace=ns)) as other_user,
+        pytest.raises(errors.PermissionDenied) as denied,
+    ):
+        other_user.search("anything")
+    assert "user_id" in denied.value.message
+
+    reader = brain_server.mint_key(tenant, "reader", permissions="memories:read")
+    with (
+        client_for(brain_server, reader, Scope(namespace=ns)) as read_only,
+        pytest.raises(errors.PermissionDenied) as lacks,
+    ):
+        read_only.save("readers cannot write")
+    assert "memories:write" in lacks.value.message
+
+    bad_key = key[:-4] + ("aaaa" if not key.endswith("aaaa") else "bbbb")
+    with (
+        client_for(brain_server, bad_key, Scope(namespace=ns)) as stranger,
+        pytest.raises(errors.Unauthenticated) as unauthenticated,
+    ):
+        stranger.whoami()
+    assert isinstance(unauthenticated.value, errors.BrainClientError)
+    assert str(unauthenticated.value).startswith("UNAUTHENTICATED: ")
+
+
+def test_rate_limited_carries_retry_after(pg_cluster: PgCluster, loop_thread: LoopThread) -> None:
+    """RESOURCE_EXHAUSTED becomes RateLimited with retry_after read from the trailers."""
+    server = BrainServer(
+        cluster=pg_cluster,
+        loop=loop_thread,
+        settings=server_settings(pg_cluster, rate_limit=0.5, rate_burst=2),
+    )
+    server.start()
+    try:
+        key = server.mint_key(unique("t"), "chatty")
+        with client_for(server, key, Scope(namespace="n")) as client:
+            client.whoami()
+            client.whoami()
+            with pytest.raises(errors.RateLimited) as limited:
+                client.whoami()
+        assert limited.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert limited.value.retry_after is not None
+        assert 0 < limited.value.retry_after <= 2.5
+        assert "rate limit" in limited.value.message
+    finally:
+        server.stop()
+
+
+def test_unreachable_server_is_unavailable_after_bounded_retries() -> None:
+    """A closed port raises Unavailable after max_attempts tries, never more."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = StatusLog()
+    policy = RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.02)
+    with (
+        BrainClient(f"127.0.0.1:{port}", "brk_x", retry=policy, interceptors=[log]) as client,
+        pytest.raises(errors.Unavailable),
+    ):
+        client.whoami()
+    assert log.codes == [grpc.StatusCode.UNAVAILABLE] * 3
+
+
+async def test_retries_on_unavailable_across_a_server_restart(brain_server: BrainServer) -> None:
+    """While the server restarts, reads and keyed writes retry through; unkeyed writes do not."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "alice", namespaces=(ns,))
+    scope = Scope(namespace=ns)
+    log = StatusLog()
+    with (
+        client_for(brain_server, key, scope, retry=FAST_RETRY, interceptors=[log]) as client,
+        client_for(brain_server, key, scope, retry=RetryPolicy(max_attempts=1)) as no_retry,
+    ):
+        saved = client.save("The on-call rotation changes every Monday")
+        restart = asyncio.create_task(brain_server.restart(down_for=1.5))
+        await asyncio.to_thread(wait_until_down, brain_server.target)
+
+        # Down: a client without retries fails at once, and an unkeyed write is never retried.
+        with pytest.raises(errors.Unavailable):
+            await asyncio.to_thread(no_retry.get, saved.memory.id)
+        log.codes.clear()
+        with pytest.raises(errors.Unavailable):
+            await asyncio.to_thread(client.save, "unkeyed writes are not retried")
+        assert log.codes == [grpc.StatusCode.UNAVAILABLE]
+
+        log.codes.clear()
+        got, keyed = await asyncio.gather(
+            asyncio.to_thread(client.get, saved.memory.id),
+            asyncio.to_thread(client.save, "Keyed writes are retried", idempotency_key=unique("k")),
+        )
+        await restart
+    assert got.memory.id == saved.memory.id
+    assert keyed.outcome == memory_pb2.SAVE_OUTCOME_CREATED
+    assert grpc.StatusCode.UNAVAILABLE in log.codes
+    assert log.codes.count(grpc.StatusCode.OK) == 2
+
+
+async def test_async_client_retries_across_a_server_restart(brain_server: BrainServer) -> None:
+    """AsyncBrainClient retries a search through a restart on the same channel."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "agent:async", namespaces=(ns,))
+    log = AsyncStatusLog()
+    async with AsyncBrainClient(
+        brain_server.target, key, scope=Scope(namespace=ns), retry=FAST_RETRY, interceptors=[log]
+    ) as client:
+        saved = await client.save("Incident reviews happen within 48 hours")
+        restart = asyncio.create_task(brain_server.restart(down_for=1.0))
+        await asyncio.to_thread(wait_until_down, brain_server.target)
+        log.codes.clear()
+        hits = (await client.search("incident reviews")).hits
+        await restart
+    assert [h.memory.id for h in hits] == [saved.memory.id]
+    assert log.codes[0] is grpc.StatusCode.UNAVAILABLE
+    assert log.codes[-1] is grpc.StatusCode.OK
+
+
+async def test_watch_yields_changes_as_they_happen(brain_server: BrainServer) -> None:
+    """Watch iteration delivers a CREATED change for a memory saved after it started."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "watcher", namespaces=(ns,))
+    async with AsyncBrainClient(brain_server.target, key, scope=Scope(namespace=ns)) as client:
+        stream = client.watch(timeout=20)
+        first = asyncio.ensure_future(anext(stream))
+        saved: set[str] = set()
+        try:
+            for i in range(30):  # the watch starts "from now": save until it sees one
+                done, _ = await asyncio.wait({first}, timeout=0.3)
+                if done:
+                    break
+                saved.add((await client.save(f"watched change number {i}")).memory.id)
+            try:
+                change = await asyncio.wait_for(first, timeout=10)
+            except errors.Unimplemented as exc:
+                pytest.skip(f"server answers UNIMPLEMENTED for WatchMemories: {exc.message}")
+        finally:
+            first.cancel()
+            await stream.aclose()  # type: ignore[attr-defined]
+    assert change.kind == memory_pb2.CHANGE_KIND_CREATED
+    assert change.memory.id in saved
+    assert change.cursor
+
+
+def test_list_iterates_over_every_page(brain_server: BrainServer) -> None:
+    """list() follows next_page_token until every memory has been yielded once."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "lister", namespaces=(ns,))
+    with client_for(brain_server, key, Scope(namespace=ns)) as client:
+        ids = {client.save(f"paged memory number {i}").memory.id for i in range(5)}
+        try:
+            listed = [m.id for m in client.list(page_size=2)]
+        except errors.Unimplemented as exc:
+            pytest.skip(f"server answers UNIMPLEMENTED for ListMemories: {exc.message}")
+    assert sorted(listed) == sorted(ids)
+
+
+async def test_watch_resumes_from_its_cursor_across_a_server_restart(
+    brain_server: BrainServer,
+) -> None:
+    """A restart ends the stream with UNAVAILABLE; watch() resumes after its last cursor."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "watcher", namespaces=(ns,))
+    async with AsyncBrainClient(
+        brain_server.target, key, scope=Scope(namespace=ns), retry=FAST_RETRY
+    ) as client:
+        stream = client.watch(timeout=30)
+        first = asyncio.ensure_future(anext(stream))
+        try:
+            while not first.done():
+                await client.save(f"before the restart {unique('m')}")
+                await asyncio.wait({first}, timeout=0.3)
+            try:
+                seen = [first.result()]
+            except errors.Unimplemented as exc:
+                pytest.skip(f"server answers UNIMPLEMENTED for WatchMemories: {exc.message}")
+
+            await brain_server.restart(down_for=0.5)
+            after = await client.save("saved after the restart", idempotency_key=unique("k"))
+            while seen[-1].memory.id != after.memory.id:
+                seen.append(await asyncio.wait_for(anext(stream), timeout=10))
+        finally:
+            first.cancel()
+            await stream.aclose()  # type: ignore[attr-defined]
+    ids = [change.memory.id for change in seen]
+    assert len(ids) == len(set(ids)), "a resumed watch replayed changes it had delivered"
+    assert all(change.kind == memory_pb2.CHANGE_KIND_CREATED for change in seen)
+
+
+def test_export_streams_every_memory_with_a_resumable_cursor(brain_server: BrainServer) -> None:
+    """export() yields each memory once; resuming after an item's cursor yields only the rest."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "exporter", namespaces=(ns,))
+    with client_for(brain_server, key, Scope(namespace=ns)) as client:
+        ids = [client.save(f"exported memory number {i}").memory.id for i in range(3)]
+        try:
+            items = list(client.export())
+        except errors.Unimplemented as exc:
+            pytest.skip(f"server answers UNIMPLEMENTED for ExportMemories: {exc.message}")
+        rest = [item.memory.id for item in client.export(cursor=items[0].cursor)]
+    assert sorted(item.memory.id for item in items) == sorted(ids)
+    assert rest == [item.memory.id for item in items[1:]]
