@@ -24,6 +24,7 @@ from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_
 from . import embedded, logs
 from .audit import AuditLog
 from .config import Settings, add_server_arguments, settings_from_args
+from .embedders import EmbedderError, build_embedder
 from .memories import Limits, Memories
 from .pepper import PepperError, load_pepper
 from .review import Review, ReviewLimits
@@ -168,6 +169,23 @@ async def _serve(
         ("grpc.so_reuseport", 0),
     ]
     server = grpc.aio.server(interceptors=[interceptor], options=options)
+    try:
+        embedder = build_embedder(
+            settings.embedder,
+            openai_url=settings.openai_url,
+            openai_model=settings.openai_model,
+            openai_api_key=settings.openai_api_key,
+            dimension=settings.embedding_dimension,
+        )
+    except EmbedderError as exc:
+        raise StartupError(f"embedder: {exc}") from exc
+    dimension = await db.embedding_dimension()
+    if embedder.dimension not in (0, dimension):
+        raise StartupError(
+            f"the {settings.embedder} embedder makes {embedder.dimension}-dimensional vectors but "
+            f"the database stores {dimension}; run `brain-admin embeddings set-dimension "
+            f"{embedder.dimension}` (then `brain-admin embeddings backfill`)"
+        )
     memories = Memories(
         db,
         pepper,
@@ -176,6 +194,8 @@ async def _serve(
             statement_timeout_ms=settings.statement_timeout_ms,
             app_filter=settings.app_filter,
         ),
+        embedder=embedder,
+        embedding_dimension=dimension,
     )
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)
     review = Review(

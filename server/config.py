@@ -31,7 +31,11 @@ class Settings:
     max_page_size: int = 100
     statement_timeout_ms: int = 10_000
     grace_seconds: float = 10.0
-    embedder: str = "none"
+    embedder: str = "local"
+    openai_url: str | None = None
+    openai_model: str | None = None
+    openai_api_key: str | None = None
+    embedding_dimension: int | None = None
     max_candidate_ttl_days: int = 30
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
@@ -103,17 +107,46 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         default=int(_env("MAX_CANDIDATE_TTL_DAYS", "30") or 30),
         help="longest review window a proposal may ask for (BRAIN_MAX_CANDIDATE_TTL_DAYS)",
     )
-    parser.add_argument(
-        "--embedder",
-        default=_env("EMBEDDER", "none"),
-        help="none | local | openai (BRAIN_EMBEDDER)",
-    )
+    add_embedder_arguments(parser)
     parser.add_argument(
         "--dev-key-file",
         type=Path,
         default=_opt_path("DEV_KEY_FILE"),
         help="embedded mode: write a local dev key here (mode 0600) on first start",
     )
+
+
+def add_embedder_arguments(parser: argparse.ArgumentParser) -> None:
+    """Embedder flags, shared by brain-server and brain-admin (backfill)."""
+    parser.add_argument(
+        "--embedder",
+        default=_env("EMBEDDER", "local"),
+        choices=["none", "local", "openai"],
+        help="none (lexical only) | local (MiniLM on CPU) | openai (BRAIN_EMBEDDER)",
+    )
+    parser.add_argument(
+        "--openai-url",
+        default=_env("OPENAI_URL"),
+        help="OpenAI-compatible endpoint, e.g. http://localhost:11434 (BRAIN_OPENAI_URL)",
+    )
+    parser.add_argument("--openai-model", default=_env("OPENAI_MODEL"), help="BRAIN_OPENAI_MODEL")
+    parser.add_argument(
+        "--embedding-dimension",
+        type=int,
+        default=int(_env("EMBEDDING_DIMENSION", "0") or 0) or None,
+        help="vector size of the embedder's model (BRAIN_EMBEDDING_DIMENSION)",
+    )
+
+
+def embedder_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The Settings fields for the embedder; the API key comes only from the environment."""
+    return {
+        "embedder": args.embedder,
+        "openai_url": args.openai_url,
+        "openai_model": args.openai_model,
+        "openai_api_key": _env("OPENAI_API_KEY"),
+        "embedding_dimension": args.embedding_dimension,
+    }
 
 
 def _opt_path(name: str) -> Path | None:
@@ -135,8 +168,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         rate_limit=args.rate_limit,
         rate_burst=args.rate_burst,
         statement_timeout_ms=args.statement_timeout_ms,
-        embedder=args.embedder,
         proposals_per_hour=args.proposals_per_hour,
         max_candidate_ttl_days=args.max_candidate_ttl_days,
         dev_key_file=args.dev_key_file,
+        **embedder_settings(args),  # type: ignore[arg-type]
     )

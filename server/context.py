@@ -12,7 +12,7 @@ from . import convert
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from .memories import Hit
+    from .retrieval import FusedHit as Hit
 
 DEFAULT_TOKEN_BUDGET = 1000
 MAX_TOKEN_BUDGET = 32_000

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -17,23 +18,27 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
+import structlog
 from google.protobuf.message import Message
 
 from brain.authz import Caller, Permission
 from brain.v1 import common_pb2, memory_pb2
 
-from . import context, convert, cursors
+from . import context, convert, cursors, retrieval
 from . import validation as check
 from .convert import PROTO_TO_STATUS
+from .embedders import Embedder, EmbedderError, NoEmbedder
 from .errors import (
     AlreadyExists,
     Conflict,
     FailedPrecondition,
     InvalidArgument,
     PermissionDenied,
+    Unavailable,
     memory_not_found,
     supersede_target_not_found,
 )
+from .retrieval import FusedHit, RetrievalParams
 from .storage import memories as sql
 from .storage.db import Database
 from .storage.visibility import Visibility
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
     from .review import Review
 
 M = TypeVar("M", bound=Message)
+_log = structlog.get_logger("brain.memories")
 
 
 @dataclass(frozen=True)
@@ -64,14 +70,7 @@ class Limits:
     app_filter: bool = True
 
 
-@dataclass(frozen=True)
-class Hit:
-    row: asyncpg.Record
-    score: float
-    lexical_rank: int
-    semantic_rank: int
-    lexical_score: float
-    semantic_similarity: float
+Hit = FusedHit
 
 
 def fingerprint(pepper: bytes, content: str) -> bytes:
@@ -121,10 +120,22 @@ def request_hash(method: str, request: Message) -> bytes:
 class Memories:
     """Carries out memory RPCs for an authenticated caller."""
 
-    def __init__(self, db: Database, pepper: bytes, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        pepper: bytes,
+        limits: Limits | None = None,
+        embedder: Embedder | None = None,
+        retrieval_params: RetrievalParams | None = None,
+        embedding_dimension: int = 384,
+    ) -> None:
         self.db = db
         self.pepper = pepper
         self.limits = limits or Limits()
+        self.embedder: Embedder = embedder or NoEmbedder()
+        self.params = retrieval_params or RetrievalParams()
+        # The dimension of the schema's vector column (checked against the embedder at start).
+        self.embedding_dimension = embedding_dimension
         # Set by Review: saves into review-required namespaces become candidates.
         self.review: Review | None = None
 
@@ -330,6 +341,7 @@ class Memories:
         self, caller: Caller, req: memory_pb2.SaveMemoryRequest, timeout_ms: int | None = None
     ) -> memory_pb2.SaveMemoryResponse:
         new = self.new_memory(caller, req.memory, status="active", change="save")
+        new.embedding, new.embedding_model = await self.embed_content(new.content)
         supersedes = self.supersede_ids(req.supersedes)
         idem = check.text("idempotency_key", req.idempotency_key, limit=128)
         vis = self.visibility(caller)
@@ -344,6 +356,7 @@ class Memories:
                 response = await self.review.save_as_candidate(conn, caller, new, supersedes)
                 await self.remember(conn, caller, idem, response)
                 return response
+            await sql.lock_value(conn, caller.tenant_id, new)
             await self.refuse_tombstoned(conn, "memory.content", new)
             duplicate = None if supersedes else await sql.find_duplicate(conn, vis, new)
             if duplicate is not None:
@@ -389,8 +402,9 @@ class Memories:
         if "content" in paths:
             changes["content"] = check.content("patch.content", patch.content)
             changes["fingerprint"] = fingerprint(self.pepper, changes["content"])
-            changes["embedding"] = None
-            changes["embedding_model"] = None
+            vector, model = await self.embed_content(changes["content"])
+            changes["embedding"] = vector
+            changes["embedding_model"] = model
         if "kind" in paths:
             changes["kind"] = check.text("patch.kind", patch.kind, limit=64) or DEFAULT_KIND
         if "tags" in paths:
@@ -566,7 +580,10 @@ class Memories:
         self, caller: Caller, req: memory_pb2.SearchMemoriesRequest, timeout_ms: int | None = None
     ) -> list[Hit]:
         limit = self.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
-        return await self.recall(caller, req.query, limit, req.filter, req.time, timeout_ms)
+        return await self.recall(
+            caller, req.query, limit, req.filter, req.time, timeout_ms,
+            mode=req.mode or memory_pb2.SEARCH_MODE_HYBRID, query_embedding=req.query_embedding,
+        )  # fmt: skip
 
     async def build_context(
         self, caller: Caller, req: memory_pb2.BuildContextRequest, timeout_ms: int | None = None
@@ -583,21 +600,79 @@ class Memories:
         filter_: common_pb2.MemoryFilter,
         time: common_pb2.TimeTravel,
         timeout_ms: int | None,
-    ) -> list[Hit]:
+        *,
+        mode: int = memory_pb2.SEARCH_MODE_HYBRID,
+        query_embedding: Sequence[float] = (),
+    ) -> list[FusedHit]:
         """Ranked hits for a query: every lane filtered by scope, status and time first."""
         query = check.query("query", query_text)
         f = self.readable_filter(caller, filter_)
         t = time_coords(time, default_any_valid=False)
+        if mode not in memory_pb2.SearchMode.values():
+            raise InvalidArgument("mode", f"unknown search mode {mode}")
+        vector = None
+        if mode != memory_pb2.SEARCH_MODE_LEXICAL:
+            try:
+                vector = await self.query_vector(query, query_embedding)
+            except EmbedderError as exc:
+                if mode == memory_pb2.SEARCH_MODE_SEMANTIC:
+                    raise Unavailable(
+                        "the embedder is unavailable, so semantic search cannot run now; "
+                        "hybrid and lexical search still work"
+                    ) from exc
+                _log.warning("query embedding failed; lexical only", error=str(exc))
+            if vector is None and mode == memory_pb2.SEARCH_MODE_SEMANTIC:
+                raise FailedPrecondition(
+                    "mode: semantic search needs an embedder; this server runs with "
+                    "--embedder none (pass query_embedding, or use hybrid or lexical)"
+                )
+        n = max(limit, self.params.candidates)
+        vis = self.visibility(caller)
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
-            rows = await sql.search_lexical(conn, self.visibility(caller), query, limit, f, t)
-        return [
-            Hit(
-                row=r,
-                score=float(r["lexical_score"]),
-                lexical_rank=i + 1,
-                semantic_rank=0,
-                lexical_score=float(r["lexical_score"]),
-                semantic_similarity=0.0,
-            )
-            for i, r in enumerate(rows)
-        ]
+            lexical = []
+            if mode != memory_pb2.SEARCH_MODE_SEMANTIC:
+                lexical = await retrieval.lexical_lane(conn, vis, query, f, t, n, self.params)
+            semantic = []
+            if vector is not None:
+                semantic = await retrieval.semantic_lane(
+                    conn, vis, vector, f, t, n, self.params, model=self.embedding_model
+                )
+        return retrieval.fuse(lexical, semantic, limit, self.params)
+
+    @property
+    def embedding_model(self) -> str | None:
+        """What stored vectors were made by; vectors of another model are not compared."""
+        return model_id(self.embedder)
+
+    async def query_vector(self, query: str, given: Sequence[float]) -> list[float] | None:
+        if given:
+            if len(given) != self.embedding_dimension:
+                raise InvalidArgument(
+                    "query_embedding",
+                    f"has {len(given)} values; this server's embeddings have "
+                    f"{self.embedding_dimension} dimensions",
+                )
+            if not all(math.isfinite(x) for x in given):
+                raise InvalidArgument("query_embedding", "must hold finite numbers")
+            return list(given)
+        if self.embedder.dimension == 0:
+            return None
+        return (await self.embedder.embed([query]))[0]
+
+    async def embed_content(self, content: str) -> tuple[list[float] | None, str | None]:
+        """A vector for stored content, or (None, None): a failing embedder never fails a write."""
+        if self.embedder.dimension == 0:
+            return None, None
+        try:
+            return (await self.embedder.embed([content]))[0], model_id(self.embedder)
+        except EmbedderError as exc:
+            _log.warning("embedding failed; stored without a vector", error=str(exc))
+            return None, None
+
+
+def model_id(embedder: Embedder) -> str | None:
+    """``local:all-MiniLM-L6-v2``, ``openai:<model>``; None for the lexical-only embedder."""
+    if embedder.dimension == 0:
+        return None
+    model = getattr(embedder, "model", None) or getattr(embedder, "model_name", None)
+    return f"{embedder.name}:{model}" if model else embedder.name

@@ -74,6 +74,7 @@ class Review:
     ) -> tuple[asyncpg.Record, bool]:
         """Store ``new`` as a candidate; (row, created). Checks tombstones and limits."""
         vis = self.memories.visibility(caller)
+        await sql.lock_value(conn, caller.tenant_id, new)
         await self.memories.refuse_tombstoned(conn, "memory.content", new)
         existing = await review_sql.pending_duplicate(
             conn, vis, new.namespace, new.user_id, new.session_id, new.fingerprint
@@ -129,6 +130,7 @@ class Review:
     ) -> review_pb2.ProposeMemoryResponse:
         m = self.memories
         new = m.new_memory(caller, req.memory, status="candidate", change="propose")
+        new.embedding, new.embedding_model = await m.embed_content(new.content)
         reason = check.text("reason", req.reason, limit=1000).strip()
         if not reason:
             raise InvalidArgument("reason", "is required: say why this should be remembered")

@@ -113,6 +113,10 @@ class Database:
                 raise Unavailable("the database is unavailable; retry shortly") from exc
             raise
 
+    async def embedding_dimension(self) -> int:
+        """The dimension the schema's vector column was declared with."""
+        return await embedding_dimension(self.pool)
+
     async def lookup_key(self, key_id: str) -> KeyRecord | None:
         """The key with this public id, across tenants (through a definer function)."""
         try:
@@ -125,6 +129,14 @@ class Database:
 
     async def touch_key(self, key_id: str) -> None:
         await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+
+
+async def embedding_dimension(conn: asyncpg.Pool | asyncpg.Connection) -> int:
+    value: int = await conn.fetchval(
+        """SELECT atttypmod FROM pg_attribute
+           WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"""
+    )
+    return value
 
 
 def _pg_array(values: frozenset[str]) -> str:

@@ -164,26 +164,6 @@ async def get_memory(
     return await conn.fetchrow(sql, *p.values)
 
 
-async def search_lexical(
-    conn: asyncpg.Connection,
-    v: Visibility,
-    query: str,
-    limit: int,
-    f: RowFilter,
-    t: TimeCoords,
-) -> list[asyncpg.Record]:
-    """Full-text lane: every predicate applies before the LIMIT."""
-    p = Params(query)
-    sql = f"""SELECT {MEMORY_COLUMNS}, ts_rank_cd(m.search_tsv, q) AS lexical_score
-              FROM memories m, websearch_to_tsquery('english', $1) q
-              WHERE m.search_tsv @@ q
-                AND {visibility_predicate(v, p)} AND {time_predicate(t, p)}
-                AND {filter_predicate(f, p)}
-              ORDER BY lexical_score DESC, m.recorded_at DESC, m.memory_id
-              LIMIT {p.add(limit)}"""
-    return list(await conn.fetch(sql, *p.values))
-
-
 # Every column a version copies; search_tsv is generated from content.
 VERSION_COLUMNS = (
     "tenant_id", "memory_id", "version", "namespace", "user_id", "session_id", "content",
@@ -245,6 +225,13 @@ async def new_version(
     )
     assert row is not None
     return row
+
+
+async def lock_value(conn: asyncpg.Connection, tenant_id: str, m: NewMemory) -> None:
+    """Serialise writers of the same value in the same bucket until commit, so two
+    concurrent identical saves cannot both miss each other's row."""
+    key = "\x1f".join([tenant_id, m.namespace, m.user_id, m.session_id, m.fingerprint.hex()])
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
 
 
 async def find_duplicate(

@@ -142,36 +142,60 @@ BEGIN
 END
 $$;
 
--- Per row: remember "<tenant> <memory id> <change>" in a transaction-local setting.
+-- Per statement: remember "<tenant> <memory id> <change>" lines in a transaction-local
+-- setting (set-based over the transition tables, so bulk statements stay linear).
 -- Updates that only fill in an embedding are not changes anyone acted on.
-CREATE FUNCTION brain_audit_note_memory() RETURNS trigger
+CREATE FUNCTION brain_audit_note_inserts() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_label text;
-    v_old jsonb;
-    v_new jsonb;
+    v_lines text;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        v_label := NEW.change;
-    ELSE
-        v_old := to_jsonb(OLD) - ARRAY['embedding', 'embedding_model', 'search_tsv'];
-        v_new := to_jsonb(NEW) - ARRAY['embedding', 'embedding_model', 'search_tsv'];
-        IF v_old = v_new THEN
-            RETURN NULL;
-        ELSIF NEW.content = '' AND OLD.content <> '' THEN
-            v_label := 'erase';
-        ELSIF v_old - 'retired_at' = v_new - 'retired_at' THEN
-            v_label := '';  -- retiring a version goes with inserting its successor
-        ELSE
-            v_label := 'amend';
-        END IF;
+    SELECT string_agg(n.tenant_id::text || ' ' || n.memory_id::text || ' ' || n.change || E'\n', '')
+    INTO v_lines
+    FROM new_rows n;
+    IF v_lines IS NOT NULL THEN
+        PERFORM set_config(
+            'brain.audit_pending',
+            COALESCE(current_setting('brain.audit_pending', true), '') || v_lines,
+            true);
     END IF;
-    PERFORM set_config(
-        'brain.audit_pending',
-        COALESCE(current_setting('brain.audit_pending', true), '')
-            || NEW.tenant_id::text || ' ' || NEW.memory_id::text || ' ' || v_label || E'\n',
-        true);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION brain_audit_note_updates() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_lines text;
+BEGIN
+    SELECT string_agg(x.tenant_id::text || ' ' || x.memory_id::text || ' ' || x.label || E'\n', '')
+    INTO v_lines
+    FROM (
+        SELECT n.tenant_id, n.memory_id,
+               CASE
+                   WHEN j.vo = j.vn THEN NULL
+                   WHEN n.content = '' AND o.content <> '' THEN 'erase'
+                   -- retiring a version goes with inserting its successor
+                   WHEN j.vo - 'retired_at' = j.vn - 'retired_at' THEN ''
+                   ELSE 'amend'
+               END AS label
+        FROM old_rows o
+        JOIN new_rows n ON n.tenant_id = o.tenant_id AND n.memory_id = o.memory_id
+                       AND n.version = o.version
+        CROSS JOIN LATERAL (
+            SELECT to_jsonb(o) - ARRAY['embedding', 'embedding_model', 'search_tsv'] AS vo,
+                   to_jsonb(n) - ARRAY['embedding', 'embedding_model', 'search_tsv'] AS vn
+        ) j
+    ) x
+    WHERE x.label IS NOT NULL;
+    IF v_lines IS NOT NULL THEN
+        PERFORM set_config(
+            'brain.audit_pending',
+            COALESCE(current_setting('brain.audit_pending', true), '') || v_lines,
+            true);
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -219,8 +243,12 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER memories_audit_note AFTER INSERT OR UPDATE ON memories
-    FOR EACH ROW EXECUTE FUNCTION brain_audit_note_memory();
+CREATE TRIGGER memories_audit_note_inserts AFTER INSERT ON memories
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION brain_audit_note_inserts();
+CREATE TRIGGER memories_audit_note_updates AFTER UPDATE ON memories
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION brain_audit_note_updates();
 CREATE CONSTRAINT TRIGGER memories_audit_flush AFTER INSERT OR UPDATE ON memories
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION brain_audit_flush_memories();

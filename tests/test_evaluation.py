@@ -1,0 +1,277 @@
+"""brain-eval: the LoCoMo metric by hand, and whole runs against real servers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brain.server.evaluation import (
+    KS,
+    DataError,
+    evidence_ids,
+    load_locomo,
+    percentile,
+    run_locomo,
+    score_question,
+    session_time,
+    summarise,
+)
+
+from .conftest import BrainServer
+
+
+def turns(*groups: str) -> list[frozenset[str]]:
+    """A ranking written as strings; ``"a+b"`` is one hit standing for two merged turns."""
+    return [frozenset(g.split("+")) if g else frozenset() for g in groups]
+
+
+def test_recall_counts_evidence_turns_within_each_cutoff() -> None:
+    """recall@k is the share of evidence in the top k; MRR uses the first evidence hit."""
+    ranked = turns("a", "x", "y", "b", "z", "c")
+    score = score_question(ranked, frozenset({"a", "b", "c"}))
+    assert score.recall == (1 / 3, 2 / 3, 1.0, 1.0)
+    assert score.hit == (True, True, True, True)
+    assert score.reciprocal_rank == 1.0
+
+
+def test_late_first_hit_gives_reciprocal_rank_and_no_early_hits() -> None:
+    """Evidence first at rank 7 scores 0 at k=1 and k=5, 1/7 reciprocal rank."""
+    ranked = turns("x1", "x2", "x3", "x4", "x5", "x6", "e", "x8")
+    score = score_question(ranked, frozenset({"e"}))
+    assert score.recall == (0.0, 0.0, 1.0, 1.0)
+    assert score.hit == (False, False, True, True)
+    assert score.reciprocal_rank == pytest.approx(1 / 7)
+
+
+def test_a_merged_hit_counts_every_turn_it_stands_for() -> None:
+    """A deduplicated memory standing for two evidence turns finds both at once."""
+    score = score_question(turns("x", "a+b"), frozenset({"a", "b"}))
+    assert score.recall == (0.0, 1.0, 1.0, 1.0)
+    assert score.reciprocal_rank == 0.5
+
+
+def test_an_empty_ranking_scores_zero() -> None:
+    """No hits: zero recall, no hit, zero reciprocal rank."""
+    score = score_question([], frozenset({"a"}))
+    assert score.recall == (0.0,) * len(KS)
+    assert score.hit == (False,) * len(KS)
+    assert score.reciprocal_rank == 0.0
+
+
+def test_summary_averages_over_questions() -> None:
+    """recall, hit rate and MRR are plain means over the questions."""
+    scores = [
+        score_question(turns("a", "b"), frozenset({"a", "b"})),  # 0.5 at k=1, then 1
+        score_question(turns("x", "y", "c"), frozenset({"c", "d"})),  # 0 at k=1, then 0.5
+    ]
+    m = summarise(scores)
+    assert m.questions == 2
+    assert m.recall == {1: 0.25, 5: 0.75, 10: 0.75, 20: 0.75}
+    assert m.hit == {1: 0.5, 5: 1.0, 10: 1.0, 20: 1.0}
+    assert m.mrr == pytest.approx((1 + 1 / 3) / 2)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    """p50 and p95 pick an observed value by nearest rank."""
+    values = [float(v) for v in range(1, 21)]  # 1..20
+    assert percentile(values, 50) == 10.0
+    assert percentile(values, 95) == 19.0
+    assert percentile([], 95) == 0.0
+
+
+def test_malformed_evidence_entries_are_split() -> None:
+    """Entries like "D1:3; D1:4" and "D2:1,D2:2" become separate dia_ids."""
+    assert evidence_ids(["D1:3; D1:4", "D2:1,D2:2", " D3:1 "]) == {
+        "D1:3",
+        "D1:4",
+        "D2:1",
+        "D2:2",
+        "D3:1",
+    }
+
+
+def test_session_dates_parse_as_utc() -> None:
+    """The LoCoMo session date format parses to an aware UTC datetime."""
+    assert session_time("1:56 pm on 8 May, 2023", "x") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    with pytest.raises(DataError, match="session_1_date_time"):
+        session_time("yesterday", "session_1_date_time")
+
+
+# Every question word that matters appears in its evidence turn and in no other turn, so
+# lexical search alone ranks that turn first; the expected scores follow by hand.
+TINY: list[dict[str, Any]] = [
+    {
+        "sample_id": "tiny-1",
+        "conversation": {
+            "speaker_a": "Alice",
+            "speaker_b": "Bob",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Alice", "dia_id": "D1:1", "text": "Hi Bob, long time."},
+                {
+                    "speaker": "Bob",
+                    "dia_id": "D1:2",
+                    "text": "Adopted a ferret named Quibble last weekend.",
+                },
+                {
+                    "speaker": "Alice",
+                    "dia_id": "D1:3",
+                    "text": "Look at mine!",
+                    "blip_caption": "a photo of a green parrot",
+                },
+                {
+                    "speaker": "Bob",
+                    "dia_id": "D1:4",
+                    "text": "Quibble takes a nap inside my sock drawer.",
+                },
+            ],
+            "session_2_date_time": "10:04 am on 19 June, 2023",
+            "session_2": [
+                {"speaker": "Alice", "dia_id": "D2:1", "text": "I start theremin lessons soon."},
+                {"speaker": "Bob", "dia_id": "D2:2", "text": "Sounds fun."},
+                {"speaker": "Alice", "dia_id": "D2:3", "text": "Also visiting grandma."},
+                {"speaker": "Bob", "dia_id": "D2:4", "text": "Sounds fun."},  # deduplicated
+            ],
+        },
+        "qa": [
+            # single-hop, found at rank 1: recall 1
+            {"question": "What did Bob name his ferret?", "evidence": ["D1:2"], "category": 4},
+            # multi-hop, one of two evidence turns findable (malformed entry): recall 0.5
+            {"question": "Where does Quibble nap?", "evidence": ["D1:4; D2:3"], "category": 1},
+            # multi-hop, no shared word: recall 0
+            {
+                "question": "Is opera enjoyable for grandparents?",
+                "evidence": ["D2:3"],
+                "category": 1,
+            },
+            # temporal, found at rank 1: recall 1
+            {
+                "question": "When did Alice start theremin lessons?",
+                "evidence": ["D2:1"],
+                "category": 2,
+            },
+            # open-domain, evidence is the second of two merged turns: recall 1
+            {"question": "Which sounds fun?", "evidence": ["D2:4"], "category": 3},
+            # adversarial: never asked
+            {
+                "question": "What did Bob name his parrot?",
+                "adversarial_answer": "Quibble",
+                "evidence": ["D1:3"],
+                "category": 5,
+            },
+            # no evidence: never asked
+            {"question": "Who is Alice?", "evidence": [], "category": 4},
+        ],
+    }
+]
+
+
+@pytest.fixture
+def tiny_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    return path
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text`` (the PostgreSQL data dir)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
+
+
+async def test_private_run_scores_the_tiny_file_and_removes_its_database(
+    tiny_file: Path, tmp_path: Path
+) -> None:
+    """A private run gives the hand-derived scores, then leaves no directory or process."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = await run_locomo(load_locomo(tiny_file), embedder="none", scratch_dir=scratch)
+
+    assert result.turns == 8
+    assert result.overall.questions == 5
+    assert result.overall.recall == {k: pytest.approx(0.7) for k in KS}
+    assert result.overall.hit == {k: pytest.approx(0.8) for k in KS}
+    assert result.overall.mrr == pytest.approx(0.8)
+    assert sorted(result.per_category) == [1, 2, 3, 4]
+    multi_hop = result.per_category[1]
+    assert (multi_hop.questions, multi_hop.recall[10], multi_hop.mrr) == (2, 0.25, 0.5)
+    assert all(result.per_category[c].recall[1] == 1.0 for c in (2, 3, 4))
+    assert len(result.search_ms) == 5
+    assert list(scratch.iterdir()) == []
+    assert processes_mentioning(str(scratch)) == []
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "brain.server.evaluation", "locomo", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_json_report_against_a_target_has_every_key(
+    tiny_file: Path, brain_server: BrainServer
+) -> None:
+    """--json --target prints one object with every metric key, per category too."""
+    key = brain_server.mint_key("eval-target", "eval")
+    done = run_cli(
+        "--data", str(tiny_file), "--json", "--target", brain_server.target, "--api-key", key
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    required = {f"{m}@{k}" for m in ("recall", "hit") for k in KS} | {
+        "mrr", "search_p50_ms", "search_p95_ms", "questions", "turns", "embedder",
+        "per_category", "load_seconds",
+    }  # fmt: skip
+    assert required <= report.keys()
+    assert (report["questions"], report["turns"]) == (5, 8)
+    # The shared server may run a semantic lane too, so only the lexical floor is exact.
+    recalls = [report[f"recall@{k}"] for k in KS]
+    assert recalls == sorted(recalls) and recalls[-1] >= 0.7
+    assert sorted(report["per_category"]) == ["1", "2", "3", "4"]
+    assert report["per_category"]["4"]["questions"] == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "is not valid JSON"),
+        ('{"qa": []}', "expected a non-empty JSON list of LoCoMo samples"),
+        (
+            json.dumps([{"conversation": {"session_1": [{"speaker": "A"}]}, "qa": []}]),
+            "session_1_date_time: missing",
+        ),
+    ],
+)
+def test_a_malformed_file_exits_2_with_one_line(tmp_path: Path, content: str, message: str) -> None:
+    """A file not in the LoCoMo format fails before any server starts: exit 2, one line."""
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    done = run_cli("--data", str(path))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("brain-eval: error: ")
+    assert message in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_loading_builds_turn_contents_and_skips_unasked_questions(tiny_file: Path) -> None:
+    """Turns carry speaker, text, caption and session date; unasked questions are dropped."""
+    (conv,) = load_locomo(tiny_file)
+    by_id = {t.dia_id: t for t in conv.turns}
+    assert by_id["D1:3"].content == "Alice: Look at mine! [image: a photo of a green parrot]"
+    assert by_id["D2:1"].valid_from == datetime(2023, 6, 19, 10, 4, tzinfo=UTC)
+    assert [q.category for q in conv.questions] == [4, 1, 1, 2, 3]
+    assert conv.questions[1].evidence == {"D1:4", "D2:3"}
