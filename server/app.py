@@ -54,6 +54,7 @@ class RunningServer:
     db: Database
     health: health_aio.HealthServicer
     port: int
+    memories: Memories
     embedded_pg: embedded.EmbeddedPostgres | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -236,7 +237,9 @@ async def _serve(
         mtls=settings.tls_client_ca is not None,
         database="embedded" if pg is not None else logs.redact_dsn(settings.database_url or ""),
     )
-    return RunningServer(server=server, db=db, health=health_servicer, port=port, embedded_pg=pg)
+    return RunningServer(
+        server=server, db=db, health=health_servicer, port=port, memories=memories, embedded_pg=pg
+    )
 
 
 async def _run(settings: Settings) -> None:

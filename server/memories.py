@@ -628,16 +628,25 @@ class Memories:
                 )
         n = max(limit, self.params.candidates)
         vis = self.visibility(caller)
+        model = self.embedding_model
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
-            lexical = []
+            lexical: list[retrieval.LaneHit] = []
+            exact: list[retrieval.LaneHit] = []
             if mode != memory_pb2.SEARCH_MODE_SEMANTIC:
                 lexical = await retrieval.lexical_lane(conn, vis, query, f, t, n, self.params)
-            semantic = []
-            if vector is not None:
-                semantic = await retrieval.semantic_lane(
-                    conn, vis, vector, f, t, n, self.params, model=self.embedding_model
+                exact = await retrieval.lexical_lane(
+                    conn, vis, query, f, t, n, self.params, config="simple"
                 )
-        return retrieval.fuse(lexical, semantic, limit, self.params)
+            semantic: list[retrieval.LaneHit] = []
+            if vector is not None:
+                if mode == memory_pb2.SEARCH_MODE_HYBRID:
+                    vector = await retrieval.feedback_vector(
+                        conn, vector, lexical, self.params, model
+                    )
+                semantic = await retrieval.semantic_lane(
+                    conn, vis, vector, f, t, n, self.params, model=model
+                )
+        return retrieval.fuse(lexical, semantic, limit, self.params, exact=exact)
 
     @property
     def embedding_model(self) -> str | None:

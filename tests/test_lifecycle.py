@@ -152,7 +152,8 @@ async def test_forget_erases_every_version_and_blocks_the_value(
     assert tenant_rows(
         brain_server, tenant,
         f"memory_id = '{memory.id}' AND (content <> '' OR embedding IS NOT NULL "
-        "OR search_tsv <> ''::tsvector OR fingerprint IS NOT NULL)",
+        "OR search_tsv <> ''::tsvector OR search_tsv_simple <> ''::tsvector "
+        "OR fingerprint IS NOT NULL)",
     ) == 0  # fmt: skip
     assert tenant_rows(brain_server, tenant, f"memory_id = '{memory.id}'") == 3
 

@@ -39,23 +39,22 @@ def ids(hits: list[Any]) -> list[str]:
 def test_fusion_rewards_agreement_between_lanes() -> None:
     """A row both lanes rank well beats rows only one lane likes."""
     params = RetrievalParams()
-    lexical = [LaneHit(row("a"), 9.0), LaneHit(row("both"), 8.5)]
-    semantic = [LaneHit(row("b"), 0.80), LaneHit(row("both"), 0.78)]
-    assert ids(fuse(lexical, semantic, 3, params, NOW))[0] == "both"
+    lexical = [LaneHit(row("a"), 9.0), LaneHit(row("both"), 8.5), LaneHit(row("c"), 1.0)]
+    semantic = [LaneHit(row("b"), 0.80), LaneHit(row("both"), 0.78), LaneHit(row("d"), 0.40)]
+    assert ids(fuse(lexical, semantic, 3, params, NOW)) == ["both", "a", "b"]
 
 
 def test_fusion_keeps_a_clearly_better_match_first_despite_boosts() -> None:
     """Importance and recency boosts reorder near-ties but never overturn a clear winner."""
     params = RetrievalParams()
+    low = LaneHit(row("low"), 1.0)
     strong = LaneHit(row("strong", importance=0.0, age_days=3650), 10.0)
     weak = LaneHit(row("weak", importance=1.0, age_days=0), 5.0)
-    assert ids(fuse([strong, weak], [], 2, params, NOW)) == ["strong", "weak"]
+    assert ids(fuse([strong, weak, low], [], 2, params, NOW)) == ["strong", "weak"]
     tie_old = LaneHit(row("old", importance=0.5, age_days=3650), 5.0)
     tie_new = LaneHit(row("new", importance=1.0, age_days=0), 5.0)
-    assert ids(fuse([tie_old, tie_new], [], 2, params, NOW)) == ["new", "old"]
-    assert max(boost(row("x", 1.0, 0), params, NOW), 0) <= (
-        params.importance_boost + params.recency_boost
-    )
+    assert ids(fuse([tie_old, tie_new, low], [], 2, params, NOW)) == ["new", "old"]
+    assert boost(row("x", 1.0, 0), params, NOW) <= params.importance_boost + params.recency_boost
 
 
 def test_fusion_with_one_lane_empty_and_limit() -> None:
@@ -66,12 +65,21 @@ def test_fusion_with_one_lane_empty_and_limit() -> None:
     assert fuse([], [], 5, params, NOW) == []
 
 
-def test_semantic_scores_are_normalised_from_the_floor() -> None:
-    """A hit exactly at the floor contributes nothing from the semantic lane."""
+def test_each_lane_spans_its_weight() -> None:
+    """Min-max normalisation: a lane's best hit adds its full weight, its worst nothing."""
     params = RetrievalParams(importance_boost=0, recency_boost=0)
-    hits = fuse([], [LaneHit(row("top"), 0.9), LaneHit(row("edge"), params.similarity_floor)],
-                2, params, NOW)  # fmt: skip
-    assert [round(h.score, 6) for h in hits] == [params.semantic_weight, 0.0]
+    semantic = [LaneHit(row("top"), 0.9), LaneHit(row("mid"), 0.6), LaneHit(row("edge"), 0.3)]
+    hits = fuse([], semantic, 3, params, NOW)
+    assert [round(h.score, 6) for h in hits] == [
+        params.semantic_weight,
+        params.semantic_weight / 2,
+        0.0,
+    ]
+    exact = [LaneHit(row("e1"), 3.0), LaneHit(row("e2"), 1.0)]
+    lexical = [LaneHit(row("l1"), 3.0), LaneHit(row("l2"), 1.0)]
+    fused = fuse(lexical, [], 4, params, NOW, exact=exact)
+    assert ids(fused)[0] == "l1"  # the stemmed lane outweighs the exact-form lane
+    assert {h.row["memory_id"]: round(h.score, 6) for h in fused}["e1"] == params.exact_weight
 
 
 async def test_unrelated_query_returns_nothing(
