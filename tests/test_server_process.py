@@ -1,0 +1,130 @@
+"""brain-server as an operator runs it: embedded default, SIGTERM, one-line startup errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import psutil
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+
+SERVER = [sys.executable, "-m", "brain.server.app"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_serving(target: str, proc: subprocess.Popen[str], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if status.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.2)
+    raise AssertionError("server did not become SERVING")
+
+
+def postgres_for(data_dir: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(attrs=["name", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if proc.info["name"] == "postgres" and str(data_dir) in cmdline:
+            found.append(proc)
+    return found
+
+
+def test_embedded_server_serves_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """With no database URL the server starts its own PostgreSQL, mints a dev key once, serves,
+    and on SIGTERM drains, exits 0 and leaves no PostgreSQL running."""
+    os.chmod(tmp_path, 0o755)
+    data, port = tmp_path / "data", free_port()
+    env = {**os.environ, "BRAIN_DATA_DIR": str(data), "BRAIN_DEV_KEY_FILE": str(tmp_path / "key"),
+           "BRAIN_EMBEDDER": "none"}  # fmt: skip
+    env.pop("BRAIN_DATABASE_URL", None)
+    proc = subprocess.Popen(
+        [*SERVER, "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_serving(f"127.0.0.1:{port}", proc)
+        key = (tmp_path / "key").read_text().strip()
+        assert (tmp_path / "key").stat().st_mode & 0o777 == 0o600
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            saved = memory_pb2_grpc.MemoryServiceStub(channel).SaveMemory(
+                memory_pb2.SaveMemoryRequest(
+                    scope=common_pb2.Scope(namespace="ops"),
+                    memory=common_pb2.MemoryDraft(content="embedded mode works"),
+                ),
+                metadata=(("authorization", f"Bearer {key}"),),
+            )
+        assert saved.memory.content == "embedded mode works"
+        assert postgres_for(data)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None
+        assert proc.stderr.read().count(key) == 1  # the one-time banner; never in the logs
+        deadline = time.monotonic() + 10
+        while postgres_for(data) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert postgres_for(data) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_startup_errors_are_one_clear_line(tmp_path: Path) -> None:
+    """A bad URL, an unreachable database and a busy port each exit 2 with one line saying why."""
+    pepper = tmp_path / "pepper"
+    pepper.write_bytes(os.urandom(32))
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    cases = [
+        ({"BRAIN_DATABASE_URL": "mysql://x@db/brain"}, "is not a postgresql:// URL"),
+        ({"BRAIN_DATABASE_URL": f"postgresql://u:secret@127.0.0.1:{free_port()}/brain"},
+         "cannot connect to the database at postgresql://u:***@"),
+    ]  # fmt: skip
+    try:
+        for extra, needle in cases:
+            env = {
+                **os.environ,
+                "BRAIN_PEPPER_FILE": str(pepper),
+                "BRAIN_EMBEDDER": "none",
+                **extra,
+            }
+            done = subprocess.run(
+                [*SERVER, "--listen", f"127.0.0.1:{free_port()}"],
+                env=env, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.returncode == 2, done.stderr
+            errors = [line for line in done.stderr.splitlines() if "brain-server: error:" in line]
+            assert len(errors) == 1 and needle in errors[0], done.stderr
+            assert "secret" not in done.stderr
+        env = {**os.environ, "BRAIN_DATA_DIR": str(tmp_path / "data"), "BRAIN_EMBEDDER": "none"}
+        env.pop("BRAIN_DATABASE_URL", None)
+        os.chmod(tmp_path, 0o755)
+        done = subprocess.run(
+            [*SERVER, "--listen", f"127.0.0.1:{busy.getsockname()[1]}"],
+            env=env, capture_output=True, text=True, timeout=90, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2
+        assert "brain-server: error: cannot listen on" in done.stderr
+        assert postgres_for(tmp_path / "data") == []
+    finally:
+        busy.close()
