@@ -183,19 +183,25 @@ class AuthorizationInterceptor(Interceptor):
         self._touched[key_id] = now
         await self._touch_key(key_id)
 
+    async def _admit(
+        self, request: Any, context: Ctx, method: str, cls: MethodClass, started: float
+    ) -> Caller:
+        """The authorised caller, or the call ends here with the refusal (and is logged)."""
+        try:
+            return await self._authorize(request, context, method, cls)
+        except _Denied as denied:
+            _log_call(method, None, denied.code, started)
+            if denied.trailers:
+                context.set_trailing_metadata(denied.trailers)
+            await context.abort(denied.code, denied.message)
+            raise AssertionError("unreachable: abort raises") from denied
+
     def _wrap_unary(
         self, behavior: Callable[..., Awaitable[Any]], method: str, cls: MethodClass
     ) -> Callable[..., Awaitable[Any]]:
         async def wrapper(request: Any, context: Ctx) -> Any:
             started = time.perf_counter()
-            caller: Caller | None = None
-            try:
-                caller = await self._authorize(request, context, method, cls)
-            except _Denied as denied:
-                _log_call(method, None, denied.code, started)
-                if denied.trailers:
-                    context.set_trailing_metadata(denied.trailers)
-                await context.abort(denied.code, denied.message)
+            caller = await self._admit(request, context, method, cls, started)
             token = current_caller.set(caller)
             code = grpc.StatusCode.UNKNOWN
             try:
@@ -216,14 +222,7 @@ class AuthorizationInterceptor(Interceptor):
     ) -> Callable[..., AsyncIterator[Any]]:
         async def wrapper(request: Any, context: Ctx) -> AsyncIterator[Any]:
             started = time.perf_counter()
-            caller: Caller | None = None
-            try:
-                caller = await self._authorize(request, context, method, cls)
-            except _Denied as denied:
-                _log_call(method, None, denied.code, started)
-                if denied.trailers:
-                    context.set_trailing_metadata(denied.trailers)
-                await context.abort(denied.code, denied.message)
+            caller = await self._admit(request, context, method, cls, started)
             token = current_caller.set(caller)
             code = grpc.StatusCode.UNKNOWN
             try:

@@ -367,15 +367,8 @@ class AuditLog:
             principal=check.text("principal", req.principal),
             since=check.timestamp(req.since, req.HasField("since")),
         )
-        async with self.db.tenant_tx(
-            caller.tenant_id,
-            key_id=caller.key.key_id,
-            principal=caller.principal,
-            method=caller.method,
-            labels=caller.key.labels,
-            confinement=caller.key.confinement,
-            timeout_ms=min(timeout_ms or self.statement_timeout_ms, self.statement_timeout_ms),
-            readonly=True,
+        async with self.db.caller_tx(
+            caller, timeout_ms=timeout_ms, cap_ms=self.statement_timeout_ms, readonly=True
         ) as conn:
             rows = await sql.list_events(conn, caller.tenant_id, query)
         if len(rows) > size:

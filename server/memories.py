@@ -144,16 +144,10 @@ class Memories:
     def tx(
         self, caller: Caller, *, timeout_ms: int | None = None, readonly: bool = False
     ) -> AbstractAsyncContextManager[asyncpg.Connection]:
-        return self.db.tenant_tx(
-            caller.tenant_id,
-            key_id=caller.key.key_id,
-            principal=caller.principal,
-            method=caller.method,
-            labels=caller.key.labels,
-            confinement=caller.key.confinement,
-            timeout_ms=min(
-                timeout_ms or self.limits.statement_timeout_ms, self.limits.statement_timeout_ms
-            ),
+        return self.db.caller_tx(
+            caller,
+            timeout_ms=timeout_ms,
+            cap_ms=self.limits.statement_timeout_ms,
             readonly=readonly,
         )
 
@@ -320,6 +314,18 @@ class Memories:
         at = await sql.clock(conn)
         new = replace(new, supersedes=[t["memory_id"] for t in targets])
         row = await sql.insert_memory(conn, caller.tenant_id, new, memory_id, at)
+        await self.mark_superseded(conn, caller, targets, memory_id, at)
+        return row
+
+    @staticmethod
+    async def mark_superseded(
+        conn: asyncpg.Connection,
+        caller: Caller,
+        targets: Sequence[asyncpg.Record],
+        replacement: uuid.UUID,
+        at: datetime,
+    ) -> None:
+        """Close each locked target with a version that names its replacement."""
         for target in targets:
             await sql.new_version(
                 conn,
@@ -327,13 +333,12 @@ class Memories:
                 at,
                 {
                     "status": "superseded",
-                    "superseded_by": [*target["superseded_by"], memory_id],
+                    "superseded_by": [*target["superseded_by"], replacement],
                     "change": "supersede",
                     "changed_by": caller.principal,
                     "changed_by_key": caller.key.key_id,
                 },
             )
-        return row
 
     # -- RPCs ---------------------------------------------------------------------
 

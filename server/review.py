@@ -243,19 +243,7 @@ class Review:
             row = await sql.new_version(
                 conn, current, at, {**reviewed, "status": "active", "change": "approve"}
             )
-            for target in targets:
-                await sql.new_version(
-                    conn,
-                    target,
-                    at,
-                    {
-                        "status": "superseded",
-                        "superseded_by": [*target["superseded_by"], current["memory_id"]],
-                        "change": "supersede",
-                        "changed_by": caller.principal,
-                        "changed_by_key": caller.key.key_id,
-                    },
-                )
+            await m.mark_superseded(conn, caller, targets, current["memory_id"], at)
         return review_pb2.ReviewCandidateResponse(memory=convert.memory(row))
 
     async def withdraw(

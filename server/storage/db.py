@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import asyncpg
 from pgvector.asyncpg import register_vector
 
-from brain.authz import Confinement, KeyRecord
+from brain.authz import Caller, Confinement, KeyRecord
 
 from ..errors import DeadlineExceeded, Unavailable
 
@@ -112,6 +112,26 @@ class Database:
             if "closed" in str(exc) or "connection" in str(exc):
                 raise Unavailable("the database is unavailable; retry shortly") from exc
             raise
+
+    def caller_tx(
+        self,
+        caller: Caller,
+        *,
+        timeout_ms: int | None,
+        cap_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+        readonly: bool = False,
+    ) -> AbstractAsyncContextManager[asyncpg.Connection]:
+        """A tenant transaction bound to an authenticated caller's key, scope and deadline."""
+        return self.tenant_tx(
+            caller.tenant_id,
+            key_id=caller.key.key_id,
+            principal=caller.principal,
+            method=caller.method,
+            labels=caller.key.labels,
+            confinement=caller.key.confinement,
+            timeout_ms=min(timeout_ms or cap_ms, cap_ms),
+            readonly=readonly,
+        )
 
     async def embedding_dimension(self) -> int:
         """The dimension the schema's vector column was declared with."""
