@@ -61,7 +61,9 @@ class ChangeFeed:
         self.poll_seconds_unlistened = poll_seconds_unlistened
         self.closing = asyncio.Event()
         self._waiters: dict[str, set[asyncio.Event]] = {}
-        self._conn: asyncpg.pool.PoolConnectionProxy | None = None
+        # A dedicated connection, not a pool checkout: it lives as long as anyone watches,
+        # and the pool's proxies cannot be used once it has reclaimed them.
+        self._conn: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()
         self._releasing: asyncio.Future[None] | None = None
 
@@ -116,7 +118,7 @@ class ChangeFeed:
         _log.warning("change feed listener lost; polling until it is back")
         lost, self._conn = self._conn, None
         if lost is not None:
-            # Give the dead connection back so the pool can replace it.
+            # Close what is left of the dead connection.
             self._releasing = asyncio.ensure_future(self._release(lost))
         for waiters in self._waiters.values():
             for woken in waiters:
@@ -124,7 +126,7 @@ class ChangeFeed:
 
     async def _release(self, conn: Any) -> None:
         with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            await self.db.pool.release(conn)
+            await conn.close(timeout=2)
 
     async def _listen(self) -> None:
         async with self._lock:
@@ -134,7 +136,7 @@ class ChangeFeed:
                 stale, self._conn = self._conn, None
                 await self._release(stale)
             try:
-                conn = await asyncio.wait_for(self.db.pool.acquire(), timeout=2)
+                conn = await asyncio.wait_for(asyncpg.connect(self.db.dsn), timeout=2)
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 _log.warning("change feed cannot LISTEN; polling", error=str(exc))
                 return

@@ -177,3 +177,25 @@ async def test_writes_by_id_stay_in_scope(server: BrainServer) -> None:
         assert (await alice.save("alice's final plan", supersedes=[mine.id])).memory.supersedes == [
             mine.id
         ]
+
+
+def test_app_role_cannot_read_key_hashes(pg_cluster: PgCluster, loop_thread: LoopThread) -> None:
+    """The server's role reads keys only through the lookup function, never the table."""
+    import asyncpg
+
+    async def probe() -> tuple[str, int]:
+        conn = await asyncpg.connect(pg_cluster.app_dsn)
+        try:
+            denied = ""
+            try:
+                await conn.fetch("SELECT secret_hash FROM api_keys")
+            except asyncpg.InsufficientPrivilegeError as exc:
+                denied = str(exc)
+            allowed = await conn.fetchval("SELECT count(*) FROM tenants")  # positive control
+            return denied, allowed
+        finally:
+            await conn.close()
+
+    denied, allowed = loop_thread.run(probe())
+    assert "permission denied" in denied
+    assert allowed == 0  # no tenant set in this session: RLS shows none, but the grant works

@@ -36,15 +36,16 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 class Database:
     """An asyncpg pool plus the few statements that are not tenant-bound."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
         self.pool = pool
+        self.dsn = dsn  # for connections that must outlive a pool checkout (LISTEN)
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Database:
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, init=_init_connection
         )
-        return cls(pool)
+        return cls(pool, dsn)
 
     async def close(self) -> None:
         await self.pool.close()

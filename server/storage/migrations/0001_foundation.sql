@@ -136,8 +136,9 @@ BEGIN
 END
 $$;
 
+-- No grant on api_keys: the app role reaches keys only through brain_lookup_key, so
+-- even its own tenant's key hashes cannot be listed with SQL.
 GRANT SELECT ON tenants TO brain_app;
-GRANT SELECT ON api_keys TO brain_app;
 GRANT SELECT, INSERT, UPDATE ON memories TO brain_app;
 
 -- Authentication happens before the tenant is known: the app role may look up
