@@ -203,6 +203,12 @@ class AuthorizationInterceptor(Interceptor):
             started = time.perf_counter()
             caller = await self._admit(request, context, method, cls, started)
             token = current_caller.set(caller)
+            log_context = structlog.contextvars.bind_contextvars(
+                request_id=caller.request_id,
+                tenant_id=caller.tenant_id,
+                key_id=caller.key.key_id,
+                method=method,
+            )
             code = grpc.StatusCode.UNKNOWN
             try:
                 response = await behavior(request, context)
@@ -213,6 +219,7 @@ class AuthorizationInterceptor(Interceptor):
                 raise
             finally:
                 current_caller.reset(token)
+                structlog.contextvars.reset_contextvars(**log_context)
                 _log_call(method, caller, code, started)
 
         return wrapper
@@ -224,6 +231,12 @@ class AuthorizationInterceptor(Interceptor):
             started = time.perf_counter()
             caller = await self._admit(request, context, method, cls, started)
             token = current_caller.set(caller)
+            log_context = structlog.contextvars.bind_contextvars(
+                request_id=caller.request_id,
+                tenant_id=caller.tenant_id,
+                key_id=caller.key.key_id,
+                method=method,
+            )
             code = grpc.StatusCode.UNKNOWN
             try:
                 async for item in behavior(request, context):
@@ -234,6 +247,7 @@ class AuthorizationInterceptor(Interceptor):
                 raise
             finally:
                 current_caller.reset(token)
+                structlog.contextvars.reset_contextvars(**log_context)
                 _log_call(method, caller, code, started)
 
         return wrapper

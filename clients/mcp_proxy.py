@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -566,14 +567,28 @@ class BrainProxy:
         from mcp.server.lowlevel import Server
         from mcp.shared.exceptions import MCPError
 
+        async def tools_narrowed(ctx: Any, known_before: bool) -> None:
+            # WhoAmI answered only now (the server was down at start): the host listed every
+            # tool, so tell it the list changed to just what this key may call.
+            if (
+                not known_before
+                and self._identity is not None
+                and len(await self.visible_tools()) < len(TOOLS)
+            ):
+                with contextlib.suppress(Exception):  # a host that ignores it loses nothing
+                    await ctx.session.send_tool_list_changed()
+
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
             return types.ListToolsResult(tools=[_mcp_tool(t) for t in await self.visible_tools()])
 
         async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+            known_before = self._identity is not None
             try:
                 is_error, (text, structured) = await self.call(params.name, params.arguments or {})
             except KeyError:
+                await tools_narrowed(ctx, known_before)
                 raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}") from None
+            await tools_narrowed(ctx, known_before)
             return types.CallToolResult(
                 content=[types.TextContent(text=text)],
                 structured_content=structured,
@@ -606,6 +621,7 @@ def _mcp_tool(spec: ToolSpec) -> mcp_types.Tool:
 
 async def serve(config: ProxyConfig) -> None:
     """Serve MCP on stdin/stdout until the host closes stdin."""
+    from mcp.server.lowlevel.server import NotificationOptions
     from mcp.server.stdio import stdio_server
 
     proxy = BrainProxy(config)
@@ -613,7 +629,10 @@ async def serve(config: ProxyConfig) -> None:
         await proxy.identity()  # failure is fine: asked again on the first request
         server = proxy.mcp_server()
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            options = server.create_initialization_options(
+                notification_options=NotificationOptions(tools_changed=True)
+            )
+            await server.run(read_stream, write_stream, options)
     finally:
         await proxy.close()
 

@@ -67,12 +67,19 @@ def brain_env(
 
 
 @asynccontextmanager
-async def mcp_session(env: dict[str, str]) -> AsyncIterator[ClientSession]:
+async def mcp_session(
+    env: dict[str, str], notifications: list[Any] | None = None
+) -> AsyncIterator[ClientSession]:
     """Launch brain-mcp with `env` and yield an initialized MCP client session."""
     params = StdioServerParameters(command=BRAIN_MCP[0], args=BRAIN_MCP[1:], env=env)
+
+    async def on_message(message: Any) -> None:
+        if notifications is not None:
+            notifications.append(message)
+
     async with (
         stdio_client(params) as (read_stream, write_stream),
-        ClientSession(read_stream, write_stream) as session,
+        ClientSession(read_stream, write_stream, message_handler=on_message) as session,
     ):
         await session.initialize()
         yield session
@@ -211,7 +218,8 @@ async def test_whoami_failure_at_start_is_retried_lazily(
     )
     key = server.mint_key(unique("t"), "agent:late", permissions="memories:read")
     env = brain_env(f"127.0.0.1:{port}", key, namespace="n", BRAIN_TIMEOUT="1")
-    async with mcp_session(env) as session:
+    notifications: list[Any] = []
+    async with mcp_session(env, notifications) as session:
         assert await tool_names(session) == ALL_TOOLS
         unreachable = await call(session, "recall", query="anything")
         assert unreachable.is_error and text_of(unreachable).startswith("UNAVAILABLE: ")
@@ -225,11 +233,19 @@ async def test_whoami_failure_at_start_is_retried_lazily(
                 "build_context",
             }
             deadline = time.monotonic() + 10
-            while (names := await tool_names(session)) != readable:
-                # The channel reconnects within its backoff; until then WhoAmI still fails.
-                assert names == ALL_TOOLS and time.monotonic() < deadline, names
+            # The channel reconnects within its backoff; until then WhoAmI still fails.
+            while (result := await call(session, "recall", query="anything")).is_error:
+                assert time.monotonic() < deadline, text_of(result)
                 await asyncio.sleep(0.2)
-            assert hit_ids(await call(session, "recall", query="anything")) == []
+            assert hit_ids(result) == []
+            # WhoAmI was answered during that call: the host is told the list changed...
+            for _ in range(50):
+                if any(isinstance(n, types.ToolListChangedNotification) for n in notifications):
+                    break
+                await asyncio.sleep(0.1)
+            assert any(isinstance(n, types.ToolListChangedNotification) for n in notifications)
+            # ...and the list it fetches now holds only what the key may call.
+            assert await tool_names(session) == readable
         finally:
             await asyncio.to_thread(server.stop)
 
