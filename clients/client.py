@@ -86,6 +86,11 @@ Item = TypeVar("Item")
 TimestampLike = datetime | Timestamp
 
 
+def _is_position_marker(item: Any) -> bool:
+    """The message that opens a Watch stream: a cursor, no change (the iterators skip it)."""
+    return isinstance(item, memory_pb2.WatchMemoriesResponse) and not item.HasField("memory")
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Backoff for idempotent calls that fail with UNAVAILABLE.
@@ -457,7 +462,8 @@ class BrainClient(_Base):
                     cursor = getattr(item, "cursor", "")
                     if cursor:  # resume after the last delivered item on reconnect
                         request.cursor = cursor
-                    yield item
+                    if not _is_position_marker(item):
+                        yield item
                 return
             except grpc.RpcError as exc:
                 delay = self._retry_delay(exc, max(attempt, 1), deadline, idempotent=True)
@@ -832,7 +838,8 @@ class AsyncBrainClient(_Base):
                     cursor = getattr(item, "cursor", "")
                     if cursor:
                         request.cursor = cursor
-                    yield item
+                    if not _is_position_marker(item):
+                        yield item
                 return
             except grpc.RpcError as exc:
                 delay = self._retry_delay(exc, max(attempt, 1), deadline, idempotent=True)

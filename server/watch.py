@@ -196,10 +196,12 @@ async def _ensure_key_still_valid(memories: Memories, caller: Caller) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Change:
+    """A change to report; with no row, the position marker that opens every stream."""
+
     seq: int
     kind: int
-    row: asyncpg.Record
-    changed_at: datetime
+    row: asyncpg.Record | None
+    changed_at: datetime | None
 
 
 async def changes(
@@ -226,6 +228,10 @@ async def changes(
         if not req.cursor:
             async with tx() as conn:
                 cursor = await sql.head_seq(conn, caller.tenant_id)
+        # The stream is live from here: tell the client where it stands, so that even a
+        # watch that has seen no change yet can resume without a gap after a disconnect.
+        yield Change(seq=cursor, kind=memory_pb2.CHANGE_KIND_UNSPECIFIED, row=None,
+                     changed_at=None)  # fmt: skip
         checked = time.monotonic()
         while True:
             if feed.closing.is_set():

@@ -43,10 +43,17 @@ class Watcher:
     def __init__(self, call: grpc.aio.UnaryStreamCall) -> None:  # type: ignore[type-arg]
         self.call = call
         self.received: asyncio.Queue[memory_pb2.WatchMemoriesResponse] = asyncio.Queue()
+        self.position: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.task = asyncio.ensure_future(self._pump())
 
     async def _pump(self) -> None:
         async for item in self.call:
+            if not self.position.done():
+                # The opening position marker: a cursor and nothing else.
+                assert item.kind == memory_pb2.CHANGE_KIND_UNSPECIFIED, item
+                assert not item.HasField("memory") and item.cursor.isdigit(), item
+                self.position.set_result(item.cursor)
+                continue
             await self.received.put(item)
 
     async def next(self, within: float = 5.0) -> memory_pb2.WatchMemoriesResponse:
@@ -70,8 +77,8 @@ async def watching(
         metadata=md(key),
     )
     watcher = Watcher(call)
-    # The stream subscribes before it reads the head; give it a moment to get there.
-    await asyncio.sleep(0.3)
+    # The position marker arrives once the stream is subscribed and knows its start.
+    await asyncio.wait_for(asyncio.shield(watcher.position), 10)
     try:
         yield watcher
     finally:
@@ -246,3 +253,21 @@ async def test_watch_ends_when_its_key_is_revoked(
             await asyncio.wait_for(asyncio.shield(w.task), 8)
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "revoked" in (err.value.details() or "")
+
+
+async def test_position_marker_lets_a_quiet_watch_resume_without_a_gap(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A watch that saw no change still resumes exactly: its opening marker carries a cursor,
+    and a stream reopened with it delivers what was written in between, and nothing older."""
+    key = brain_server.mint_key(unique("t"), "alice")
+    before = await save(channel, key, "written before the watch")
+    async with watching(channel, key) as w:
+        position = await w.position
+        assert await w.nothing_within(0.3)
+    missed = await save(channel, key, "written while nobody watched")
+    async with watching(channel, key, cursor=position) as resumed:
+        got = await resumed.next()
+        assert got.memory.id == missed
+        assert await resumed.nothing_within(0.5)
+    assert before != missed

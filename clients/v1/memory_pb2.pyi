@@ -610,6 +610,11 @@ Global___WatchMemoriesRequest: _TypeAlias = WatchMemoriesRequest  # noqa: Y015
 
 @_typing.final
 class WatchMemoriesResponse(_message.Message):
+    """The first message of every stream is a position marker: kind UNSPECIFIED, no memory,
+    and the cursor the stream starts after. Resuming with it loses no change, even if the
+    stream broke before any change arrived.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KIND_FIELD_NUMBER: _builtins.int

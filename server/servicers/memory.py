@@ -89,10 +89,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             async for change in changes:
                 response = memory_pb2.WatchMemoriesResponse(
                     kind=change.kind,  # type: ignore[arg-type]
-                    memory=convert.memory(change.row),
                     cursor=str(change.seq),
                 )
-                response.changed_at.FromDatetime(change.changed_at)
+                if change.row is not None:
+                    response.memory.CopyFrom(convert.memory(change.row))
+                if change.changed_at is not None:
+                    response.changed_at.FromDatetime(change.changed_at)
                 yield response
 
     @unary
