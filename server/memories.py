@@ -638,9 +638,12 @@ class Memories:
             lexical: list[retrieval.LaneHit] = []
             exact: list[retrieval.LaneHit] = []
             if mode != memory_pb2.SEARCH_MODE_SEMANTIC:
-                lexical = await retrieval.lexical_lane(conn, vis, query, f, t, n, self.params)
+                size = await retrieval.corpus_size(conn, vis, f, t)
+                lexical = await retrieval.lexical_lane(
+                    conn, vis, query, f, t, n, self.params, corpus_size=size
+                )
                 exact = await retrieval.lexical_lane(
-                    conn, vis, query, f, t, n, self.params, config="simple"
+                    conn, vis, query, f, t, n, self.params, config="simple", corpus_size=size
                 )
             semantic: list[retrieval.LaneHit] = []
             if vector is not None:

@@ -56,6 +56,9 @@ class RetrievalParams:
     recency_boost: float = 0.01  # at most this much for a memory recorded just now
     recency_half_life_days: float = 30.0
     ef_search: int = 100
+    # Terms in more visible rows than this are common: counted no further, and they do
+    # not pull candidates in (see lexical_lane). Buckets below it get exact BM25.
+    lexical_df_cap: int = 2000
 
 
 # Text search configuration -> the generated tsvector column that holds it.
@@ -87,8 +90,12 @@ async def lexical_lane(
     limit: int,
     params: RetrievalParams,
     config: str = "english",
+    corpus_size: int | None = None,
 ) -> list[LaneHit]:
-    """BM25 over the rows the caller may see; terms OR-ed, weighted by IDF."""
+    """BM25 over the rows the caller may see; terms OR-ed, weighted by IDF.
+
+    ``corpus_size`` (from `corpus_size`) saves counting the visible rows again.
+    """
     if config not in TSVECTORS:
         raise ValueError(f"no tsvector column for text search configuration {config!r}")
     tsv, cfg = TSVECTORS[config], f"'{config}'::regconfig"
@@ -97,31 +104,58 @@ async def lexical_lane(
         f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
     )
     k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
+    if corpus_size is not None and not params.bm25_b:
+        # Counted once per search for both lexical lanes; with b = 0 length drops out.
+        corpus_sql = f"SELECT {p.add(float(corpus_size))}::float8 AS n, 1::float8 AS avgdl"
+    else:
+        avgdl = f"COALESCE(avg(length(m.{tsv})), 1)" if params.bm25_b else "1"
+        corpus_sql = (
+            f"SELECT count(*)::float8 AS n, {avgdl}::float8 AS avgdl "
+            f"FROM memories m WHERE {scope_sql}"
+        )
+    cap = p.add(params.lexical_df_cap)
     sql = f"""
         WITH terms AS (
-            SELECT DISTINCT lexeme
+            SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS tq
             FROM unnest(tsvector_to_array(to_tsvector({cfg}, $1))) AS lexeme
         ),
-        q AS (
-            SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq FROM terms
+        -- Document frequency per term, counted up to the cap: a term in more rows than
+        -- that is common, weighs little, and is not worth reading every row it is in.
+        df AS (
+            SELECT t.lexeme, t.tq,
+                   (SELECT count(*) FROM (
+                        SELECT 1 FROM memories m WHERE m.{tsv} @@ t.tq AND {scope_sql}
+                        LIMIT {cap}) hits)::float8 AS df
+            FROM terms t
         ),
+        q AS (
+            SELECT string_agg(quote_literal(lexeme), ' | ')
+                       FILTER (WHERE df < {cap})::tsquery AS rare,
+                   string_agg(quote_literal(lexeme), ' | ')::tsquery AS every
+            FROM df
+        ),
+        -- Candidates: rows holding a rare term; if every term is common (an unspecific
+        -- query), the first rows found holding any of them, up to the cap.
         docs AS (
             SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
                    length(m.{tsv}) AS dl
             FROM memories m, q
-            WHERE q.tsq IS NOT NULL AND m.{tsv} @@ q.tsq AND {scope_sql}
+            WHERE q.rare IS NOT NULL AND m.{tsv} @@ q.rare AND {scope_sql}
+            UNION ALL
+            (SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
+                    length(m.{tsv}) AS dl
+             FROM memories m, q
+             WHERE q.rare IS NULL AND q.every IS NOT NULL AND m.{tsv} @@ q.every
+               AND {scope_sql}
+             LIMIT {cap})
         ),
-        corpus AS (
-            SELECT count(*)::float8 AS n, COALESCE(avg(length(m.{tsv})), 1)::float8 AS avgdl
-            FROM memories m WHERE {scope_sql}
-        ),
+        corpus AS ({corpus_sql}),
         tf AS (
             SELECT d.tenant_id, d.memory_id, d.version, d.dl, u.lexeme,
                    cardinality(u.positions)::float8 AS tf
             FROM docs d, unnest(d.tsv) AS u
             WHERE u.lexeme IN (SELECT lexeme FROM terms)
         ),
-        df AS (SELECT lexeme, count(*)::float8 AS df FROM tf GROUP BY lexeme),
         scored AS (
             SELECT tf.tenant_id, tf.memory_id, tf.version,
                    sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))
@@ -137,6 +171,18 @@ async def lexical_lane(
         ORDER BY s.score DESC, m.memory_id"""
     rows = await conn.fetch(sql, *p.values)
     return [LaneHit(row=r, score=float(r["score"])) for r in rows]
+
+
+async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
+    """How many rows the search runs over: N in BM25's inverse document frequency."""
+    p = Params()
+    value: int = await conn.fetchval(
+        f"""SELECT count(*) FROM memories m
+            WHERE {visibility_predicate(v, p)} AND {time_predicate(t, p)}
+              AND {filter_predicate(f, p)}""",
+        *p.values,
+    )
+    return value
 
 
 async def semantic_lane(

@@ -231,3 +231,30 @@ def test_common_tests_use_real_filter() -> None:
     """The retrieval filter message keeps the fields the lanes rely on."""
     f = common_pb2.MemoryFilter(tags=["x"], namespaces=["a"])
     assert list(f.tags) == ["x"]
+
+
+async def test_common_terms_are_capped_but_rare_ones_still_rank(
+    pg_cluster: PgCluster, loop_thread: LoopThread
+) -> None:
+    """Past the document-frequency cap a common term stops pulling rows in, yet rows with the
+    query's rare term rank first, and an all-common query still answers."""
+    from dataclasses import replace
+
+    server = BrainServer(
+        cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster, embedder="none")
+    )
+    server.start()
+    try:
+        assert server.running is not None
+        memories = server.running.memories
+        memories.params = replace(memories.params, lexical_df_cap=5)
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            api = Api(channel, server.mint_key(unique("t"), "alice"))
+            for i in range(20):
+                await api.save(f"weekly status report number {i}")
+            rare = [(await api.save(f"weekly status report about the zeppelin {i}")).memory.id
+                    for i in range(2)]  # fmt: skip
+            assert sorted(await api.search("status zeppelin", limit=2)) == sorted(rare)
+            assert len(await api.search("weekly status", limit=10)) == 5  # capped candidates
+    finally:
+        server.stop()

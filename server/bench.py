@@ -1,0 +1,140 @@
+"""Search latency as a bucket grows: ``python -m brain.server.bench --rows 1000 10000 50000``.
+
+Starts a private server on a fresh embedded database (as brain-eval does), fills one
+tenant's bucket with synthetic memories straight through SQL (a Zipf-distributed
+vocabulary, so some words are common and most are rare), then times SearchMemories over
+gRPC for random queries and prints p50/p95 per size. Lexical only unless ``--embedder``
+is given; with an embedder the synthetic rows get random unit vectors of the right size.
+Figures depend on the machine: compare sizes within one run, not across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+
+import asyncpg
+import grpc
+
+from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+
+from .evaluation import PrivateBrain, percentile, private_brain
+
+VOCABULARY = 20_000
+
+
+def sentence(rng: random.Random, words: int) -> str:
+    """Words drawn with Zipf-like frequencies: w17 is common, w19870 rare."""
+    return " ".join(f"w{int(rng.paretovariate(1.1)) % VOCABULARY}" for _ in range(words))
+
+
+async def fill(owner_dsn: str, tenant: str, rows: int, dimension: int, rng: random.Random) -> None:
+    """Insert ``rows`` more active memories into the tenant's bucket ``bench``."""
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        tenant_id = await conn.fetchval("SELECT tenant_id FROM tenants WHERE name = $1", tenant)
+        batch = 2000
+        for start in range(0, rows, batch):
+            n = min(batch, rows - start)
+            texts = [sentence(rng, rng.randint(8, 30)) for _ in range(n)]
+            await conn.execute(
+                """INSERT INTO memories (tenant_id, memory_id, version, namespace, content,
+                       labels, status, valid_from, created_by, changed_by, changed_by_key,
+                       change, embedding, embedding_model)
+                   SELECT $1, gen_random_uuid(), 1, 'bench', t, '{team}', 'active', now(),
+                          'bench', 'bench', 'bench', 'save',
+                          CASE WHEN $3 > 0 THEN
+                              (SELECT array_agg(random() - 0.5 + i * 0)::vector
+                               FROM generate_series(1, $3) i)
+                          END,
+                          CASE WHEN $3 > 0 THEN $4 END
+                   FROM unnest($2::text[]) AS t""",
+                tenant_id,
+                texts,
+                dimension,
+                "bench",
+            )
+        await conn.execute("ANALYZE memories")
+    finally:
+        await conn.close()
+
+
+async def time_searches(
+    brain: PrivateBrain, api_key: str, queries: Sequence[str], limit: int
+) -> list[float]:
+    md = (("authorization", f"Bearer {api_key}"),)
+    scope = common_pb2.Scope(namespace="bench")
+    out = []
+    async with grpc.aio.insecure_channel(brain.address) as channel:
+        stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        for q in queries:
+            started = time.perf_counter()
+            await stub.SearchMemories(
+                memory_pb2.SearchMemoriesRequest(scope=scope, query=q, limit=limit),
+                metadata=md,
+                timeout=30,
+            )
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+async def run(
+    sizes: Sequence[int], queries: int, embedder: str, seed: int
+) -> list[dict[str, float]]:
+    rng = random.Random(seed)
+    results = []
+    async with private_brain(embedder) as brain:
+        bucket = await brain.bucket("bench")
+        tenant = await _tenant_of(brain, bucket.api_key)
+        dimension = 0 if embedder == "none" else 384
+        filled = 0
+        for size in sorted(sizes):
+            print(f"filling to {size} memories…", file=sys.stderr)
+            await fill(brain.owner_dsn, tenant, size - filled, dimension, rng)
+            filled = size
+            asked = [sentence(rng, 6) for _ in range(queries)]
+            await time_searches(brain, bucket.api_key, asked[:5], 10)  # warm caches
+            ms = await time_searches(brain, bucket.api_key, asked, 10)
+            results.append(
+                {"rows": size, "search_p50_ms": round(percentile(ms, 50), 1),
+                 "search_p95_ms": round(percentile(ms, 95), 1)}
+            )  # fmt: skip
+    return results
+
+
+async def _tenant_of(brain: PrivateBrain, api_key: str) -> str:
+    conn = await asyncpg.connect(brain.owner_dsn)
+    try:
+        name: str = await conn.fetchval(
+            "SELECT t.name FROM api_keys k JOIN tenants t USING (tenant_id) WHERE k.key_id = $1",
+            api_key.split("_")[1],
+        )
+        return name
+    finally:
+        await conn.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m brain.server.bench", description=__doc__)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1000, 10000, 50000])
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--embedder", default="none", choices=["none", "local"])
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    results = asyncio.run(run(args.rows, args.queries, args.embedder, args.seed))
+    if args.json:
+        print(json.dumps(results))
+        return
+    print(f"{'memories in bucket':>20} {'search p50':>12} {'search p95':>12}")
+    for r in results:
+        print(f"{r['rows']:>20} {r['search_p50_ms']:>10} ms {r['search_p95_ms']:>10} ms")
+
+
+if __name__ == "__main__":
+    main()
