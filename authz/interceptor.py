@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import Token
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 
@@ -202,13 +203,7 @@ class AuthorizationInterceptor(Interceptor):
         async def wrapper(request: Any, context: Ctx) -> Any:
             started = time.perf_counter()
             caller = await self._admit(request, context, method, cls, started)
-            token = current_caller.set(caller)
-            log_context = structlog.contextvars.bind_contextvars(
-                request_id=caller.request_id,
-                tenant_id=caller.tenant_id,
-                key_id=caller.key.key_id,
-                method=method,
-            )
+            bound = _bind(caller)
             code = grpc.StatusCode.UNKNOWN
             try:
                 response = await behavior(request, context)
@@ -218,8 +213,7 @@ class AuthorizationInterceptor(Interceptor):
                 code = _code_of(context, grpc.StatusCode.UNKNOWN)
                 raise
             finally:
-                current_caller.reset(token)
-                structlog.contextvars.reset_contextvars(**log_context)
+                _unbind(bound)
                 _log_call(method, caller, code, started)
 
         return wrapper
@@ -230,13 +224,7 @@ class AuthorizationInterceptor(Interceptor):
         async def wrapper(request: Any, context: Ctx) -> AsyncIterator[Any]:
             started = time.perf_counter()
             caller = await self._admit(request, context, method, cls, started)
-            token = current_caller.set(caller)
-            log_context = structlog.contextvars.bind_contextvars(
-                request_id=caller.request_id,
-                tenant_id=caller.tenant_id,
-                key_id=caller.key.key_id,
-                method=method,
-            )
+            bound = _bind(caller)
             code = grpc.StatusCode.UNKNOWN
             try:
                 async for item in behavior(request, context):
@@ -246,11 +234,25 @@ class AuthorizationInterceptor(Interceptor):
                 code = _code_of(context, grpc.StatusCode.CANCELLED)
                 raise
             finally:
-                current_caller.reset(token)
-                structlog.contextvars.reset_contextvars(**log_context)
+                _unbind(bound)
                 _log_call(method, caller, code, started)
 
         return wrapper
+
+
+def _bind(caller: Caller) -> tuple[Token[Caller | None], Mapping[str, Token[Any]]]:
+    """Make ``caller`` the current caller, for servicers and for every log line of the call."""
+    return current_caller.set(caller), structlog.contextvars.bind_contextvars(
+        request_id=caller.request_id,
+        tenant_id=caller.tenant_id,
+        key_id=caller.key.key_id,
+        method=caller.method,
+    )
+
+
+def _unbind(bound: tuple[Token[Caller | None], Mapping[str, Token[Any]]]) -> None:
+    current_caller.reset(bound[0])
+    structlog.contextvars.reset_contextvars(**bound[1])
 
 
 def _code_of(context: Ctx, default: grpc.StatusCode = grpc.StatusCode.OK) -> grpc.StatusCode:
