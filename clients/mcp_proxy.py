@@ -579,7 +579,12 @@ class BrainProxy:
                     await ctx.session.send_tool_list_changed()
 
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=[_mcp_tool(t) for t in await self.visible_tools()])
+            known_before = self._identity is not None
+            tools = [_mcp_tool(t) for t in await self.visible_tools()]
+            # A client may have cached the earlier, longer list (the SDK fetches it to check
+            # tool output), so say it changed even when this answer already narrows it.
+            await tools_narrowed(ctx, known_before)
+            return types.ListToolsResult(tools=tools)
 
         async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
             known_before = self._identity is not None
