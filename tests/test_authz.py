@@ -274,3 +274,15 @@ async def test_confined_scope_errors_name_the_field(
     err = await rpc_error(api.save("x", scope=common_pb2.Scope(namespace="ops", user_id="alice")))
     assert "scope.namespace is outside" in (err.details() or "")
     assert (await api.save("allowed")).memory.scope.user_id == "alice"
+
+
+def test_server_refuses_an_embedder_of_another_dimension(
+    pg_cluster: PgCluster, loop_thread: LoopThread
+) -> None:
+    """An embedder whose vectors do not fit the schema's column is refused at start."""
+    settings = server_settings(
+        pg_cluster, embedder="openai", openai_url="http://127.0.0.1:9", openai_model="m",
+        embedding_dimension=768,
+    )  # fmt: skip
+    with pytest.raises(StartupError, match="set-dimension 768"):
+        loop_thread.run(start_server(settings))
