@@ -649,7 +649,7 @@ class Memories:
             if vector is not None:
                 if mode == memory_pb2.SEARCH_MODE_HYBRID:
                     vector = await retrieval.feedback_vector(
-                        conn, vector, lexical, self.params, model
+                        conn, vis, vector, lexical, self.params, model
                     )
                 semantic = await retrieval.semantic_lane(
                     conn, vis, vector, f, t, n, self.params, model=model

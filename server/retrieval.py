@@ -233,6 +233,7 @@ def _minmax(hits: Sequence[LaneHit]) -> list[float]:
 
 async def feedback_vector(
     conn: asyncpg.Connection,
+    v: Visibility,
     vector: Sequence[float],
     lexical: Sequence[LaneHit],
     params: RetrievalParams,
@@ -242,15 +243,16 @@ async def feedback_vector(
     top = [h.row for h in lexical[: params.feedback_docs]]
     if not top or params.feedback_weight <= 0:
         return list(vector)
+    p = Params(
+        [r["tenant_id"] for r in top], [r["memory_id"] for r in top], [r["version"] for r in top]
+    )
+    same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
     rows = await conn.fetch(
-        """SELECT embedding FROM memories
-           WHERE (tenant_id, memory_id, version) IN (
-                 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[]))
-             AND embedding IS NOT NULL AND ($4::text IS NULL OR embedding_model = $4)""",
-        [r["tenant_id"] for r in top],
-        [r["memory_id"] for r in top],
-        [r["version"] for r in top],
-        model,
+        f"""SELECT m.embedding FROM memories m
+            WHERE (m.tenant_id, m.memory_id, m.version) IN (
+                  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[]))
+              AND m.embedding IS NOT NULL {same_model} AND {visibility_predicate(v, p)}""",
+        *p.values,
     )
     if not rows:
         return list(vector)

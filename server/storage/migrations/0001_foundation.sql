@@ -107,34 +107,31 @@ AS $$
        AND brain_key_confines(p_namespace, p_user_id, p_session_id)
 $$;
 
--- Row-level security: forced on every tenant table. The app role sees one tenant;
--- the owner (migrations, brain-admin) sees all through its own policy.
-DO $$
-DECLARE
-    t text;
+-- Row-level security: forced on every tenant table. The app role sees one tenant (and
+-- whatever else a table's policy adds); the owner (migrations, brain-admin) sees all
+-- through its own policy. Every later migration protects its tables with this function.
+CREATE FUNCTION brain_protect_table(
+    p_table regclass, p_app_policy text DEFAULT 'tenant_id = brain_current_tenant()'
+) RETURNS void
+LANGUAGE plpgsql
+AS $$
 BEGIN
-    FOREACH t IN ARRAY ARRAY['tenants', 'api_keys'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format(
-            'CREATE POLICY tenant_isolation ON %I TO brain_app '
-            'USING (tenant_id = brain_current_tenant()) '
-            'WITH CHECK (tenant_id = brain_current_tenant())', t);
-        EXECUTE format(
-            'CREATE POLICY owner_all ON %I TO %I USING (true) WITH CHECK (true)',
-            t, current_user);
-    END LOOP;
-    ALTER TABLE memories ENABLE ROW LEVEL SECURITY;
-    ALTER TABLE memories FORCE ROW LEVEL SECURITY;
-    CREATE POLICY tenant_isolation ON memories TO brain_app
-        USING (tenant_id = brain_current_tenant()
-               AND brain_key_may_see(labels, namespace, user_id, session_id))
-        WITH CHECK (tenant_id = brain_current_tenant()
-                    AND brain_key_may_see(labels, namespace, user_id, session_id));
-    EXECUTE format('CREATE POLICY owner_all ON memories TO %I USING (true) WITH CHECK (true)',
-                   current_user);
+    EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', p_table);
+    EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', p_table);
+    EXECUTE format('CREATE POLICY tenant_isolation ON %s TO brain_app USING (%s) WITH CHECK (%s)',
+                   p_table, p_app_policy, p_app_policy);
+    EXECUTE format('CREATE POLICY owner_all ON %s TO %I USING (true) WITH CHECK (true)',
+                   p_table, current_user);
 END
 $$;
+REVOKE ALL ON FUNCTION brain_protect_table(regclass, text) FROM PUBLIC;
+
+SELECT brain_protect_table('tenants');
+SELECT brain_protect_table('api_keys');
+SELECT brain_protect_table(
+    'memories',
+    'tenant_id = brain_current_tenant() '
+    'AND brain_key_may_see(labels, namespace, user_id, session_id)');
 
 -- No grant on api_keys: the app role reaches keys only through brain_lookup_key, so
 -- even its own tenant's key hashes cannot be listed with SQL.

@@ -45,37 +45,14 @@ CREATE TABLE namespace_policies (
     PRIMARY KEY (tenant_id, namespace)
 );
 
-ALTER TABLE tombstones ENABLE ROW LEVEL SECURITY;
-ALTER TABLE tombstones FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON tombstones TO brain_app
-    USING (tenant_id = brain_current_tenant()
-           AND brain_key_confines(namespace, user_id, session_id))
-    WITH CHECK (tenant_id = brain_current_tenant()
-                AND brain_key_confines(namespace, user_id, session_id));
-
-ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY;
-ALTER TABLE idempotency_keys FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON idempotency_keys TO brain_app
-    USING (tenant_id = brain_current_tenant()
-           AND key_id = current_setting('brain.key_id', true))
-    WITH CHECK (tenant_id = brain_current_tenant()
-                AND key_id = current_setting('brain.key_id', true));
-
-ALTER TABLE namespace_policies ENABLE ROW LEVEL SECURITY;
-ALTER TABLE namespace_policies FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON namespace_policies TO brain_app
-    USING (tenant_id = brain_current_tenant());
-
-DO $$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['tombstones', 'idempotency_keys', 'namespace_policies'] LOOP
-        EXECUTE format(
-            'CREATE POLICY owner_all ON %I TO %I USING (true) WITH CHECK (true)', t, current_user);
-    END LOOP;
-END
-$$;
+SELECT brain_protect_table(
+    'tombstones',
+    'tenant_id = brain_current_tenant() AND brain_key_confines(namespace, user_id, session_id)');
+-- A key sees only its own idempotency records.
+SELECT brain_protect_table(
+    'idempotency_keys',
+    'tenant_id = brain_current_tenant() AND key_id = current_setting(''brain.key_id'', true)');
+SELECT brain_protect_table('namespace_policies');
 
 GRANT SELECT, INSERT, UPDATE ON tombstones TO brain_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO brain_app;

@@ -38,23 +38,8 @@ CREATE TABLE audit_heads (
 INSERT INTO audit_heads (tenant_id, seq, hash)
 SELECT tenant_id, 0, decode(repeat('00', 32), 'hex') FROM tenants;
 
-DO $$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['audit_events', 'audit_heads'] LOOP
-        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-        EXECUTE format(
-            'CREATE POLICY tenant_isolation ON %I TO brain_app '
-            'USING (tenant_id = brain_current_tenant()) '
-            'WITH CHECK (tenant_id = brain_current_tenant())', t);
-        EXECUTE format(
-            'CREATE POLICY owner_all ON %I TO %I USING (true) WITH CHECK (true)',
-            t, current_user);
-    END LOOP;
-END
-$$;
+SELECT brain_protect_table('audit_events');
+SELECT brain_protect_table('audit_heads');
 
 -- The app reads its tenant's events; it never writes them itself (the definer
 -- functions below do). Nobody but the owner may UPDATE or DELETE.
@@ -142,6 +127,16 @@ BEGIN
 END
 $$;
 
+-- Append lines to this transaction's pending audit notes (flushed at commit).
+CREATE FUNCTION brain_audit_note(p_lines text) RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT set_config(
+        'brain.audit_pending',
+        COALESCE(current_setting('brain.audit_pending', true), '') || p_lines,
+        true)
+$$;
+
 -- Per statement: remember "<tenant> <memory id> <change>" lines in a transaction-local
 -- setting (set-based over the transition tables, so bulk statements stay linear).
 -- Updates that only fill in an embedding are not changes anyone acted on.
@@ -155,10 +150,7 @@ BEGIN
     INTO v_lines
     FROM new_rows n;
     IF v_lines IS NOT NULL THEN
-        PERFORM set_config(
-            'brain.audit_pending',
-            COALESCE(current_setting('brain.audit_pending', true), '') || v_lines,
-            true);
+        PERFORM brain_audit_note(v_lines);
     END IF;
     RETURN NULL;
 END
@@ -191,10 +183,7 @@ BEGIN
     ) x
     WHERE x.label IS NOT NULL;
     IF v_lines IS NOT NULL THEN
-        PERFORM set_config(
-            'brain.audit_pending',
-            COALESCE(current_setting('brain.audit_pending', true), '') || v_lines,
-            true);
+        PERFORM brain_audit_note(v_lines);
     END IF;
     RETURN NULL;
 END
