@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import structlog
@@ -58,7 +58,6 @@ UPDATABLE_FIELDS = frozenset(
 if TYPE_CHECKING:
     from .review import Review
 
-M = TypeVar("M", bound=Message)
 _log = structlog.get_logger("brain.memories")
 
 
@@ -161,14 +160,12 @@ class Memories:
         return size
 
     async def replay(
-        self,
-        conn: asyncpg.Connection,
-        caller: Caller,
-        idempotency_key: str,
-        request: Message,
-        response_type: type[M],
-    ) -> M | None:
-        """The stored response when this idempotency key was used before for this request."""
+        self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, request: Message
+    ) -> common_pb2.Memory | None:
+        """When this idempotency key was used before for this request, the memory it produced
+        as it is now, read through the visibility predicate (the record holds no content, so
+        a replay after a forget shows the retracted memory, and one the caller can no longer
+        see answers NOT_FOUND)."""
         if not idempotency_key:
             return None
         earlier = await sql.claim_idempotency_key(
@@ -188,18 +185,25 @@ class Memories:
                 "idempotency_key: already used by this key for a different request; "
                 "use a new key for a new request"
             )
-        return response_type.FromString(earlier["response"] or b"")
+        row = None
+        if earlier["memory_id"] is not None:
+            row = await sql.get_memory(
+                conn,
+                self.visibility(caller),
+                earlier["memory_id"],
+                sql.TimeCoords(any_valid_time=True),
+            )
+        if row is None:
+            raise memory_not_found()
+        return convert.memory(row)
 
     async def remember(
-        self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, response: Message
+        self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, memory_id: str
     ) -> None:
+        """Bind the idempotency key to the memory this request produced (its id only)."""
         if idempotency_key:
-            await sql.store_idempotent_response(
-                conn,
-                caller.tenant_id,
-                caller.key.key_id,
-                idempotency_key,
-                response.SerializeToString(deterministic=True),
+            await sql.store_idempotent_result(
+                conn, caller.tenant_id, caller.key.key_id, idempotency_key, uuid.UUID(memory_id)
             )
 
     @staticmethod
@@ -351,15 +355,16 @@ class Memories:
         idem = check.text("idempotency_key", req.idempotency_key, limit=128)
         vis = self.visibility(caller)
         async with self.tx(caller, timeout_ms=timeout_ms) as conn:
-            replayed = await self.replay(conn, caller, idem, req, memory_pb2.SaveMemoryResponse)
+            replayed = await self.replay(conn, caller, idem, req)
             if replayed is not None:
-                replayed.outcome = memory_pb2.SAVE_OUTCOME_REPLAYED
-                return replayed
+                return memory_pb2.SaveMemoryResponse(
+                    memory=replayed, outcome=memory_pb2.SAVE_OUTCOME_REPLAYED
+                )
             if self.review is not None and await self.review.review_required(
                 conn, caller, new.namespace
             ):
                 response = await self.review.save_as_candidate(conn, caller, new, supersedes)
-                await self.remember(conn, caller, idem, response)
+                await self.remember(conn, caller, idem, response.memory.id)
                 return response
             await sql.lock_value(conn, caller.tenant_id, new)
             await self.refuse_tombstoned(conn, "memory.content", new)
@@ -375,7 +380,7 @@ class Memories:
                 response = memory_pb2.SaveMemoryResponse(
                     memory=convert.memory(row), outcome=memory_pb2.SAVE_OUTCOME_CREATED
                 )
-            await self.remember(conn, caller, idem, response)
+            await self.remember(conn, caller, idem, response.memory.id)
         return response
 
     async def get(
@@ -439,9 +444,9 @@ class Memories:
         idem = check.text("idempotency_key", req.idempotency_key, limit=128)
         vis = self.visibility(caller)
         async with self.tx(caller, timeout_ms=timeout_ms) as conn:
-            replayed = await self.replay(conn, caller, idem, req, memory_pb2.UpdateMemoryResponse)
+            replayed = await self.replay(conn, caller, idem, req)
             if replayed is not None:
-                return replayed
+                return memory_pb2.UpdateMemoryResponse(memory=replayed)
             current = await sql.lock_current(conn, vis, memory_id)
             if current is None:
                 raise memory_not_found()
@@ -477,7 +482,7 @@ class Memories:
             )
             row = await sql.new_version(conn, current, at, changes)
             response = memory_pb2.UpdateMemoryResponse(memory=convert.memory(row))
-            await self.remember(conn, caller, idem, response)
+            await self.remember(conn, caller, idem, response.memory.id)
         return response
 
     async def forget(

@@ -143,12 +143,12 @@ class Review:
                 raise InvalidArgument("review_within", "must be positive")
         idem = check.text("idempotency_key", req.idempotency_key, limit=128)
         async with m.tx(caller, timeout_ms=timeout_ms) as conn:
-            replayed = await m.replay(conn, caller, idem, req, review_pb2.ProposeMemoryResponse)
+            replayed = await m.replay(conn, caller, idem, req)
             if replayed is not None:
-                return replayed
+                return review_pb2.ProposeMemoryResponse(candidate=replayed)
             row, _ = await self.propose_in_tx(conn, caller, new, supersedes, review_within)
             response = review_pb2.ProposeMemoryResponse(candidate=convert.memory(row))
-            await m.remember(conn, caller, idem, response)
+            await m.remember(conn, caller, idem, response.candidate.id)
         return response
 
     async def list_candidates(

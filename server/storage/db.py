@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from pgvector.asyncpg import register_vector
 
-from brain.authz import Caller, Confinement, KeyRecord
+from brain.authz import Caller, Confinement, KeyRecord, Permission
 
 from ..errors import DeadlineExceeded, Unavailable
 
@@ -78,10 +78,12 @@ class Database:
         method: str = "",
         labels: frozenset[str] = frozenset(),
         confinement: Confinement = UNCONFINED,
+        may_review: bool = False,
         timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         readonly: bool = False,
     ) -> AsyncIterator[asyncpg.Connection]:
-        """A transaction in which RLS shows one tenant, within the key's confinement and labels."""
+        """A transaction in which RLS shows one tenant, within the key's confinement and labels
+        (and, to keys that may review, every proposal)."""
         try:
             async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
                 await conn.execute(
@@ -93,7 +95,8 @@ class Database:
                               set_config('brain.labels', $6, true),
                               set_config('brain.confine_user_id', $7, true),
                               set_config('brain.confine_namespaces', $8, true),
-                              set_config('brain.confine_session_id', $9, true)""",
+                              set_config('brain.confine_session_id', $9, true),
+                              set_config('brain.may_review', $10, true)""",
                     tenant_id,
                     key_id,
                     principal,
@@ -103,6 +106,7 @@ class Database:
                     confinement.user_id or "",
                     _pg_array(confinement.namespaces) if confinement.namespaces else "",
                     confinement.session_id or "",
+                    "on" if may_review else "",
                 )
                 yield conn  # type: ignore[misc]
         except asyncpg.QueryCanceledError as exc:
@@ -130,6 +134,7 @@ class Database:
             method=caller.method,
             labels=caller.key.labels,
             confinement=caller.key.confinement,
+            may_review=caller.has(Permission.REVIEW.value),
             timeout_ms=min(timeout_ms or cap_ms, cap_ms),
             readonly=readonly,
         )

@@ -300,10 +300,12 @@ async def add_tombstone(
 
 
 async def erase_all_versions(conn: asyncpg.Connection, tenant_id: Any, memory_id: Any) -> None:
-    """Blank content, fingerprint, metadata, tags and embedding in every version."""
+    """Blank content, fingerprint, metadata, tags, embedding and the free-text reasons
+    (which may quote the content) in every version."""
     await conn.execute(
         """UPDATE memories SET content = '', fingerprint = NULL, metadata = '{}', tags = '{}',
-                  embedding = NULL, embedding_model = NULL
+                  embedding = NULL, embedding_model = NULL, proposal_reason = NULL,
+                  review_reason = NULL
            WHERE tenant_id = $1 AND memory_id = $2""",
         tenant_id,
         memory_id,
@@ -407,7 +409,7 @@ async def claim_idempotency_key(
     if claimed:
         return None
     return await conn.fetchrow(
-        """SELECT method, request_hash, response FROM idempotency_keys
+        """SELECT method, request_hash, memory_id FROM idempotency_keys
            WHERE tenant_id = $1::uuid AND key_id = $2 AND idempotency_key = $3""",
         tenant_id,
         key_id,
@@ -415,16 +417,21 @@ async def claim_idempotency_key(
     )
 
 
-async def store_idempotent_response(
-    conn: asyncpg.Connection, tenant_id: str, key_id: str, idempotency_key: str, response: bytes
+async def store_idempotent_result(
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    key_id: str,
+    idempotency_key: str,
+    memory_id: uuid.UUID,
 ) -> None:
+    """Record which memory the request produced: an id, never content (a replay re-reads it)."""
     await conn.execute(
-        """UPDATE idempotency_keys SET response = $4
+        """UPDATE idempotency_keys SET memory_id = $4
            WHERE tenant_id = $1::uuid AND key_id = $2 AND idempotency_key = $3""",
         tenant_id,
         key_id,
         idempotency_key,
-        response,
+        memory_id,
     )
 
 

@@ -4,18 +4,34 @@ Every read path and every write by id embeds ``visibility_predicate`` in the sam
 SQL statement that reads or changes the row, so there is no check-then-act gap, and
 a row outside scope is indistinguishable from a row that does not exist.
 
-A row is visible when it belongs to the key's tenant, shares an ACL label with the
-key, and lies inside both the key's confinement and the request's scope. Within a
-namespace, a user sees the team-shared rows (``user_id = ''``) and their own; within
-a user, a session sees the user's session-less rows and its own session's.
+A memory is one object for visibility: every version of it is visible exactly when its
+head (its highest version, which is the current one) is. So a relabel or a forget
+applies to the whole history, on every path (history, ``as_of`` reads, export with
+history, Watch replays). The head is visible when it
+
+- belongs to the key's tenant,
+- shares at least one ACL label with the key,
+- lies inside both the key's confinement and the request's scope (within a namespace a
+  user sees the team-shared rows, ``user_id = ''``, and their own; within a user a
+  session sees the user's session-less rows and its own session's), and
+- is admitted, or the caller may see proposals: a memory whose head is a candidate (or a
+  rejected or withdrawn proposal) is visible only to its proposer and to keys with
+  ``memories:review``.
+
+Current rows are checked directly (the fast path every recall takes); an older version
+looks its head up by primary key. Migration 0005 gives row-level security the same rule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from brain.authz import Caller, Confinement, RequestScope
+from brain.authz import Caller, Confinement, Permission, RequestScope
+
+# Head statuses of a memory that was never admitted: proposer and reviewers only.
+PROPOSAL_STATUSES = ("candidate", "rejected", "withdrawn")
 
 
 class Params:
@@ -35,6 +51,9 @@ class Visibility:
     labels: frozenset[str]
     confinement: Confinement
     scope: RequestScope
+    # Who asks: proposals are visible to their proposer and to reviewers.
+    principal: str = ""
+    may_review: bool = False
     # Off only in tests that prove row-level security holds on its own.
     app_filter: bool = True
 
@@ -45,6 +64,8 @@ class Visibility:
             labels=caller.key.labels,
             confinement=caller.key.confinement,
             scope=caller.scope,
+            principal=caller.principal,
+            may_review=caller.has(Permission.REVIEW.value),
             app_filter=app_filter,
         )
 
@@ -53,23 +74,55 @@ def visibility_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
     """SQL boolean expression over ``alias`` restricting rows to what ``v`` may see."""
     if not v.app_filter:
         return "TRUE"
-    a = alias
-    clauses = [
-        f"{a}.tenant_id = {p.add(v.tenant_id)}::uuid",
-        f"{a}.labels && {p.add(sorted(v.labels))}::text[]",
-    ]
-    c = v.confinement
+    a, head = alias, f"{alias}_head"
+    scope, access = _scope_rule(v, p), _access_rule(v, p)
+    # Scope columns never change between versions, so they are also tested on the row
+    # itself, where the planner can use them for indexes; the head decides the rest.
+    return (
+        f"({a}.tenant_id = {p.add(v.tenant_id)}::uuid AND {scope(a)} AND ("
+        f"({a}.retired_at IS NULL AND {access(a)})"
+        f" OR ({a}.retired_at IS NOT NULL AND EXISTS ("
+        f"SELECT 1 FROM (SELECT h.labels, h.namespace, h.user_id, h.session_id, h.status,"
+        f" h.created_by FROM memories h"
+        f" WHERE h.tenant_id = {a}.tenant_id AND h.memory_id = {a}.memory_id"
+        f" ORDER BY h.version DESC LIMIT 1) {head}"
+        f" WHERE {scope(head)} AND {access(head)}))))"
+    )
+
+
+def _scope_rule(v: Visibility, p: Params) -> Callable[[str], str]:
+    """Confinement and request scope, for any row alias; parameters bound once."""
+    c, s = v.confinement, v.scope
+    clauses: list[tuple[str, str]] = []
     if c.user_id is not None:
-        clauses.append(f"{a}.user_id IN ('', {p.add(c.user_id)})")
+        clauses.append(("user_id IN ('', {})", p.add(c.user_id)))
     if c.namespaces:
-        clauses.append(f"{a}.namespace = ANY({p.add(sorted(c.namespaces))}::text[])")
+        clauses.append(("namespace = ANY({}::text[])", p.add(sorted(c.namespaces))))
     if c.session_id is not None:
-        clauses.append(f"{a}.session_id IN ('', {p.add(c.session_id)})")
-    s = v.scope
+        clauses.append(("session_id IN ('', {})", p.add(c.session_id)))
     if s.namespace:
-        clauses.append(f"{a}.namespace = {p.add(s.namespace)}")
+        clauses.append(("namespace = {}", p.add(s.namespace)))
     if s.user_id:
-        clauses.append(f"{a}.user_id IN ('', {p.add(s.user_id)})")
+        clauses.append(("user_id IN ('', {})", p.add(s.user_id)))
     if s.session_id:
-        clauses.append(f"{a}.session_id IN ('', {p.add(s.session_id)})")
-    return "(" + " AND ".join(clauses) + ")"
+        clauses.append(("session_id IN ('', {})", p.add(s.session_id)))
+
+    def rule(a: str) -> str:
+        return " AND ".join([f"{a}.{sql.format(ph)}" for sql, ph in clauses] or ["TRUE"])
+
+    return rule
+
+
+def _access_rule(v: Visibility, p: Params) -> Callable[[str], str]:
+    """Labels, and proposals for their proposer and reviewers only."""
+    labels = p.add(sorted(v.labels))
+    proposal = ""
+    if not v.may_review:
+        statuses, principal = p.add(list(PROPOSAL_STATUSES)), p.add(v.principal)
+        proposal = " AND ({a}.status <> ALL(" + statuses + "::text[])"
+        proposal += " OR {a}.created_by = " + principal + ")"
+
+    def rule(a: str) -> str:
+        return f"{a}.labels && {labels}::text[]" + proposal.format(a=a)
+
+    return rule
