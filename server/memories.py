@@ -21,7 +21,7 @@ import asyncpg
 import structlog
 from google.protobuf.message import Message
 
-from brain.authz import Caller, Permission
+from brain.authz import Caller
 from brain.v1 import common_pb2, memory_pb2
 
 from . import context, convert, cursors, retrieval
@@ -205,17 +205,6 @@ class Memories:
             await sql.store_idempotent_result(
                 conn, caller.tenant_id, caller.key.key_id, idempotency_key, uuid.UUID(memory_id)
             )
-
-    @staticmethod
-    def readable_filter(caller: Caller, f: common_pb2.MemoryFilter) -> sql.RowFilter:
-        """The filter for recall and lists; only reviewers may ask for candidates."""
-        rf = row_filter(f)
-        if "candidate" in rf.statuses and not caller.has(Permission.REVIEW.value):
-            raise PermissionDenied(
-                "filter.statuses: only keys with memories:review can recall candidates; "
-                "use ListCandidates for your own proposals"
-            )
-        return rf
 
     def labels(self, caller: Caller, requested: list[str]) -> list[str]:
         held = caller.key.labels
@@ -544,7 +533,7 @@ class Memories:
         self, caller: Caller, req: memory_pb2.ListMemoriesRequest, timeout_ms: int | None = None
     ) -> memory_pb2.ListMemoriesResponse:
         size = self.page_size("page_size", req.page_size, DEFAULT_PAGE_SIZE)
-        f = self.readable_filter(caller, req.filter)
+        f = row_filter(req.filter)
         t = time_coords(req.time, default_any_valid=False)
         after = None
         if req.page_token:
@@ -616,7 +605,7 @@ class Memories:
     ) -> list[FusedHit]:
         """Ranked hits for a query: every lane filtered by scope, status and time first."""
         query = check.query("query", query_text)
-        f = self.readable_filter(caller, filter_)
+        f = row_filter(filter_)
         t = time_coords(time, default_any_valid=False)
         if mode not in memory_pb2.SearchMode.values():
             raise InvalidArgument("mode", f"unknown search mode {mode}")

@@ -248,3 +248,23 @@ def unique(prefix: str) -> str:
 async def channel(brain_server: BrainServer) -> Any:
     async with grpc.aio.insecure_channel(brain_server.target) as ch:
         yield ch
+
+
+@pytest.fixture(scope="module", params=["app-filter", "rls-only"])
+def walled_server(
+    request: pytest.FixtureRequest,
+    brain_server: BrainServer,
+    pg_cluster: PgCluster,
+    loop_thread: LoopThread,
+) -> Iterator[BrainServer]:
+    """The session server, then one with the application's visibility predicate switched
+    off, so that row-level security alone must give the same answers."""
+    if request.param == "app-filter":
+        yield brain_server
+        return
+    rls_only = BrainServer(
+        cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster, app_filter=False)
+    )
+    rls_only.start()
+    yield rls_only
+    rls_only.stop()

@@ -97,18 +97,23 @@ async def test_rejected_value_cannot_be_proposed_again(
     assert again.status == common_pb2.MEMORY_STATUS_CANDIDATE
 
 
-async def test_candidates_are_recalled_only_for_reviewers(
+async def test_candidates_are_recalled_only_for_proposer_and_reviewers(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
-    """Search skips candidates; asking for them needs memories:review."""
+    """Search skips candidates unless asked; asked, a proposer finds its own, a reviewer all,
+    any other key none."""
     tenant = unique("t")
     agent = Api(channel, brain_server.mint_key(tenant, "agent:coder", permissions=AGENT))
+    other = Api(channel, brain_server.mint_key(tenant, "agent:other", permissions=AGENT))
     reviewer = Api(channel, brain_server.mint_key(tenant, "carol", permissions=REVIEWER))
     candidate = await propose(agent, "The CI cache lives in bucket ci-cache-eu")
+    own = await propose(other, "The CI cache of other lives in bucket ci-cache-us")
     wanted = common_pb2.MemoryFilter(statuses=[common_pb2.MEMORY_STATUS_CANDIDATE])
-    err = await rpc_error(agent.search("CI cache", filter=wanted))
-    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert await reviewer.search("CI cache", filter=wanted) == [candidate.id]
+    assert await agent.search("CI cache", filter=wanted) == [candidate.id]
+    assert await other.search("CI cache", filter=wanted) == [own.id]
+    assert sorted(await reviewer.search("CI cache", filter=wanted)) == sorted(
+        [candidate.id, own.id]
+    )
     assert await reviewer.search("CI cache") == []
 
 
