@@ -1,0 +1,174 @@
+"""Issue 11, class 3: forgetting reaches every copy.
+
+After a forget, no table and no column of the database holds the forgotten text, tag,
+metadata value or the reasons given when it was proposed and reviewed — audit events and
+idempotency records included — and a replayed request answers with the retracted memory.
+Each search is shown to find the same values before the forget.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import asyncpg
+import grpc
+
+from brain.v1 import common_pb2, memory_pb2
+
+from .conftest import BrainServer, unique
+from .edge import RANDOM_ID, get_call, outcome
+from .helpers import Api
+from .test_review import decide, propose
+
+OWNER = "memories:read,memories:write,memories:forget,memories:propose"
+SEARCHED_TYPES = (
+    "text", "character varying", "character", "json", "jsonb", "ARRAY", "tsvector", "bytea",
+)  # fmt: skip
+
+
+def holders(server: BrainServer, needles: dict[str, str]) -> dict[str, set[str]]:
+    """For each needle, every ``table.column`` of the schema (read as the owner, so every
+    tenant) holding it: text, json, array and tsvector columns as text, bytea columns as
+    UTF-8 bytes."""
+
+    async def scan() -> dict[str, set[str]]:
+        conn = await asyncpg.connect(server.cluster.owner_dsn)
+        try:
+            columns = await conn.fetch(
+                """SELECT c.table_name, c.column_name, c.data_type
+                   FROM information_schema.columns c
+                   JOIN information_schema.tables t USING (table_schema, table_name)
+                   WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+                     AND c.data_type = ANY($1::text[])""",
+                list(SEARCHED_TYPES),
+            )
+            assert {(r["table_name"], r["column_name"]) for r in columns} >= {
+                ("memories", "content"),
+                ("audit_events", "outcome"),
+                ("idempotency_keys", "idempotency_key"),
+            }
+            found: dict[str, set[str]] = {name: set() for name in needles}
+            for row in columns:
+                table, column = row["table_name"], row["column_name"]
+                for name, needle in needles.items():
+                    if row["data_type"] == "bytea":
+                        test, arg = f'position($1::bytea IN "{column}") > 0', needle.encode()
+                    else:
+                        test, arg = f"\"{column}\"::text ILIKE '%' || $1 || '%'", needle
+                    if await conn.fetchval(f'SELECT 1 FROM "{table}" WHERE {test} LIMIT 1', arg):
+                        found[name].add(f"{table}.{column}")
+            return found
+        finally:
+            await conn.close()
+
+    return server.loop.run(scan())
+
+
+async def test_forget_leaves_no_copy_anywhere_and_replays_answer_retracted(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Before the forget each value is found in the memory rows; after it, in no table at all,
+    and replaying the save, the update and the proposal shows the retracted, blank memory."""
+    token = secrets.token_hex(6)
+    needles = {
+        "text": f"kestrel{token}",
+        "second": f"merlin{token}",
+        "tag": f"tagged{token}",
+        "meta": f"meta{token}",
+        "proposal": f"because{token}",
+        "review": f"checked{token}",
+    }
+    tenant = unique("edge-e")
+    owner = Api(channel, brain_server.mint_key(tenant, "owner", permissions=OWNER))
+    reviewer = Api(
+        channel,
+        brain_server.mint_key(tenant, "carol", permissions="memories:read,memories:review"),
+    )
+    save_req = memory_pb2.SaveMemoryRequest(
+        scope=owner.scope(),
+        memory=common_pb2.MemoryDraft(
+            content=f"the falcon code is {needles['text']}",
+            tags=[needles["tag"]],
+            metadata={"source": needles["meta"]},
+        ),
+        idempotency_key="save-1",
+    )
+    saved = (await owner.memories.SaveMemory(save_req, metadata=owner.md)).memory
+    update_req = memory_pb2.UpdateMemoryRequest(
+        scope=owner.scope(),
+        id=saved.id,
+        patch=common_pb2.MemoryDraft(content=f"the falcon code is now {needles['second']}"),
+        update_mask={"paths": ["content"]},
+        idempotency_key="update-1",
+    )
+    await owner.memories.UpdateMemory(update_req, metadata=owner.md)
+    proposed = await propose(
+        owner, f"the falcon backup is {needles['text']}", reason=needles["proposal"],
+        idempotency_key="propose-1",
+    )  # fmt: skip
+    await decide(reviewer, proposed.id, approve=True, reason=needles["review"])
+    kept = (await owner.save(f"unrelated falcon fact {token}")).memory.id
+
+    # Positive control: the same search finds every value in the memory rows.
+    before = holders(brain_server, needles)
+    assert "memories.content" in before["text"] and "memories.content" in before["second"]
+    assert "memories.tags" in before["tag"] and "memories.metadata" in before["meta"]
+    assert "memories.proposal_reason" in before["proposal"]
+    assert "memories.review_reason" in before["review"]
+    replayed = await owner.memories.SaveMemory(save_req, metadata=owner.md)
+    assert replayed.outcome == memory_pb2.SAVE_OUTCOME_REPLAYED
+    assert replayed.memory.content.endswith(needles["second"])  # the memory as it is now
+
+    await owner.forget(saved.id)
+    await owner.forget(proposed.id)
+
+    after = holders(brain_server, needles)
+    assert after == {name: set() for name in needles}
+    # An unforgotten memory keeps its content.
+    assert holders(brain_server, {"kept": f"unrelated falcon fact {token}"}) == {
+        "kept": {"memories.content"}
+    }
+
+    replayed = await owner.memories.SaveMemory(save_req, metadata=owner.md)
+    assert replayed.outcome == memory_pb2.SAVE_OUTCOME_REPLAYED
+    assert (replayed.memory.id, replayed.memory.status, replayed.memory.content) == (
+        saved.id,
+        common_pb2.MEMORY_STATUS_RETRACTED,
+        "",
+    )
+    assert not replayed.memory.tags and not replayed.memory.metadata
+    updated = (await owner.memories.UpdateMemory(update_req, metadata=owner.md)).memory
+    assert (updated.status, updated.content) == (common_pb2.MEMORY_STATUS_RETRACTED, "")
+    again = await propose(
+        owner, f"the falcon backup is {needles['text']}", reason=needles["proposal"],
+        idempotency_key="propose-1",
+    )  # fmt: skip
+    assert (again.id, again.status, again.content, again.proposal_reason) == (
+        proposed.id,
+        common_pb2.MEMORY_STATUS_RETRACTED,
+        "",
+        "",
+    )
+    assert (await owner.get(kept)).content == f"unrelated falcon fact {token}"
+
+
+async def test_replay_of_a_memory_the_key_no_longer_sees_answers_like_a_random_id(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A replayed save whose memory was since relabelled away from the key fails exactly like
+    a Get of a random id; replayed before the relabel it returns the memory."""
+    tenant = unique("edge-r")
+    saver = Api(channel, brain_server.mint_key(tenant, "saver"))
+    wide = Api(channel, brain_server.mint_key(tenant, "wide", labels=("team", "secret")))
+    req = memory_pb2.SaveMemoryRequest(
+        scope=saver.scope(),
+        memory=common_pb2.MemoryDraft(content="replayed osprey plan"),
+        idempotency_key="k1",
+    )
+    first = await saver.memories.SaveMemory(req, metadata=saver.md)
+    again = await saver.memories.SaveMemory(req, metadata=saver.md)
+    assert (again.outcome, again.memory.id) == (memory_pb2.SAVE_OUTCOME_REPLAYED, first.memory.id)
+    await wide.update(first.memory.id, ["labels"], labels=["secret"])
+    hidden = await outcome(saver.memories.SaveMemory(req, metadata=saver.md))
+    assert hidden == await outcome(get_call(saver, RANDOM_ID))
+    assert hidden[0] == grpc.StatusCode.NOT_FOUND
