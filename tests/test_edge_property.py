@@ -1,0 +1,359 @@
+"""Issue 11: a randomized multi-key property test of the visibility rule.
+
+Random sequences of save, update, relabel, supersede, forget, propose and review by keys
+with different confinements, labels and permissions run in a fresh tenant; afterwards
+every read RPC by every key returns exactly what a small reference model says it may see
+(nothing more, nothing less), and every invisible id fails byte-identically to a random
+id. The model is the rule in the README: a key sees a memory when its current version
+shares a label with the key, lies in the key's confinement and, if it was never admitted,
+was proposed by the key or the key may review; every version follows the current one.
+
+Writes are not predicted (their rules belong to other parts of the brain); the model
+follows what the server answered, and only checks that a write never succeeds on a memory
+the writer could not see, and fails on one like on a random id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from brain.authz import Confinement, parse_permissions
+from brain.server.storage import admin
+from brain.v1 import common_pb2, memory_pb2, review_pb2
+
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings
+from .edge import RANDOM_ID, get_call, history_call, outcome, watch_replay
+from .helpers import Api
+
+NS = "prop"
+PROPOSALS = ("candidate", "rejected", "withdrawn")
+STATUS = {
+    common_pb2.MEMORY_STATUS_ACTIVE: "active",
+    common_pb2.MEMORY_STATUS_CANDIDATE: "candidate",
+    common_pb2.MEMORY_STATUS_SUPERSEDED: "superseded",
+    common_pb2.MEMORY_STATUS_RETRACTED: "retracted",
+    common_pb2.MEMORY_STATUS_REJECTED: "rejected",
+    common_pb2.MEMORY_STATUS_WITHDRAWN: "withdrawn",
+}
+LABEL_SETS = (("team",), ("secret",), ("team", "secret"))
+WRITE_ERRORS = {
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    permissions: str
+    labels: tuple[str, ...]
+    user: str | None = None
+
+    @property
+    def may_review(self) -> bool:
+        return "memories:review" in self.permissions
+
+
+KEYS = {
+    "admin": KeySpec(
+        "memories:read,memories:write,memories:forget,memories:propose,memories:review",
+        ("team", "secret"),
+    ),
+    "teamer": KeySpec("memories:read,memories:write,memories:forget,memories:propose", ("team",)),
+    "alice": KeySpec(
+        "memories:read,memories:write,memories:forget,memories:propose", ("team",), user="alice"
+    ),
+    "bob": KeySpec("memories:read,memories:propose", ("team", "secret"), user="bob"),
+    "rev": KeySpec("memories:read,memories:review", ("secret",)),
+}
+
+
+@dataclass
+class Row:
+    """The model of one memory: its current version's visibility-relevant fields."""
+
+    user: str
+    labels: frozenset[str]
+    status: str
+    created_by: str
+    versions: int = 1
+
+
+@dataclass
+class Model:
+    rows: dict[str, Row] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+
+    def add(self, memory: common_pb2.Memory, user: str, created_by: str) -> None:
+        self.rows[memory.id] = Row(
+            user, frozenset(memory.labels), STATUS[memory.status], created_by, memory.version
+        )
+        self.order.append(memory.id)
+
+    def target(self, index: int) -> str | None:
+        return self.order[index % len(self.order)] if self.order else None
+
+
+def may_see(name: str, row: Row) -> bool:
+    key = KEYS[name]
+    return (
+        bool(row.labels & set(key.labels))
+        and (key.user is None or row.user in ("", key.user))
+        and (row.status not in PROPOSALS or row.created_by == name or key.may_review)
+    )
+
+
+actors = st.sampled_from(sorted(KEYS))
+users = st.sampled_from(["", "alice", "bob"])
+label_sets = st.sampled_from(LABEL_SETS)
+targets = st.integers(0, 20)
+operations = st.one_of(
+    st.tuples(st.just("save"), actors, users, label_sets),
+    st.tuples(st.just("propose"), actors, users, label_sets),
+    st.tuples(st.just("update"), actors, targets),
+    st.tuples(st.just("relabel"), actors, targets, label_sets),
+    st.tuples(st.just("forget"), actors, targets),
+    st.tuples(st.just("review"), actors, targets, st.booleans()),
+    st.tuples(st.just("supersede"), actors, targets, users, label_sets),
+)
+
+
+class Scenario:
+    """Runs operations against the server and keeps the model in step with its answers."""
+
+    def __init__(self, apis: dict[str, Api]) -> None:
+        self.apis = apis
+        self.model = Model()
+        self.texts = 0
+
+    def text(self) -> str:
+        self.texts += 1
+        return f"zebra note {self.texts} {secrets.token_hex(3)}"
+
+    def api(self, name: str, user: str = "") -> Api:
+        base = self.apis[name]
+        return Api(base.channel, base.key, NS, KEYS[name].user or user)
+
+    async def run(self, op: tuple[Any, ...]) -> None:
+        kind, name = op[0], op[1]
+        if kind in ("save", "propose"):
+            await self.create(kind, name, op[2], op[3], supersedes=None)
+            return
+        target = self.model.target(op[2])
+        if target is None:
+            return
+        if kind == "supersede":
+            await self.create("save", name, op[3], op[4], supersedes=target)
+            return
+        api, row = self.api(name), self.model.rows[target]
+        call: Any
+        if kind == "update":
+            call = api.update(target, ["content"], content=self.text())
+        elif kind == "relabel":
+            call = api.update(target, ["labels"], labels=list(op[3]))
+        elif kind == "forget":
+            call = api.forget(target)
+        else:
+            decision = (
+                review_pb2.REVIEW_DECISION_APPROVE if op[3] else review_pb2.REVIEW_DECISION_REJECT
+            )
+            call = api.review.ReviewCandidate(
+                review_pb2.ReviewCandidateRequest(
+                    scope=api.scope(), id=target, decision=decision, reason="checked"
+                ),
+                metadata=api.md,
+            )
+        visible = may_see(name, row)
+        result = await outcome(call)
+        if result[0] != grpc.StatusCode.OK:
+            assert result[0] in WRITE_ERRORS, (op, result)
+            assert visible or result[0] != grpc.StatusCode.FAILED_PRECONDITION, (op, result)
+            if not visible and result[0] == grpc.StatusCode.NOT_FOUND:
+                assert result == await outcome(self.same_call_on_random_id(kind, name, op)), op
+            return
+        assert visible, f"{op} succeeded on a memory its key cannot see"
+        if kind == "forget":
+            if row.status != "retracted":
+                row.status, row.versions = "retracted", row.versions + 1
+            return
+        memory = result[1].memory
+        row.status, row.labels = STATUS[memory.status], frozenset(memory.labels)
+        row.versions = memory.version
+
+    def same_call_on_random_id(self, kind: str, name: str, op: tuple[Any, ...]) -> Any:
+        api = self.api(name)
+        if kind in ("update", "relabel"):
+            return api.update(RANDOM_ID, ["content"], content=self.text())
+        if kind == "forget":
+            return api.forget(RANDOM_ID)
+        return api.review.ReviewCandidate(
+            review_pb2.ReviewCandidateRequest(
+                scope=api.scope(),
+                id=RANDOM_ID,
+                decision=review_pb2.REVIEW_DECISION_APPROVE
+                if op[3]
+                else review_pb2.REVIEW_DECISION_REJECT,
+                reason="checked",
+            ),
+            metadata=api.md,
+        )
+
+    async def create(
+        self,
+        kind: str,
+        name: str,
+        user: str,
+        labels: tuple[str, ...],
+        supersedes: str | None,
+    ) -> None:
+        api = self.api(name, user)
+        draft = common_pb2.MemoryDraft(content=self.text(), labels=list(labels))
+        if kind == "propose":
+            call: Any = api.review.ProposeMemory(
+                review_pb2.ProposeMemoryRequest(scope=api.scope(), memory=draft, reason="why"),
+                metadata=api.md,
+            )
+        else:
+            call = api.memories.SaveMemory(
+                memory_pb2.SaveMemoryRequest(
+                    scope=api.scope(), memory=draft, supersedes=[supersedes] if supersedes else []
+                ),
+                metadata=api.md,
+            )
+        result = await outcome(call)
+        if result[0] != grpc.StatusCode.OK:
+            assert result[0] in WRITE_ERRORS, (kind, name, result)
+            if supersedes is not None and not may_see(name, self.model.rows[supersedes]):
+                assert result[0] in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED)
+            return
+        assert set(labels) <= set(KEYS[name].labels)
+        memory = result[1].candidate if kind == "propose" else result[1].memory
+        self.model.add(memory, api.user_id, name)
+        if supersedes is not None:
+            target = self.model.rows[supersedes]
+            assert may_see(name, target) and target.status == "active"
+            target.status, target.versions = "superseded", target.versions + 1
+
+    async def check_reads(self, name: str, sentinel: str) -> None:
+        """Every read RPC of key ``name`` returns exactly what the model allows."""
+        api = self.api(name)
+        rows = self.model.rows
+        seen = {i for i, row in rows.items() if may_see(name, row)}
+        active = {i for i in seen if rows[i].status == "active"}
+        versions = {(i, v) for i in seen for v in range(1, rows[i].versions + 1)}
+
+        random_get = await outcome(get_call(api, RANDOM_ID))
+        random_history = await outcome(history_call(api, RANDOM_ID))
+        ids = list(rows)
+        gets = await asyncio.gather(*(outcome(get_call(api, i)) for i in ids))
+        histories = await asyncio.gather(*(outcome(history_call(api, i)) for i in ids))
+        for memory_id, got, history in zip(ids, gets, histories, strict=True):
+            row = rows[memory_id]
+            if memory_id in seen:
+                assert got[0] == grpc.StatusCode.OK, (name, memory_id, got)
+                assert STATUS[got[1].memory.status] == row.status
+                assert [v.version for v in history[1].versions] == list(range(1, row.versions + 1))
+            else:
+                assert got == random_get, (name, memory_id)
+                assert history == random_history, (name, memory_id)
+
+        listed = {m.id for m in await api.list_all(page_size=100)}
+        assert listed == active, (name, "list")
+        assert set(await api.search("zebra", limit=100)) == active, (name, "search")
+        context = await api.memories.BuildContext(
+            memory_pb2.BuildContextRequest(
+                scope=api.scope(), query="zebra", token_budget=32_000, max_memories=100
+            ),
+            metadata=api.md,
+        )
+        assert {i.id for i in context.items} == active, (name, "context")
+        exported = await api.export(include_history=True)
+        assert {(e.memory.id, e.memory.version) for e in exported} == versions, (name, "export")
+        assert await watch_replay(api, sentinel) == versions, (name, "watch")
+
+
+@pytest.fixture(scope="module")
+def lexical_servers(
+    pg_cluster: PgCluster, loop_thread: LoopThread
+) -> Iterator[dict[str, BrainServer]]:
+    """Two lexical-only servers (no embedding cost per write and query): one with the
+    application's predicate, one relying on row-level security alone."""
+    servers = {
+        name: BrainServer(
+            cluster=pg_cluster,
+            loop=loop_thread,
+            settings=server_settings(pg_cluster, embedder="none", app_filter=name == "app-filter"),
+        )
+        for name in ("app-filter", "rls-only")
+    }
+    for server in servers.values():
+        server.start()
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    ops=st.lists(operations, min_size=1, max_size=8),
+    wall=st.sampled_from(["app-filter", "rls-only"]),
+)
+def test_every_read_returns_exactly_what_the_model_allows(
+    lexical_servers: dict[str, BrainServer], ops: list[tuple[Any, ...]], wall: str
+) -> None:
+    """After random writes by five differently confined, labelled and permitted keys, every
+    read RPC of every key matches the reference model, invisible ids like a random id; with
+    the application's predicate and with row-level security alone."""
+    server = lexical_servers[wall]
+    tenant = f"prop-{secrets.token_hex(5)}"
+
+    async def scenario() -> None:
+        keys = await mint_keys(server, tenant)
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            s = Scenario({name: Api(channel, key, NS) for name, key in keys.items()})
+            for op in ops:
+                await s.run(op)
+            # Written last and visible to every key: a Watch replay is complete once it arrives.
+            await s.create("save", "admin", "", ("team", "secret"), supersedes=None)
+            sentinel = s.model.order[-1]
+            await asyncio.gather(*(s.check_reads(name, sentinel) for name in KEYS))
+
+    server.loop.run(scenario(), timeout=60)
+
+
+async def mint_keys(server: BrainServer, tenant: str) -> dict[str, str]:
+    """A fresh tenant and one key per spec, minted on one owner connection."""
+    conn = await asyncpg.connect(server.cluster.owner_dsn)
+    try:
+        async with conn.transaction():
+            await admin.create_tenant(conn, tenant)
+            keys = {}
+            for name, spec in KEYS.items():
+                minted = await admin.mint_key(
+                    conn,
+                    server.cluster.pepper,
+                    tenant=tenant,
+                    principal=name,
+                    permissions=parse_permissions(spec.permissions),
+                    confinement=Confinement(user_id=spec.user),
+                    labels=frozenset(spec.labels),
+                    expires_at=None,
+                )
+                keys[name] = minted.key
+        return keys
+    finally:
+        await conn.close()
