@@ -304,7 +304,8 @@ def lexical_servers(
 
 
 @settings(
-    max_examples=25,
+    max_examples=20,
+    database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
