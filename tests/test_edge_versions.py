@@ -9,8 +9,11 @@ application's predicate, and with row-level security alone.
 
 from __future__ import annotations
 
+import asyncpg
 import grpc
+import pytest
 
+from brain.server.storage.memories import VERSION_COLUMNS
 from brain.v1 import common_pb2
 
 from .conftest import BrainServer, unique
@@ -124,3 +127,32 @@ async def test_labels_mean_any_shared_label(walled_server: BrainServer) -> None:
             assert shown == expected, name
             for memory_id in {both, hr_only} - expected:
                 assert await hidden_like_random(api, memory_id)
+
+
+async def test_a_memory_never_changes_scope(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Versions of a memory keep its namespace, user and session, even for the database owner:
+    moving one is refused, while an ordinary update (same scope) goes through."""
+    tenant = unique("edge-s")
+    owner = Api(channel, brain_server.mint_key(tenant, "owner"))
+    saved = (await owner.save("scoped puffin note")).memory
+    assert (
+        await owner.update(saved.id, ["content"], content="scoped puffin note two")
+    ).version == 2
+    with pytest.raises(asyncpg.CheckViolationError, match="never change"):
+        brain_server.sql(
+            "UPDATE memories SET user_id = 'mallory' WHERE memory_id = $1::uuid", saved.id
+        )
+    columns = ", ".join(VERSION_COLUMNS)
+    moved = ", ".join(
+        {"version": "3", "namespace": "'elsewhere'", "retired_at": "NULL"}.get(c, c)
+        for c in VERSION_COLUMNS
+    )
+    with pytest.raises(asyncpg.CheckViolationError, match="never change"):
+        brain_server.sql(
+            f"INSERT INTO memories ({columns}) SELECT {moved} FROM memories "
+            "WHERE memory_id = $1::uuid AND version = 1",
+            saved.id,
+        )
+    assert [v.version for v in await owner.history(saved.id)] == [1, 2]

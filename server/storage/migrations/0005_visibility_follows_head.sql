@@ -49,6 +49,34 @@ ALTER POLICY tenant_isolation ON memories
                               AND brain_key_may_see_proposal(status, created_by)
                          ELSE brain_key_may_see_head(tenant_id, memory_id) END);
 
+-- The application's predicate tests scope on any version directly (so indexes apply):
+-- that is the head's scope only because a memory never changes namespace, user or session.
+-- Hold that for every writer, brain-admin included.
+CREATE FUNCTION brain_memory_scope_is_fixed() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public
+AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' OR EXISTS (
+        SELECT 1 FROM memories p
+        WHERE p.tenant_id = NEW.tenant_id AND p.memory_id = NEW.memory_id
+          AND (p.namespace, p.user_id, p.session_id)
+              IS DISTINCT FROM (NEW.namespace, NEW.user_id, NEW.session_id))
+    THEN
+        RAISE EXCEPTION 'memory %: namespace, user_id and session_id never change; save a new memory instead', NEW.memory_id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+REVOKE ALL ON FUNCTION brain_memory_scope_is_fixed() FROM PUBLIC;
+CREATE TRIGGER memories_scope_fixed_insert BEFORE INSERT ON memories
+    FOR EACH ROW WHEN (NEW.version > 1) EXECUTE FUNCTION brain_memory_scope_is_fixed();
+CREATE TRIGGER memories_scope_fixed_update BEFORE UPDATE OF namespace, user_id, session_id
+    ON memories FOR EACH ROW
+    WHEN ((OLD.namespace, OLD.user_id, OLD.session_id)
+          IS DISTINCT FROM (NEW.namespace, NEW.user_id, NEW.session_id))
+    EXECUTE FUNCTION brain_memory_scope_is_fixed();
+
 -- Idempotency records hold no content, so forgetting reaches every copy: a replay re-reads
 -- the memory through the visibility predicate. Records written before this migration held
 -- whole responses (content included) and are dropped; a retry of such a request is
