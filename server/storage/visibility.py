@@ -75,54 +75,47 @@ def visibility_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
     if not v.app_filter:
         return "TRUE"
     a, head = alias, f"{alias}_head"
-    scope, access = _scope_rule(v, p), _access_rule(v, p)
-    # Scope columns never change between versions, so they are also tested on the row
-    # itself, where the planner can use them for indexes; the head decides the rest.
+    access = _access_rule(v, p)
+    # Scope never changes between versions (a trigger holds it, migration 0005), so it is
+    # tested on the row itself, where the planner can use it for indexes; labels and status
+    # are the head's. A current row is its own head: recall never pays for the lookup.
     return (
-        f"({a}.tenant_id = {p.add(v.tenant_id)}::uuid AND {scope(a)} AND ("
+        f"({_scope_rule(v, p, a)} AND ("
         f"({a}.retired_at IS NULL AND {access(a)})"
         f" OR ({a}.retired_at IS NOT NULL AND EXISTS ("
-        f"SELECT 1 FROM (SELECT h.labels, h.namespace, h.user_id, h.session_id, h.status,"
-        f" h.created_by FROM memories h"
+        f"SELECT 1 FROM (SELECT h.labels, h.status, h.created_by FROM memories h"
         f" WHERE h.tenant_id = {a}.tenant_id AND h.memory_id = {a}.memory_id"
-        f" ORDER BY h.version DESC LIMIT 1) {head}"
-        f" WHERE {scope(head)} AND {access(head)}))))"
+        f" ORDER BY h.version DESC LIMIT 1) {head} WHERE {access(head)}))))"
     )
 
 
-def _scope_rule(v: Visibility, p: Params) -> Callable[[str], str]:
-    """Confinement and request scope, for any row alias; parameters bound once."""
+def _scope_rule(v: Visibility, p: Params, a: str) -> str:
+    """The key's tenant and confinement, and the request's scope."""
     c, s = v.confinement, v.scope
-    clauses: list[tuple[str, str]] = []
+    clauses = [f"{a}.tenant_id = {p.add(v.tenant_id)}::uuid"]
     if c.user_id is not None:
-        clauses.append(("user_id IN ('', {})", p.add(c.user_id)))
+        clauses.append(f"{a}.user_id IN ('', {p.add(c.user_id)})")
     if c.namespaces:
-        clauses.append(("namespace = ANY({}::text[])", p.add(sorted(c.namespaces))))
+        clauses.append(f"{a}.namespace = ANY({p.add(sorted(c.namespaces))}::text[])")
     if c.session_id is not None:
-        clauses.append(("session_id IN ('', {})", p.add(c.session_id)))
+        clauses.append(f"{a}.session_id IN ('', {p.add(c.session_id)})")
     if s.namespace:
-        clauses.append(("namespace = {}", p.add(s.namespace)))
+        clauses.append(f"{a}.namespace = {p.add(s.namespace)}")
     if s.user_id:
-        clauses.append(("user_id IN ('', {})", p.add(s.user_id)))
+        clauses.append(f"{a}.user_id IN ('', {p.add(s.user_id)})")
     if s.session_id:
-        clauses.append(("session_id IN ('', {})", p.add(s.session_id)))
-
-    def rule(a: str) -> str:
-        return " AND ".join([f"{a}.{sql.format(ph)}" for sql, ph in clauses] or ["TRUE"])
-
-    return rule
+        clauses.append(f"{a}.session_id IN ('', {p.add(s.session_id)})")
+    return " AND ".join(clauses)
 
 
 def _access_rule(v: Visibility, p: Params) -> Callable[[str], str]:
-    """Labels, and proposals for their proposer and reviewers only."""
+    """Labels, and proposals for their proposer and reviewers only, for any row alias (the
+    parameters are bound once)."""
     labels = p.add(sorted(v.labels))
-    proposal = ""
-    if not v.may_review:
-        statuses, principal = p.add(list(PROPOSAL_STATUSES)), p.add(v.principal)
-        proposal = " AND ({a}.status <> ALL(" + statuses + "::text[])"
-        proposal += " OR {a}.created_by = " + principal + ")"
-
-    def rule(a: str) -> str:
-        return f"{a}.labels && {labels}::text[]" + proposal.format(a=a)
-
-    return rule
+    if v.may_review:
+        return lambda a: f"{a}.labels && {labels}::text[]"
+    statuses, principal = p.add(list(PROPOSAL_STATUSES)), p.add(v.principal)
+    return lambda a: (
+        f"{a}.labels && {labels}::text[]"
+        f" AND ({a}.status <> ALL({statuses}::text[]) OR {a}.created_by = {principal})"
+    )
