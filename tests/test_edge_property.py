@@ -294,6 +294,11 @@ class Scenario:
             metadata=api.md,
         )
         assert {i.id for i in context.items} == active, (name, "context")
+        pending = await api.review.ListCandidates(
+            review_pb2.ListCandidatesRequest(scope=api.scope(), page_size=100), metadata=api.md
+        )
+        candidates = {i for i in seen if rows[i].status == "candidate"}
+        assert {m.id for m in pending.candidates} == candidates, (name, "candidates")
         exported = await api.export(include_history=True)
         assert {(e.memory.id, e.memory.version) for e in exported} == versions, (name, "export")
         assert await watch_replay(api, sentinel) == versions, (name, "watch")
@@ -321,7 +326,7 @@ def lexical_servers(
 
 
 @settings(
-    max_examples=15,
+    max_examples=12,
     database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
