@@ -110,10 +110,11 @@ def row_filter(
     )
 
 
-def request_hash(method: str, request: Message) -> bytes:
-    """What an idempotency key is bound to: the method and the exact request body."""
+def request_hash(pepper: bytes, method: str, request: Message) -> bytes:
+    """What an idempotency key is bound to: the method and the exact request body, as a
+    keyed hash (like fingerprints), so the record is no confirmable copy of the content."""
     body = request.SerializeToString(deterministic=True)
-    return hashlib.sha256(method.encode() + b"\0" + body).digest()
+    return hmac.new(pepper, b"request:" + method.encode() + b"\0" + body, hashlib.sha256).digest()
 
 
 class Memories:
@@ -168,19 +169,18 @@ class Memories:
         see answers NOT_FOUND)."""
         if not idempotency_key:
             return None
+        digest = request_hash(self.pepper, caller.method, request)
         earlier = await sql.claim_idempotency_key(
             conn,
             caller.tenant_id,
             caller.key.key_id,
             idempotency_key,
             caller.method,
-            request_hash(caller.method, request),
+            digest,
         )
         if earlier is None:
             return None
-        if earlier["method"] != caller.method or bytes(earlier["request_hash"]) != request_hash(
-            caller.method, request
-        ):
+        if earlier["method"] != caller.method or bytes(earlier["request_hash"]) != digest:
             raise AlreadyExists(
                 "idempotency_key: already used by this key for a different request; "
                 "use a new key for a new request"
