@@ -13,7 +13,7 @@ from datetime import datetime
 
 import asyncpg
 
-from .memories import MEMORY_COLUMNS, RowFilter, filter_predicate
+from .memories import RowFilter, filter_predicate, memory_columns
 from .visibility import Params, Visibility, visibility_predicate
 
 EVENT_COLUMNS = (
@@ -75,7 +75,7 @@ async def changed_memories(
     """For each event in (after_seq, upto_seq], each memory it touched as that event left
     it — only where that version passes the visibility predicate and the filter."""
     p = Params(v.tenant_id, after_seq, upto_seq)
-    sql = f"""SELECT e.seq AS audit_seq, e.at AS changed_at, {MEMORY_COLUMNS}
+    sql = f"""SELECT e.seq AS audit_seq, e.at AS changed_at, {memory_columns(v, p)}
               FROM audit_events e
               CROSS JOIN LATERAL unnest(e.memory_ids) WITH ORDINALITY AS u (memory_id, ord)
               CROSS JOIN LATERAL (
