@@ -515,7 +515,10 @@ class Memories:
                 change="update", changed_by=caller.principal, changed_by_key=caller.key.key_id
             )
             row = await sql.new_version(conn, current, at, changes, shown_to=vis)
-            response = memory_pb2.UpdateMemoryResponse(memory=convert.memory(row))
+            # The row holds fields this request did not set: a key without read sees a receipt.
+            response = memory_pb2.UpdateMemoryResponse(
+                memory=convert.shown(row, caller.has(Permission.READ.value))
+            )
             await self.remember(conn, caller, idem, response)
         return response
 

@@ -237,7 +237,9 @@ class Review:
                     {**reviewed, "status": "rejected", "change": "reject"},
                     shown_to=vis,
                 )
-                return review_pb2.ReviewCandidateResponse(memory=convert.memory(row))
+                return review_pb2.ReviewCandidateResponse(
+                    memory=convert.shown(row, caller.has(Permission.READ.value))
+                )
             # Only tombstones the reviewer could see bind (and are lifted by) the approval.
             tombstones = await sql.live_tombstones(
                 conn, vis, current["namespace"], current["user_id"], current["session_id"],
@@ -261,7 +263,9 @@ class Review:
                 shown_to=vis,
             )
             await m.mark_superseded(conn, caller, targets, current["memory_id"], at)
-        return review_pb2.ReviewCandidateResponse(memory=convert.memory(row))
+        return review_pb2.ReviewCandidateResponse(
+            memory=convert.shown(row, caller.has(Permission.READ.value))
+        )
 
     async def withdraw(
         self,

@@ -213,3 +213,23 @@ async def test_idempotency_keys_are_per_key(
     assert theirs.memory.id != first.memory.id and theirs.memory.content == "Bob's plan"
     replay = await alice.save("Alice's plan", idempotency_key="k-1")  # control
     assert (replay.outcome, replay.memory.id) == (memory_pb2.SAVE_OUTCOME_REPLAYED, first.memory.id)
+
+
+async def test_write_responses_to_keys_without_read_are_receipts(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """UpdateMemory by a key without memories:read answers where and what state the memory
+    is in, never the content, tags or metadata it did not set."""
+    tenant = unique("t")
+    writer = Api(channel, brain_server.mint_key(tenant, "writer", permissions=RW))
+    blind = Api(channel, brain_server.mint_key(tenant, "agent:wo", permissions="memories:write"))
+    memory_id = (
+        await writer.save("The vault combination is 12-34-56", tags=["ops"], metadata={"k": "v"})
+    ).memory.id
+    updated = await blind.update(memory_id, ["importance"], importance=0.8)
+    assert (updated.id, updated.version, updated.status) == (
+        memory_id, 2, common_pb2.MEMORY_STATUS_ACTIVE,
+    )  # fmt: skip
+    assert (updated.content, list(updated.tags), dict(updated.metadata)) == ("", [], {})
+    control = await writer.update(memory_id, ["importance"], importance=0.7)
+    assert (control.content, list(control.tags)) == ("The vault combination is 12-34-56", ["ops"])
