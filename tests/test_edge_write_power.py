@@ -10,6 +10,8 @@ byte-identical to random ids.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -141,3 +143,109 @@ async def test_session_confined_key_changes_only_its_session(
     assert versions(brain_server, long_term) == 1
     assert (await session.update(working, ["importance"], importance=0.9)).version == 2  # control
     assert (await alice.update(long_term, ["importance"], importance=0.9)).version == 2
+
+
+@dataclass(frozen=True)
+class Bucket:
+    namespace: str
+    user_id: str = ""
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    name: str
+    user: str | None = None
+    session: str | None = None
+    namespaces: tuple[str, ...] = ()
+
+    def sees(self, b: Bucket) -> bool:
+        return (
+            (not self.namespaces or b.namespace in self.namespaces)
+            and (self.user is None or b.user_id in ("", self.user))
+            and (self.session is None or b.session_id in ("", self.session))
+        )
+
+    def writes(self, b: Bucket) -> bool:
+        return (
+            self.sees(b)
+            and (self.user is None or b.user_id == self.user)
+            and (self.session is None or b.session_id == self.session)
+        )
+
+
+MATRIX_KEYS = (
+    KeySpec("admin"),
+    KeySpec("ci", namespaces=("proj",)),
+    KeySpec("alice", user="alice"),
+    KeySpec("alice-s1", user="alice", session="s1"),
+    KeySpec("bob", user="bob"),
+)
+MATRIX_BUCKETS = (
+    Bucket("proj"),
+    Bucket("proj", "alice"),
+    Bucket("proj", "alice", "s1"),
+    Bucket("proj", "bob"),
+    Bucket("ops"),
+)
+
+
+async def test_write_power_matrix_matches_the_reference_model(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Every confinement x bucket x (update, forget, supersede): OK exactly when the model
+    says writable, PERMISSION_DENIED when only readable, and otherwise the very bytes a
+    random id gets."""
+    tenant = unique("t")
+    seeder = Api(channel, brain_server.mint_key(tenant, "seeder"), namespace="")
+    apis = {
+        k.name: Api(
+            channel,
+            brain_server.mint_key(
+                tenant,
+                k.name,
+                permissions=ALL_WRITES,
+                user=k.user,
+                session=k.session,
+                namespaces=k.namespaces,
+            ),
+            namespace="proj" if k.namespaces else "",
+            user_id=k.user or "",
+            session_id=k.session or "",
+        )
+        for k in MATRIX_KEYS
+    }
+
+    async def attempt(api: Api, op: str, target: str, b: Bucket) -> Any:
+        if op == "update":
+            return await api.update(target, ["importance"], importance=0.25)
+        if op == "forget":
+            return await api.forget(target)
+        scope = api.scope(namespace=api.namespace or b.namespace)
+        return await api.save(f"replaces {target}", supersedes=[target], scope=scope)
+
+    outcomes = 0
+    for key in MATRIX_KEYS:
+        api = apis[key.name]
+        for b in MATRIX_BUCKETS:
+            scope = common_pb2.Scope(
+                namespace=b.namespace, user_id=b.user_id, session_id=b.session_id
+            )
+            target = (await seeder.save(f"{key.name} may change {b}?", scope=scope)).memory.id
+            # In this order each op still finds the row current when the previous one wrote.
+            for done, op in enumerate(("update", "supersede", "forget"), start=1):
+                where = (key.name, b, op)
+                if key.writes(b):
+                    await attempt(api, op, target, b)
+                    assert versions(brain_server, target) == 1 + done, where
+                else:
+                    err = await rpc_error(attempt(api, op, target, b))
+                    if key.sees(b):
+                        assert err.code() == grpc.StatusCode.PERMISSION_DENIED, where
+                    else:
+                        random = await rpc_error(attempt(api, op, str(uuid.uuid4()), b))
+                        assert err.code() == grpc.StatusCode.NOT_FOUND, where
+                        assert err.details() == random.details(), where
+                    assert versions(brain_server, target) == 1, where
+                outcomes += 1
+    assert outcomes == len(MATRIX_KEYS) * len(MATRIX_BUCKETS) * 3
