@@ -233,3 +233,20 @@ async def test_write_responses_to_keys_without_read_are_receipts(
     assert (updated.content, list(updated.tags), dict(updated.metadata)) == ("", [], {})
     control = await writer.update(memory_id, ["importance"], importance=0.7)
     assert (control.content, list(control.tags)) == ("The vault combination is 12-34-56", ["ops"])
+
+    # A reviewer without memories:read approving by id gets a receipt too.
+    proposer = Api(channel, brain_server.mint_key(tenant, "agent:p", permissions=READ_PROPOSE))
+    judge = Api(channel, brain_server.mint_key(tenant, "judge", permissions="memories:review"))
+    candidate = await propose(proposer, "The vault moved to room 4")
+    approved = await judge.review.ReviewCandidate(
+        review_pb2.ReviewCandidateRequest(
+            scope=judge.scope(), id=candidate.id, reason="confirmed",
+            decision=review_pb2.REVIEW_DECISION_APPROVE,
+        ),
+        metadata=judge.md,
+    )  # fmt: skip
+    assert (approved.memory.id, approved.memory.status) == (
+        candidate.id, common_pb2.MEMORY_STATUS_ACTIVE,
+    )  # fmt: skip
+    assert (approved.memory.content, approved.memory.proposal_reason) == ("", "")
+    assert (await proposer.get(candidate.id)).content == "The vault moved to room 4"  # control
