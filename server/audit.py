@@ -38,6 +38,7 @@ from . import validation as check
 from .errors import InvalidArgument
 from .storage import audit as sql
 from .storage.db import Database
+from .storage.visibility import Visibility
 
 GENESIS = bytes(32)
 CANONICAL_VERSION = "brain-audit/1"
@@ -353,6 +354,14 @@ class AuditLog:
         self.db = db
         self.statement_timeout_ms = statement_timeout_ms
 
+    @staticmethod
+    def confinement(caller: Caller) -> Visibility | None:
+        """Audit reads follow confinement: a confined key sees the events of the memories
+        it may see; the whole tenant's log needs a key confined to nothing."""
+        if not caller.key.confinement.is_confined:
+            return None
+        return Visibility.of(caller)
+
     async def list_events(
         self, caller: Caller, req: audit_pb2.ListAuditEventsRequest, timeout_ms: int | None
     ) -> tuple[list[asyncpg.Record], str]:
@@ -370,7 +379,7 @@ class AuditLog:
         async with self.db.caller_tx(
             caller, timeout_ms=timeout_ms, cap_ms=self.statement_timeout_ms, readonly=True
         ) as conn:
-            rows = await sql.list_events(conn, caller.tenant_id, query)
+            rows = await sql.list_events(conn, caller.tenant_id, query, self.confinement(caller))
         if len(rows) > size:
             return rows[:size], str(rows[size - 1]["seq"])
         return rows, ""

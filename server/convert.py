@@ -67,3 +67,29 @@ def memory(row: Any) -> common_pb2.Memory:
         if stamp is not None:
             getattr(m, name).CopyFrom(stamp)
     return m
+
+
+def receipt(row: Any) -> common_pb2.Memory:
+    """What a write shows a key that may not read: where the memory is and what state it is
+    in, never its content, tags, metadata, reasons or links (a response never carries
+    what the caller's permissions could not read)."""
+    m = common_pb2.Memory(
+        id=str(row["memory_id"]),
+        version=row["version"],
+        scope=common_pb2.Scope(
+            user_id=row["user_id"], namespace=row["namespace"], session_id=row["session_id"]
+        ),
+        labels=row["labels"],
+        status=STATUS_TO_PROTO[row["status"]],
+        changed_by=row["changed_by"],
+        change=row["change"],
+    )
+    recorded = ts(row["recorded_at"])
+    if recorded is not None:
+        m.recorded_at.CopyFrom(recorded)
+    return m
+
+
+def shown(row: Any, may_read: bool) -> common_pb2.Memory:
+    """The full memory for a key with memories:read, else its receipt."""
+    return memory(row) if may_read else receipt(row)

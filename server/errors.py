@@ -44,9 +44,13 @@ def memory_not_found() -> NotFound:
     return NotFound(MEMORY_NOT_FOUND)
 
 
-def supersede_target_not_found(memory_id: str) -> NotFound:
-    """A supersedes target that is missing or invisible (the id is the caller's own input)."""
-    return NotFound(f"supersedes: memory {memory_id} not found")
+SUPERSEDE_TARGET_NOT_FOUND = "supersedes: memory not found"
+
+
+def supersede_target_not_found() -> NotFound:
+    """A supersedes target that is missing or invisible: one byte-identical NOT_FOUND,
+    whichever id it was and wherever the check runs (save, propose, approval)."""
+    return NotFound(SUPERSEDE_TARGET_NOT_FOUND)
 
 
 class PermissionDenied(BrainError):

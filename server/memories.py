@@ -21,7 +21,7 @@ import asyncpg
 import structlog
 from google.protobuf.message import Message
 
-from brain.authz import Caller
+from brain.authz import Caller, Permission
 from brain.v1 import common_pb2, memory_pb2
 
 from . import context, convert, cursors, retrieval
@@ -195,7 +195,7 @@ class Memories:
             )
         if row is None:
             raise memory_not_found()
-        return convert.memory(row)
+        return convert.shown(row, caller.has(Permission.READ.value))
 
     async def remember(
         self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, memory_id: str
@@ -266,27 +266,66 @@ class Memories:
             raise InvalidArgument("supersedes", f"at most {MAX_SUPERSEDES} ids")
         return sorted({check.memory_id("supersedes", v) for v in values})
 
+    @staticmethod
     async def refuse_tombstoned(
-        self, conn: asyncpg.Connection, field: str, new: sql.NewMemory
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        field: str,
+        namespace: str,
+        user_id: str,
+        session_id: str,
+        value: bytes,
     ) -> None:
-        tombstone = await sql.live_tombstone(
-            conn, new.namespace, new.user_id, new.session_id, new.fingerprint
-        )
-        if tombstone is not None:
+        """FAILED_PRECONDITION when a tombstone that binds this caller holds the value."""
+        tombstones = await sql.live_tombstones(conn, vis, namespace, user_id, session_id, value)
+        if tombstones:
             raise FailedPrecondition(
                 f"{field}: this value was forgotten or rejected in this bucket (tombstone "
-                f"{tombstone}); a reviewer must re-admit it before it can be stored again"
+                f"{tombstones[0]}); a reviewer must re-admit it before it can be stored again"
+            )
+
+    @staticmethod
+    def require_write_power(field: str, row: asyncpg.Record) -> None:
+        """A row the caller can read but may change only by proposing (``write_predicate``).
+
+        PERMISSION_DENIED tells nothing new: the caller can read the row."""
+        if not row["writable"]:
+            raise PermissionDenied(
+                f"{field}: memory {row['memory_id']} is outside this key's write scope: a key "
+                "confined to a user changes team-shared memories (and a key confined to a "
+                "session the user's session-less ones) only by proposing; use ProposeMemory "
+                "with supersedes, or a key not confined to a user"
+            )
+
+    async def refuse_unreviewed_change(
+        self, conn: asyncpg.Connection, caller: Caller, namespace: str, field: str
+    ) -> None:
+        """In a review-required namespace a non-reviewer changes content only by proposing."""
+        if self.review is not None and await self.review.review_required(conn, caller, namespace):
+            raise FailedPrecondition(
+                f"{field}: namespace {namespace} is review-required, so a key without "
+                "memories:review changes its memories only through review; propose the new "
+                "value with ProposeMemory (or SaveMemory) and supersedes=[id]"
             )
 
     async def lock_targets(
-        self, conn: asyncpg.Connection, vis: Visibility, ids: list[uuid.UUID]
+        self,
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        ids: list[uuid.UUID],
+        *,
+        direct: bool = True,
     ) -> list[asyncpg.Record]:
-        """Lock every memory to supersede; any missing or invisible one fails the write."""
+        """Lock every memory to supersede; any missing or invisible one fails the write.
+
+        A ``direct`` supersede (not an approved proposal) also needs write power."""
         targets = []
         for target_id in ids:  # sorted: concurrent writers lock in the same order
             row = await sql.lock_current(conn, vis, target_id)
             if row is None:
-                raise supersede_target_not_found(str(target_id))
+                raise supersede_target_not_found()
+            if direct:
+                self.require_write_power("supersedes", row)
             if row["status"] != "active":
                 raise FailedPrecondition(
                     f"supersedes: memory {target_id} is {row['status']}, not active; "
@@ -356,8 +395,14 @@ class Memories:
                 await self.remember(conn, caller, idem, response.memory.id)
                 return response
             await sql.lock_value(conn, caller.tenant_id, new)
-            await self.refuse_tombstoned(conn, "memory.content", new)
-            duplicate = None if supersedes else await sql.find_duplicate(conn, vis, new)
+            await self.refuse_tombstoned(
+                conn, vis, "memory.content", new.namespace, new.user_id, new.session_id,
+                new.fingerprint,
+            )  # fmt: skip
+            # A key that may not read gets no existing row back: its save is stored anew.
+            duplicate = None
+            if not supersedes and caller.has(Permission.READ.value):
+                duplicate = await sql.find_duplicate(conn, vis, new)
             if duplicate is not None:
                 response = memory_pb2.SaveMemoryResponse(
                     memory=convert.memory(duplicate),
@@ -439,6 +484,8 @@ class Memories:
             current = await sql.lock_current(conn, vis, memory_id)
             if current is None:
                 raise memory_not_found()
+            self.require_write_power("id", current)
+            await self.refuse_unreviewed_change(conn, caller, current["namespace"], "id")
             if req.expected_version and current["version"] != req.expected_version:
                 raise Conflict(
                     f"expected_version: memory {req.id} is at version {current['version']}, "
@@ -453,24 +500,19 @@ class Memories:
             if valid_to is not None and valid_to < valid_from:
                 raise InvalidArgument("patch.valid_to", "must not be before valid_from")
             if "fingerprint" in changes and changes["fingerprint"] != current["fingerprint"]:
-                tombstone = await sql.live_tombstone(
-                    conn,
-                    current["namespace"],
-                    current["user_id"],
-                    current["session_id"],
-                    changes["fingerprint"],
-                )
-                if tombstone is not None:
-                    raise FailedPrecondition(
-                        f"patch.content: this value was forgotten or rejected in this bucket "
-                        f"(tombstone {tombstone}); a reviewer must re-admit it first"
-                    )
+                await self.refuse_tombstoned(
+                    conn, vis, "patch.content", current["namespace"], current["user_id"],
+                    current["session_id"], changes["fingerprint"],
+                )  # fmt: skip
             at = await sql.clock(conn)
             changes.update(
                 change="update", changed_by=caller.principal, changed_by_key=caller.key.key_id
             )
-            row = await sql.new_version(conn, current, at, changes)
-            response = memory_pb2.UpdateMemoryResponse(memory=convert.memory(row))
+            row = await sql.new_version(conn, current, at, changes, shown_to=vis)
+            # The row holds fields this request did not set: a key without read sees a receipt.
+            response = memory_pb2.UpdateMemoryResponse(
+                memory=convert.shown(row, caller.has(Permission.READ.value))
+            )
             await self.remember(conn, caller, idem, response.memory.id)
         return response
 
@@ -484,6 +526,9 @@ class Memories:
             current = await sql.lock_current(conn, vis, memory_id)
             if current is None:
                 raise memory_not_found()
+            # Forget is erasure, not a belief change: it needs write power and
+            # memories:forget, but no review, even in a review-required namespace.
+            self.require_write_power("id", current)
             if current["status"] == "retracted":  # forgetting twice is a no-op
                 tombstone = await conn.fetchval(
                     "SELECT tombstone_id FROM tombstones WHERE memory_id = $1 "

@@ -29,10 +29,10 @@ from typing import Any
 import asyncpg
 
 from .storage.memories import (
-    MEMORY_COLUMNS,
     RowFilter,
     TimeCoords,
     filter_predicate,
+    memory_columns,
     time_predicate,
 )
 from .storage.visibility import Params, Visibility, visibility_predicate
@@ -166,7 +166,7 @@ async def lexical_lane(
             ORDER BY score DESC
             LIMIT {p.add(limit)}
         )
-        SELECT {MEMORY_COLUMNS}, s.score
+        SELECT {memory_columns(v, p)}, s.score
         FROM scored s JOIN memories m USING (tenant_id, memory_id, version)
         ORDER BY s.score DESC, m.memory_id"""
     rows = await conn.fetch(sql, *p.values)
@@ -206,7 +206,7 @@ async def semantic_lane(
     same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
     sql = f"""
         SELECT * FROM (
-            SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $1::vector) AS similarity
+            SELECT {memory_columns(v, p)}, 1 - (m.embedding <=> $1::vector) AS similarity
             FROM memories m
             WHERE m.embedding IS NOT NULL {same_model}
               AND {visibility_predicate(v, p)} AND {time_predicate(t, p)}

@@ -75,15 +75,21 @@ class Review:
         """Store ``new`` as a candidate; (row, created). Checks tombstones and limits."""
         vis = self.memories.visibility(caller)
         await sql.lock_value(conn, caller.tenant_id, new)
-        await self.memories.refuse_tombstoned(conn, "memory.content", new)
+        await self.memories.refuse_tombstoned(
+            conn, vis, "memory.content", new.namespace, new.user_id, new.session_id,
+            new.fingerprint,
+        )  # fmt: skip
+        # A response never carries a row the caller could not read: without
+        # memories:read, only the caller's own pending proposal counts as a duplicate.
         existing = await review_sql.pending_duplicate(
-            conn, vis, new.namespace, new.user_id, new.session_id, new.fingerprint
-        )
+            conn, vis, new.namespace, new.user_id, new.session_id, new.fingerprint,
+            own_candidates_of=None if caller.has(Permission.READ.value) else caller.principal,
+        )  # fmt: skip
         if existing is not None:
             return existing, False
         for target_id in supersedes:  # checked now, superseded only on approval
             if await sql.lock_current(conn, vis, target_id) is None:
-                raise supersede_target_not_found(str(target_id))
+                raise supersede_target_not_found()
         policy = await sql.namespace_policy(conn, new.namespace)
         ttl = policy["candidate_ttl"] if policy else DEFAULT_CANDIDATE_TTL
         if review_within is not None:
@@ -93,7 +99,10 @@ class Review:
                 "review_within", f"at most {self.limits.max_candidate_ttl.days} days"
             )
         max_pending = policy["max_pending"] if policy else 1000
-        if await review_sql.pending_in_namespace(conn, new.namespace) >= max_pending:
+        if (
+            await review_sql.pending_in_namespace(conn, caller.tenant_id, new.namespace)
+            >= max_pending
+        ):
             raise ResourceExhausted(
                 f"namespace {new.namespace} already has {max_pending} candidates awaiting "
                 "review; review some before proposing more"
@@ -225,26 +234,41 @@ class Review:
                     caller.principal,
                 )  # fmt: skip
                 row = await sql.new_version(
-                    conn, current, at, {**reviewed, "status": "rejected", "change": "reject"}
+                    conn,
+                    current,
+                    at,
+                    {**reviewed, "status": "rejected", "change": "reject"},
+                    shown_to=vis,
                 )
-                return review_pb2.ReviewCandidateResponse(memory=convert.memory(row))
-            tombstone = await sql.live_tombstone(
-                conn, current["namespace"], current["user_id"], current["session_id"],
+                return review_pb2.ReviewCandidateResponse(
+                    memory=convert.shown(row, caller.has(Permission.READ.value))
+                )
+            # Only tombstones the reviewer could see bind (and are lifted by) the approval.
+            tombstones = await sql.live_tombstones(
+                conn, vis, current["namespace"], current["user_id"], current["session_id"],
                 bytes(current["fingerprint"]),
             )  # fmt: skip
-            if tombstone is not None:
+            if tombstones:
                 if not req.readmit_tombstoned:
                     raise FailedPrecondition(
-                        f"this value is held by tombstone {tombstone} in the bucket; set "
+                        f"this value is held by tombstone {tombstones[0]} in the bucket; set "
                         "readmit_tombstoned to re-admit it explicitly"
                     )
-                await review_sql.readmit_tombstone(conn, tombstone, caller.principal)
-            targets = await m.lock_targets(conn, vis, sorted(current["supersedes"]))
+                for tombstone in tombstones:
+                    await review_sql.readmit_tombstone(conn, tombstone, caller.principal)
+            # Approval is the review itself: the reviewer's visibility, not write scope.
+            targets = await m.lock_targets(conn, vis, sorted(current["supersedes"]), direct=False)
             row = await sql.new_version(
-                conn, current, at, {**reviewed, "status": "active", "change": "approve"}
+                conn,
+                current,
+                at,
+                {**reviewed, "status": "active", "change": "approve"},
+                shown_to=vis,
             )
             await m.mark_superseded(conn, caller, targets, current["memory_id"], at)
-        return review_pb2.ReviewCandidateResponse(memory=convert.memory(row))
+        return review_pb2.ReviewCandidateResponse(
+            memory=convert.shown(row, caller.has(Permission.READ.value))
+        )
 
     async def withdraw(
         self,
@@ -255,8 +279,9 @@ class Review:
         m = self.memories
         memory_id = check.memory_id("id", req.id)
         reason = check.text("reason", req.reason, limit=1000)
+        vis = m.visibility(caller)
         async with m.tx(caller, timeout_ms=timeout_ms) as conn:
-            current = await sql.lock_current(conn, m.visibility(caller), memory_id)
+            current = await sql.lock_current(conn, vis, memory_id)
             if current is None:
                 raise memory_not_found()
             if current["status"] != "candidate":
@@ -277,5 +302,6 @@ class Review:
                     "changed_by": caller.principal,
                     "changed_by_key": caller.key.key_id,
                 },
+                shown_to=vis,
             )
         return review_pb2.WithdrawCandidateResponse(memory=convert.memory(row))

@@ -200,6 +200,30 @@ async def test_candidate_limits(brain_server: BrainServer, channel: grpc.aio.Cha
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def test_candidate_cap_counts_candidates_the_proposer_cannot_see(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The namespace cap counts every pending candidate, also other proposers' (which the
+    proposer cannot see); another namespace's and another tenant's candidates do not count."""
+    tenant, other_tenant = unique("t"), unique("t")
+    first = Api(channel, brain_server.mint_key(tenant, "agent:first", permissions=AGENT))
+    second = Api(channel, brain_server.mint_key(tenant, "agent:second", permissions=AGENT))
+    elsewhere = Api(channel, brain_server.mint_key(other_tenant, "agent:x", permissions=AGENT))
+    brain_server.admin("namespaces", "set", "proj", "--tenant", tenant, "--max-pending", "2")
+    brain_server.admin("namespaces", "set", "proj", "--tenant", other_tenant, "--max-pending", "2")
+    await propose(elsewhere, "other tenant one")
+    await propose(elsewhere, "other tenant two")
+    await propose(first, "first idea")
+    # Positive control: the second proposer is below the cap with one candidate pending.
+    await propose(second, "second idea")
+    # The proposer sees only its own candidate, yet the other one counts.
+    assert len(await candidates(second)) == 1
+    err = await rpc_error(propose(second, "third idea"))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    err = await rpc_error(propose(first, "fourth idea"))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 async def test_proposals_per_key_per_hour(pg_cluster: PgCluster, loop_thread: LoopThread) -> None:
     """A key that spent its hourly proposal budget gets RESOURCE_EXHAUSTED; another key does not."""
     server = BrainServer(

@@ -13,7 +13,7 @@ from datetime import datetime
 
 import asyncpg
 
-from .memories import MEMORY_COLUMNS, RowFilter, filter_predicate
+from .memories import RowFilter, filter_predicate, memory_columns
 from .visibility import Params, Visibility, visibility_predicate
 
 EVENT_COLUMNS = (
@@ -32,11 +32,25 @@ class EventQuery:
 
 
 async def list_events(
-    conn: asyncpg.Connection, tenant_id: str, q: EventQuery
+    conn: asyncpg.Connection, tenant_id: str, q: EventQuery, confined_to: Visibility | None = None
 ) -> list[asyncpg.Record]:
-    """Events of one tenant after ``q.after_seq``, oldest first, at most ``q.limit``."""
+    """Events of one tenant after ``q.after_seq``, oldest first, at most ``q.limit``.
+
+    With ``confined_to`` (a confined key), only events about memories and nothing else,
+    every one of which that key may see: a memory's bucket never changes, so the ids an
+    event names say what it covers. Tenant events (keys, policies) need an unconfined key.
+    """
     p = Params(tenant_id, q.after_seq)
     clauses = ["tenant_id = $1::uuid", "seq > $2"]
+    if confined_to is not None:
+        clauses.append(
+            f"""cardinality(memory_ids) > 0 AND NOT EXISTS (
+                SELECT 1 FROM unnest(memory_ids) AS u (id)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM memories m
+                    WHERE m.tenant_id = audit_events.tenant_id AND m.memory_id = u.id
+                      AND m.retired_at IS NULL AND {visibility_predicate(confined_to, p)}))"""
+        )
     if q.memory_id is not None:
         clauses.append(f"memory_ids @> ARRAY[{p.add(q.memory_id)}::uuid]")
     if q.principal:
@@ -75,7 +89,7 @@ async def changed_memories(
     """For each event in (after_seq, upto_seq], each memory it touched as that event left
     it — only where that version passes the visibility predicate and the filter."""
     p = Params(v.tenant_id, after_seq, upto_seq)
-    sql = f"""SELECT e.seq AS audit_seq, e.at AS changed_at, {MEMORY_COLUMNS}
+    sql = f"""SELECT e.seq AS audit_seq, e.at AS changed_at, {memory_columns(v, p)}
               FROM audit_events e
               CROSS JOIN LATERAL unnest(e.memory_ids) WITH ORDINALITY AS u (memory_id, ord)
               CROSS JOIN LATERAL (

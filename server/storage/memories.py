@@ -10,14 +10,23 @@ from typing import Any
 
 import asyncpg
 
-from .visibility import Params, Visibility, visibility_predicate
+from .visibility import Params, Visibility, visibility_predicate, visible_links, write_predicate
 
-MEMORY_COLUMNS = """m.tenant_id, m.memory_id, m.version, m.namespace, m.user_id, m.session_id,
+_ROW_COLUMNS = """m.tenant_id, m.memory_id, m.version, m.namespace, m.user_id, m.session_id,
     m.content, m.kind, m.tags, m.metadata, m.labels, m.status, m.confidence, m.importance,
     m.valid_from, m.valid_to, m.recorded_at, m.retired_at, m.expires_at, m.created_by,
     m.changed_by, m.change, m.reviewed_by, m.reviewed_at, m.review_reason, m.proposal_reason,
-    m.candidate_expires_at, m.supersedes, m.superseded_by,
-    (m.embedding IS NOT NULL) AS has_embedding"""
+    m.candidate_expires_at, (m.embedding IS NOT NULL) AS has_embedding"""
+# Raw links: for the write path only (it appends to them); never shown to a caller as is.
+MEMORY_COLUMNS = f"{_ROW_COLUMNS}, m.supersedes, m.superseded_by"
+
+
+def memory_columns(v: Visibility, p: Params) -> str:
+    """The columns a caller is shown, with links cut to the memories it may see."""
+    return (
+        f"{_ROW_COLUMNS}, {visible_links(v, p, 'supersedes')} AS supersedes, "
+        f"{visible_links(v, p, 'superseded_by')} AS superseded_by"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +168,7 @@ async def get_memory(
 ) -> asyncpg.Record | None:
     """The version of ``memory_id`` current at ``t.as_of``, if visible."""
     p = Params(memory_id)
-    sql = f"""SELECT {MEMORY_COLUMNS} FROM memories m
+    sql = f"""SELECT {memory_columns(v, p)} FROM memories m
               WHERE m.memory_id = $1 AND {visibility_predicate(v, p)} AND {time_predicate(t, p)}"""
     return await conn.fetchrow(sql, *p.values)
 
@@ -184,10 +193,14 @@ async def clock(conn: asyncpg.Connection) -> datetime:
 async def lock_current(
     conn: asyncpg.Connection, v: Visibility, memory_id: uuid.UUID
 ) -> asyncpg.Record | None:
-    """The current version of a visible memory, locked for a change."""
+    """The current version of a visible memory, locked for a change.
+
+    ``writable`` says whether the caller may change it directly (``write_predicate``),
+    decided in the same statement that finds and locks the row."""
     p = Params(memory_id)
     return await conn.fetchrow(
-        f"""SELECT {MEMORY_COLUMNS}, m.fingerprint FROM memories m
+        f"""SELECT {MEMORY_COLUMNS}, m.fingerprint, {write_predicate(v, p)} AS writable
+            FROM memories m
             WHERE m.memory_id = $1 AND m.retired_at IS NULL AND {visibility_predicate(v, p)}
             FOR UPDATE""",
         *p.values,
@@ -199,8 +212,11 @@ async def new_version(
     current: asyncpg.Record,
     at: datetime,
     changes: dict[str, Any],
+    shown_to: Visibility | None = None,
 ) -> asyncpg.Record:
-    """Close ``current`` at ``at`` and insert the next version with ``changes`` applied."""
+    """Close ``current`` at ``at`` and insert the next version with ``changes`` applied.
+
+    The returned row's links are cut to what ``shown_to`` may see when it is given."""
     unknown = set(changes) - set(VERSION_COLUMNS)
     if unknown:
         raise ValueError(f"not memory columns: {sorted(unknown)}")
@@ -216,11 +232,12 @@ async def new_version(
                  "retired_at": None}  # fmt: skip
     p = Params(current["tenant_id"], current["memory_id"], current["version"])
     select = ", ".join(p.add(overrides[c]) if c in overrides else f"m.{c}" for c in VERSION_COLUMNS)
+    returning = MEMORY_COLUMNS if shown_to is None else memory_columns(shown_to, p)
     row = await conn.fetchrow(
         f"""INSERT INTO memories AS m ({", ".join(VERSION_COLUMNS)})
             SELECT {select} FROM memories m
             WHERE m.tenant_id = $1 AND m.memory_id = $2 AND m.version = $3
-            RETURNING {MEMORY_COLUMNS}""",
+            RETURNING {returning}""",
         *p.values,
     )
     assert row is not None
@@ -240,7 +257,7 @@ async def find_duplicate(
     """A visible active memory with the same value in the same bucket."""
     p = Params(m.namespace, m.user_id, m.session_id, m.fingerprint)
     return await conn.fetchrow(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories m
+        f"""SELECT {memory_columns(v, p)} FROM memories m
             WHERE m.namespace = $1 AND m.user_id = $2 AND m.session_id = $3
               AND m.fingerprint = $4 AND m.status = 'active' AND m.retired_at IS NULL
               AND (m.expires_at IS NULL OR m.expires_at > now())
@@ -250,19 +267,32 @@ async def find_duplicate(
     )
 
 
-async def live_tombstone(
-    conn: asyncpg.Connection, namespace: str, user_id: str, session_id: str, fingerprint: bytes
-) -> uuid.UUID | None:
-    value: uuid.UUID | None = await conn.fetchval(
-        """SELECT tombstone_id FROM tombstones
-           WHERE namespace = $1 AND user_id = $2 AND session_id = $3 AND fingerprint = $4
-             AND readmitted_at IS NULL""",
-        namespace,
-        user_id,
-        session_id,
-        fingerprint,
+async def live_tombstones(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    namespace: str,
+    user_id: str,
+    session_id: str,
+    fingerprint: bytes,
+) -> list[uuid.UUID]:
+    """Live tombstones of this value in this bucket that bind the caller, oldest first.
+
+    A tombstone binds only callers who could see what it erased: the memory it was left
+    by must pass the visibility predicate as it is now (erasure keeps its scope and
+    labels). Otherwise a tombstone would answer "this text was here" about a memory the
+    caller cannot read."""
+    p = Params(namespace, user_id, session_id, fingerprint)
+    rows = await conn.fetch(
+        f"""SELECT t.tombstone_id FROM tombstones t
+            WHERE t.namespace = $1 AND t.user_id = $2 AND t.session_id = $3
+              AND t.fingerprint = $4 AND t.readmitted_at IS NULL
+              AND EXISTS (SELECT 1 FROM memories m
+                          WHERE m.tenant_id = t.tenant_id AND m.memory_id = t.memory_id
+                            AND m.retired_at IS NULL AND {visibility_predicate(v, p)})
+            ORDER BY t.created_at, t.tombstone_id""",
+        *p.values,
     )
-    return value
+    return [r["tombstone_id"] for r in rows]
 
 
 async def add_tombstone(
@@ -273,12 +303,15 @@ async def add_tombstone(
     cause: str,
     by: str,
 ) -> uuid.UUID:
-    """Leave (or find) the live tombstone for this value in the row's bucket."""
+    """Leave (or find) the live tombstone of this memory for this value in its bucket.
+
+    Each memory keeps its own tombstone, so what binds a caller follows that memory's
+    visibility (``live_tombstones``), never another memory's."""
     tombstone_id: uuid.UUID | None = await conn.fetchval(
         """INSERT INTO tombstones (tenant_id, tombstone_id, namespace, user_id, session_id,
                                    fingerprint, memory_id, cause, created_by)
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-           ON CONFLICT (tenant_id, namespace, user_id, session_id, fingerprint)
+           ON CONFLICT (tenant_id, namespace, user_id, session_id, fingerprint, memory_id)
                WHERE readmitted_at IS NULL DO NOTHING
            RETURNING tombstone_id""",
         tenant_id,
@@ -292,8 +325,16 @@ async def add_tombstone(
         by,
     )
     if tombstone_id is None:
-        tombstone_id = await live_tombstone(
-            conn, row["namespace"], row["user_id"], row["session_id"], fingerprint
+        tombstone_id = await conn.fetchval(
+            """SELECT tombstone_id FROM tombstones
+               WHERE tenant_id = $1 AND namespace = $2 AND user_id = $3 AND session_id = $4
+                 AND fingerprint = $5 AND memory_id = $6 AND readmitted_at IS NULL""",
+            tenant_id,
+            row["namespace"],
+            row["user_id"],
+            row["session_id"],
+            fingerprint,
+            row["memory_id"],
         )
     assert tombstone_id is not None
     return tombstone_id
@@ -330,7 +371,7 @@ async def history(
     p = Params(memory_id)
     return list(
         await conn.fetch(
-            f"""SELECT {MEMORY_COLUMNS} FROM memories m
+            f"""SELECT {memory_columns(v, p)} FROM memories m
                 WHERE m.memory_id = $1 AND {visibility_predicate(v, p)}
                 ORDER BY m.version""",
             *p.values,
@@ -351,7 +392,7 @@ async def list_page(
     cursor = f"AND m.memory_id < {p.add(after)}" if after is not None else ""
     return list(
         await conn.fetch(
-            f"""SELECT {MEMORY_COLUMNS} FROM memories m
+            f"""SELECT {memory_columns(v, p)} FROM memories m
                 WHERE {visibility_predicate(v, p)} AND {time_predicate(t, p)}
                   AND {filter_predicate(f, p)} {cursor}
                 ORDER BY m.memory_id DESC
@@ -377,7 +418,7 @@ async def export_page(
         cursor = f"AND (m.memory_id, m.version) > ({p.add(after[0])}, {p.add(after[1])})"
     return list(
         await conn.fetch(
-            f"""SELECT {MEMORY_COLUMNS} FROM memories m
+            f"""SELECT {memory_columns(v, p)} FROM memories m
                 WHERE {visibility_predicate(v, p)} AND {filter_predicate(f, p)}
                   {current} {cursor}
                 ORDER BY m.memory_id, m.version

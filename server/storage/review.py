@@ -7,16 +7,16 @@ from datetime import datetime
 
 import asyncpg
 
-from .memories import MEMORY_COLUMNS
+from .memories import memory_columns
 from .visibility import Params, Visibility, visibility_predicate
 
 
-async def pending_in_namespace(conn: asyncpg.Connection, namespace: str) -> int:
+async def pending_in_namespace(conn: asyncpg.Connection, tenant_id: str, namespace: str) -> int:
+    """Every pending candidate in the namespace, also those the caller may not see (a cap
+    that counted only visible ones would bind each proposer separately). Only the number
+    crosses row-level security, through a definer function (migration 0007)."""
     value: int = await conn.fetchval(
-        """SELECT count(*) FROM memories
-           WHERE namespace = $1 AND status = 'candidate' AND retired_at IS NULL
-             AND (candidate_expires_at IS NULL OR candidate_expires_at > now())""",
-        namespace,
+        "SELECT brain_pending_candidates($1::uuid, $2)", tenant_id, namespace
     )
     return value
 
@@ -40,15 +40,21 @@ async def pending_duplicate(
     user_id: str,
     session_id: str,
     fingerprint: bytes,
+    own_candidates_of: str | None = None,
 ) -> asyncpg.Record | None:
-    """A visible, current, active or still-pending memory holding the same value."""
+    """A visible, current, active or still-pending memory holding the same value; with
+    ``own_candidates_of``, only that principal's own pending candidates."""
     p = Params(namespace, user_id, session_id, fingerprint)
+    states = "(m.status = 'active' OR (m.status = 'candidate' AND m.candidate_expires_at > now()))"
+    if own_candidates_of is not None:
+        states = (
+            f"(m.status = 'candidate' AND m.candidate_expires_at > now() "
+            f"AND m.created_by = {p.add(own_candidates_of)})"
+        )
     return await conn.fetchrow(
-        f"""SELECT {MEMORY_COLUMNS} FROM memories m
+        f"""SELECT {memory_columns(v, p)} FROM memories m
             WHERE m.namespace = $1 AND m.user_id = $2 AND m.session_id = $3
-              AND m.fingerprint = $4 AND m.retired_at IS NULL
-              AND (m.status = 'active'
-                   OR (m.status = 'candidate' AND m.candidate_expires_at > now()))
+              AND m.fingerprint = $4 AND m.retired_at IS NULL AND {states}
               AND {visibility_predicate(v, p)}
             ORDER BY m.memory_id LIMIT 1""",
         *p.values,
@@ -76,7 +82,7 @@ async def candidates_page(
         clauses.append(f"m.memory_id < {p.add(after)}")
     return list(
         await conn.fetch(
-            f"""SELECT {MEMORY_COLUMNS} FROM memories m WHERE {" AND ".join(clauses)}
+            f"""SELECT {memory_columns(v, p)} FROM memories m WHERE {" AND ".join(clauses)}
                 ORDER BY m.memory_id DESC LIMIT {p.add(limit)}""",
             *p.values,
         )

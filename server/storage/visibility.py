@@ -119,3 +119,38 @@ def _access_rule(v: Visibility, p: Params) -> Callable[[str], str]:
         f"{a}.labels && {labels}::text[]"
         f" AND ({a}.status <> ALL({statuses}::text[]) OR {a}.created_by = {principal})"
     )
+
+
+def visible_links(v: Visibility, p: Params, column: str, alias: str = "m") -> str:
+    """``alias.column`` (ids of linked memories) cut to the memories ``v`` may see now.
+
+    A ``supersedes`` / ``superseded_by`` link is a side record of the memory it names:
+    it is shown exactly when that memory's current version passes the visibility
+    predicate, so a reader never learns an id it could not read.
+    """
+    a = alias
+    return (
+        f"ARRAY(SELECT u.id FROM unnest({a}.{column}) WITH ORDINALITY AS u (id, n) "
+        f"WHERE EXISTS (SELECT 1 FROM memories l WHERE l.tenant_id = {a}.tenant_id "
+        f"AND l.memory_id = u.id AND l.retired_at IS NULL "
+        f"AND {visibility_predicate(v, p, 'l')}) ORDER BY u.n)"
+    )
+
+
+def write_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
+    """SQL boolean over ``alias``: whether ``v`` may change the row directly.
+
+    Always used together with ``visibility_predicate``, never instead of it. Write power
+    follows write scope: a key confined to a user changes only that user's rows — the
+    team-shared ones (``user_id = ''``) only by proposing — and a key confined to a
+    session changes only that session's rows. Unlike the read rule this is not switched
+    off with ``app_filter``: it is authorisation, not isolation.
+    """
+    a = alias
+    clauses = ["TRUE"]
+    c = v.confinement
+    if c.user_id is not None:
+        clauses.append(f"{a}.user_id = {p.add(c.user_id)}")
+    if c.session_id is not None:
+        clauses.append(f"{a}.session_id = {p.add(c.session_id)}")
+    return "(" + " AND ".join(clauses) + ")"
