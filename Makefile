@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	BRAIN_DEV_KEY_FILE=$${BRAIN_DEV_KEY_FILE:-.brain/dev-key} $(BIN)/brain-server --log-format console
 
-## Lint, type-check and run the whole test suite (starts its own PostgreSQL).
+## Lint, type-check and run the whole test suite (each worker starts its own PostgreSQL).
+TEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check authz server clients tests

@@ -42,9 +42,10 @@ class LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Wait as long as it takes: pytest-timeout is the one limit on a stuck test."""
         fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return fut.result(timeout)
+        return fut.result()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
