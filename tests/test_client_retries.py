@@ -233,3 +233,33 @@ async def test_a_failed_write_names_its_key_for_a_safe_retry(brain_server: Brain
     assert failed.idempotency_key.startswith("client-")
     assert again.outcome == memory_pb2.SAVE_OUTCOME_REPLAYED
     assert count(brain_server, rows_of, ns, content) == 1
+
+
+async def test_forget_erases_the_content_kept_for_replays(brain_server: BrainServer) -> None:
+    """Forgetting erases the memory's content from stored replies; replays show it erased."""
+    ns = unique("ns")
+    key = brain_server.mint_key(
+        unique("t"), "alice", namespaces=(ns,),
+        permissions="memories:read,memories:write,memories:forget",
+    )  # fmt: skip
+    secret, kept = f"The vault code is 4711 {unique('c')}", f"Lunch is at noon {unique('c')}"
+    async with AsyncBrainClient(brain_server.target, key, scope=Scope(namespace=ns)) as client:
+        forgotten = await client.save(secret, idempotency_key="save-secret", tags=["vault"])
+        await client.update(forgotten.memory.id, importance=0.9, idempotency_key="touch-secret")
+        control = await client.save(kept, idempotency_key="save-kept")
+        await client.forget(forgotten.memory.id, reason="leaked")
+        replayed = await client.save(secret, idempotency_key="save-secret", tags=["vault"])
+    stored = {
+        r["idempotency_key"]: bytes(r["response"])
+        for r in brain_server.sql(
+            "SELECT idempotency_key, response FROM idempotency_keys WHERE key_id = $1",
+            key.split("_")[1],
+        )
+    }
+    assert secret.encode() not in stored["save-secret"] + stored["touch-secret"]
+    assert b"vault" not in stored["save-secret"]
+    assert replayed.outcome == memory_pb2.SAVE_OUTCOME_REPLAYED
+    assert (replayed.memory.id, replayed.memory.content) == (forgotten.memory.id, "")
+    # Positive control: a memory nobody forgot keeps its replayable response.
+    assert kept.encode() in stored["save-kept"]
+    assert control.memory.content == kept

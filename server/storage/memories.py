@@ -438,11 +438,45 @@ async def claim_idempotency_key(
 
 
 async def store_idempotent_response(
-    conn: asyncpg.Connection, tenant_id: str, key_id: str, idempotency_key: str, response: bytes
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    key_id: str,
+    idempotency_key: str,
+    response: bytes,
+    memory_id: uuid.UUID | None,
+) -> None:
+    """Keep the response for replays, naming the memory it shows (for erasure)."""
+    await conn.execute(
+        """UPDATE idempotency_keys SET response = $4, memory_id = $5
+           WHERE tenant_id = $1::uuid AND key_id = $2 AND idempotency_key = $3""",
+        tenant_id,
+        key_id,
+        idempotency_key,
+        response,
+        memory_id,
+    )
+
+
+async def replays_showing(
+    conn: asyncpg.Connection, tenant_id: Any, memory_id: Any
+) -> list[asyncpg.Record]:
+    """Stored idempotent responses that show this memory."""
+    return list(
+        await conn.fetch(
+            """SELECT key_id, idempotency_key, method, response FROM idempotency_keys
+               WHERE tenant_id = $1 AND memory_id = $2 AND response IS NOT NULL""",
+            tenant_id,
+            memory_id,
+        )
+    )
+
+
+async def rewrite_replay(
+    conn: asyncpg.Connection, tenant_id: Any, key_id: str, idempotency_key: str, response: bytes
 ) -> None:
     await conn.execute(
         """UPDATE idempotency_keys SET response = $4
-           WHERE tenant_id = $1::uuid AND key_id = $2 AND idempotency_key = $3""",
+           WHERE tenant_id = $1 AND key_id = $2 AND idempotency_key = $3""",
         tenant_id,
         key_id,
         idempotency_key,
