@@ -263,3 +263,19 @@ async def test_forget_erases_the_content_kept_for_replays(brain_server: BrainSer
     # Positive control: a memory nobody forgot keeps its replayable response.
     assert kept.encode() in stored["save-kept"]
     assert control.memory.content == kept
+
+
+async def test_brain_mcp_saves_carry_the_clients_key(brain_server: BrainServer) -> None:
+    """brain-mcp's remember goes through the client, so its save carries the client's key."""
+    from .test_mcp_proxy import brain_env, call, mcp_session
+
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "agent:mcp", user="alice", namespaces=(ns,))
+    async with mcp_session(brain_env(brain_server.target, key, "alice", ns)) as session:
+        saved = await call(session, "remember", content=f"The build cache lives in {unique('w')}")
+    assert not saved.is_error
+    keyed = brain_server.sql(
+        "SELECT idempotency_key, memory_id FROM idempotency_keys WHERE key_id = $1",
+        key.split("_")[1],
+    )
+    assert [(r[0][:7], str(r[1])) for r in keyed] == [("client-", saved.structured_content["id"])]
