@@ -126,12 +126,22 @@ async def sample_waits(owner_dsn: str, stop: asyncio.Event) -> dict[str, Any]:
     }
 
 
+async def without_audit_chain(owner_dsn: str) -> None:
+    """Switch memory writes' audit events off in the throwaway database, to measure the cost."""
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_audit_flush")
+    finally:
+        await conn.close()
+
+
 async def run(
     concurrencies: Sequence[int],
     ops: int,
     rows: int,
     seed: int,
     kinds: Sequence[str] = ("save", "search"),
+    audit_chain: bool = True,
 ) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     spawn = multiprocessing.get_context("spawn")
@@ -139,6 +149,8 @@ async def run(
     async with private_brain("none") as brain:
         bucket = await brain.bucket("bench")
         tenant = await tenant_of(brain, bucket.api_key)
+        if not audit_chain:
+            await without_audit_chain(brain.owner_dsn)
         print(f"filling {rows} memories to search…", file=sys.stderr)
         await fill(brain.owner_dsn, tenant, rows, 0, random.Random(seed))
         with ProcessPoolExecutor(1, mp_context=spawn) as pool:
@@ -190,9 +202,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--kinds", nargs="+", choices=["save", "search"], default=["save", "search"]
     )
+    parser.add_argument(
+        "--no-audit-chain",
+        action="store_true",
+        help="measure without the audit trigger (in the throwaway database) to see its cost",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     logs.configure("warning")
-    results = asyncio.run(run(args.concurrency, args.ops, args.rows, args.seed, args.kinds))
+    results = asyncio.run(
+        run(args.concurrency, args.ops, args.rows, args.seed, args.kinds, not args.no_audit_chain)
+    )
     print(json.dumps(results) if args.json else report(results))
