@@ -12,6 +12,8 @@ from typing import Any
 
 import grpc
 
+from brain.v1 import common_pb2, review_pb2
+
 from .conftest import BrainServer, unique
 from .helpers import Api
 
@@ -140,3 +142,80 @@ async def test_concurrent_forgets_both_succeed(
         assert_contiguous(rows)
         assert [r["status"] for r in rows] == ["active", "retracted"]
         assert all((r["content"], r["blank"]) == ("", True) for r in rows)
+
+
+async def test_concurrent_supersedes_of_one_memory_never_answer_not_found(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Two saves superseding one memory: one wins, the other finds it superseded."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice"))
+    ids = await fresh_memories(api, PAIRS)
+    results = await asyncio.gather(
+        *(
+            outcome(api.save(f"{side} replacement for {memory_id}", supersedes=[memory_id]))
+            for memory_id in ids
+            for side in ("left", "right")
+        )
+    )
+    for i, memory_id in enumerate(ids):
+        pair = sorted(results[2 * i : 2 * i + 2], key=lambda c: c.value)
+        assert pair == [grpc.StatusCode.OK, grpc.StatusCode.FAILED_PRECONDITION], pair
+        rows = versions(brain_server, memory_id)
+        assert_contiguous(rows)
+        assert [r["status"] for r in rows] == ["active", "superseded"]
+
+
+async def test_concurrent_reviews_of_one_candidate_never_answer_not_found(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Two reviewers deciding one candidate at once: one decides, the other is told it's done."""
+    tenant = unique("t")
+    proposer = Api(channel, brain_server.mint_key(
+        tenant, "agent:proposer", permissions="memories:read,memories:propose"
+    ))  # fmt: skip
+    reviewers = [
+        Api(
+            channel,
+            brain_server.mint_key(
+                tenant, f"reviewer-{n}", permissions="memories:read,memories:review"
+            ),
+        )
+        for n in (1, 2)
+    ]
+    tag = unique("proposal")
+    proposed = await asyncio.gather(
+        *(
+            proposer.review.ProposeMemory(
+                review_pb2.ProposeMemoryRequest(
+                    scope=proposer.scope(),
+                    memory=common_pb2.MemoryDraft(content=f"{tag} number {i}"),
+                    reason="worth keeping",
+                ),
+                metadata=proposer.md,
+            )
+            for i in range(PAIRS)
+        )
+    )
+    ids = [p.candidate.id for p in proposed]
+    decisions = (review_pb2.REVIEW_DECISION_APPROVE, review_pb2.REVIEW_DECISION_REJECT)
+    results = await asyncio.gather(
+        *(
+            outcome(
+                reviewer.review.ReviewCandidate(
+                    review_pb2.ReviewCandidateRequest(
+                        scope=reviewer.scope(), id=memory_id, decision=decision, reason="checked"
+                    ),
+                    metadata=reviewer.md,
+                )
+            )
+            for memory_id in ids
+            for reviewer, decision in zip(reviewers, decisions, strict=True)
+        )
+    )
+    for i, memory_id in enumerate(ids):
+        pair = sorted(results[2 * i : 2 * i + 2], key=lambda c: c.value)
+        assert pair == [grpc.StatusCode.OK, grpc.StatusCode.FAILED_PRECONDITION], pair
+        rows = versions(brain_server, memory_id)
+        assert_contiguous(rows)
+        assert rows[0]["status"] == "candidate"
+        assert rows[-1]["status"] in ("active", "rejected") and len(rows) == 2
