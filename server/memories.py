@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
@@ -66,6 +66,8 @@ _log = structlog.get_logger("brain.memories")
 class Limits:
     max_page_size: int = 100
     statement_timeout_ms: int = 10_000
+    # How long an idempotency key replays its first response.
+    idempotency_retention: timedelta = timedelta(hours=24)
     # Off only in tests proving that row-level security holds on its own.
     app_filter: bool = True
 
@@ -194,6 +196,7 @@ class Memories:
             idempotency_key,
             caller.method,
             request_hash(caller.method, request),
+            self.limits.idempotency_retention,
         )
         if earlier is None:
             return None

@@ -279,3 +279,36 @@ async def test_brain_mcp_saves_carry_the_clients_key(brain_server: BrainServer) 
         key.split("_")[1],
     )
     assert [(r[0][:7], str(r[1])) for r in keyed] == [("client-", saved.structured_content["id"])]
+
+
+async def test_idempotency_keys_are_kept_for_a_retention_period(brain_server: BrainServer) -> None:
+    """A key older than the retention (24 h) is forgotten: reusing it is a new request."""
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "alice", namespaces=(ns,))
+    key_id = key.split("_")[1]
+    async with AsyncBrainClient(brain_server.target, key, scope=Scope(namespace=ns)) as client:
+        await client.save("Retros are on Thursdays", idempotency_key="old")
+        await client.save("Demos are on Fridays", idempotency_key="recent")
+        brain_server.sql(
+            "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' "
+            "WHERE key_id = $1 AND idempotency_key = 'old'",
+            key_id,
+        )
+        reused = await client.save("Planning is on Mondays", idempotency_key="old")
+        # Positive control: a key inside the retention still binds its first request.
+        try:
+            await client.save("Planning is on Tuesdays", idempotency_key="recent")
+        except errors.AlreadyExists:
+            pass
+        else:
+            raise AssertionError("a recent idempotency key accepted a different request")
+    assert reused.outcome == memory_pb2.SAVE_OUTCOME_CREATED
+    assert (
+        count(
+            brain_server,
+            "SELECT count(*) FROM idempotency_keys WHERE key_id = $1 AND created_at < now() - "
+            "interval '24 hours'",
+            key_id,
+        )
+        == 0
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -414,8 +414,19 @@ async def claim_idempotency_key(
     idempotency_key: str,
     method: str,
     request_hash: bytes,
+    retention: timedelta,
 ) -> asyncpg.Record | None:
-    """Claim the key for this request; None when claimed now, else the earlier claim."""
+    """Claim the key for this request; None when claimed now, else the earlier claim.
+
+    This API key's records older than ``retention`` are dropped first, so a key reused
+    after that is a new request."""
+    await conn.execute(
+        """DELETE FROM idempotency_keys
+           WHERE tenant_id = $1::uuid AND key_id = $2 AND created_at < now() - $3::interval""",
+        tenant_id,
+        key_id,
+        retention,
+    )
     claimed = await conn.fetchval(
         """INSERT INTO idempotency_keys (tenant_id, key_id, idempotency_key, method, request_hash)
            VALUES ($1::uuid, $2, $3, $4, $5)
