@@ -8,13 +8,16 @@ for a memory that exists), and a forget racing an update always erases.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import grpc
 
+from brain.server.storage import memories as sql
+from brain.server.storage.db import Database
 from brain.v1 import common_pb2, review_pb2
 
-from .conftest import BrainServer, unique
+from .conftest import BrainServer, PgCluster, unique
 from .helpers import Api
 
 PAIRS = 20
@@ -219,3 +222,23 @@ async def test_concurrent_reviews_of_one_candidate_never_answer_not_found(
         assert_contiguous(rows)
         assert rows[0]["status"] == "candidate"
         assert rows[-1]["status"] in ("active", "rejected") and len(rows) == 2
+
+
+async def test_a_deadlock_between_writers_is_aborted_not_internal(pg_cluster: PgCluster) -> None:
+    """Writers locking two memories in opposite orders: the one PostgreSQL aborts gets Conflict."""
+    db = await Database.connect(pg_cluster.app_dsn, max_size=2)
+    tenant, a, b = str(uuid.uuid4()), uuid.uuid4(), uuid.uuid4()
+    holding = [asyncio.Event(), asyncio.Event()]
+
+    async def writer(me: int, first: uuid.UUID, then: uuid.UUID) -> None:
+        async with db.tenant_tx(tenant) as conn:
+            await sql.lock_memory(conn, tenant, first)
+            holding[me].set()
+            await holding[1 - me].wait()
+            await sql.lock_memory(conn, tenant, then)
+
+    try:
+        results = await asyncio.gather(writer(0, a, b), writer(1, b, a), return_exceptions=True)
+    finally:
+        await db.close()
+    assert sorted(type(r).__name__ for r in results) == ["Conflict", "NoneType"], results
