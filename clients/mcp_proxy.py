@@ -33,7 +33,6 @@ import json
 import logging
 import os
 import sys
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -276,11 +275,10 @@ _DRAFT_PROPERTIES: dict[str, Any] = {
 
 
 async def _remember(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    # A fresh idempotency key makes the save safe to retry across a server restart.
+    # The client attaches one idempotency key per call, so its retries never store twice.
     response = await client.save(
         _text(args, "content", required=True),
         supersedes=_strings(args, "supersedes"),
-        idempotency_key=f"mcp-{uuid.uuid4().hex}",
         **_draft_fields(args),
     )
     outcome = memory_pb2.SaveOutcome.Name(response.outcome).removeprefix("SAVE_OUTCOME_").lower()
@@ -335,7 +333,6 @@ async def _propose_memory(client: AsyncBrainClient, args: Mapping[str, Any]) -> 
         _text(args, "content", required=True),
         reason=_text(args, "reason", required=True),
         supersedes=_strings(args, "supersedes"),
-        idempotency_key=f"mcp-{uuid.uuid4().hex}",
         **_draft_fields(args),
     )
     c = response.candidate

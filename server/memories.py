@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
@@ -22,7 +22,7 @@ import structlog
 from google.protobuf.message import Message
 
 from brain.authz import Caller, Permission
-from brain.v1 import common_pb2, memory_pb2
+from brain.v1 import common_pb2, memory_pb2, review_pb2
 
 from . import context, convert, cursors, retrieval
 from . import validation as check
@@ -66,6 +66,8 @@ _log = structlog.get_logger("brain.memories")
 class Limits:
     max_page_size: int = 100
     statement_timeout_ms: int = 10_000
+    # How long an idempotency key replays its first response.
+    idempotency_retention: timedelta = timedelta(hours=24)
     # Off only in tests proving that row-level security holds on its own.
     app_filter: bool = True
 
@@ -109,6 +111,22 @@ def row_filter(
             else None
         ),
     )
+
+
+# The responses an idempotency key can replay, by RPC name.
+REPLAYED_RESPONSES: dict[str, type[Message]] = {
+    "SaveMemory": memory_pb2.SaveMemoryResponse,
+    "UpdateMemory": memory_pb2.UpdateMemoryResponse,
+    "ProposeMemory": review_pb2.ProposeMemoryResponse,
+}
+
+
+def shown_memory(response: Message) -> common_pb2.Memory | None:
+    """The memory a write's response shows (``memory``, or a proposal's ``candidate``)."""
+    for _, value in response.ListFields():
+        if isinstance(value, common_pb2.Memory):
+            return value
+    return None
 
 
 def request_hash(method: str, request: Message) -> bytes:
@@ -178,6 +196,7 @@ class Memories:
             idempotency_key,
             caller.method,
             request_hash(caller.method, request),
+            self.limits.idempotency_retention,
         )
         if earlier is None:
             return None
@@ -194,13 +213,37 @@ class Memories:
         self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, response: Message
     ) -> None:
         if idempotency_key:
+            shown = shown_memory(response)
             await sql.store_idempotent_response(
                 conn,
                 caller.tenant_id,
                 caller.key.key_id,
                 idempotency_key,
                 response.SerializeToString(deterministic=True),
+                uuid.UUID(shown.id) if shown is not None else None,
             )
+
+    @staticmethod
+    async def erase_replays(conn: asyncpg.Connection, tenant_id: Any, memory_id: Any) -> None:
+        """Blank a forgotten memory's content in the responses kept for replays."""
+        for row in await sql.replays_showing(conn, tenant_id, memory_id):
+            response_type = REPLAYED_RESPONSES.get(row["method"].rsplit("/", 1)[-1])
+            if response_type is None:  # a write RPC added later: keep no copy at all
+                await sql.rewrite_replay(
+                    conn, tenant_id, row["key_id"], row["idempotency_key"], b""
+                )
+                continue
+            response = response_type.FromString(row["response"])
+            shown = shown_memory(response)
+            if shown is not None:
+                shown.content = ""
+                del shown.tags[:]
+                shown.metadata.clear()
+                shown.has_embedding = False
+            await sql.rewrite_replay(
+                conn, tenant_id, row["key_id"], row["idempotency_key"],
+                response.SerializeToString(deterministic=True),
+            )  # fmt: skip
 
     @staticmethod
     def readable_filter(caller: Caller, f: common_pb2.MemoryFilter) -> sql.RowFilter:
@@ -506,6 +549,7 @@ class Memories:
                 )
             }
             await sql.erase_all_versions(conn, current["tenant_id"], current["memory_id"])
+            await self.erase_replays(conn, current["tenant_id"], current["memory_id"])
             at = await sql.clock(conn)
             await sql.new_version(
                 conn,

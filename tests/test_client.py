@@ -188,7 +188,7 @@ def test_unreachable_server_is_unavailable_after_bounded_retries() -> None:
 
 
 async def test_retries_on_unavailable_across_a_server_restart(brain_server: BrainServer) -> None:
-    """While the server restarts, reads and keyed writes retry through; unkeyed writes do not."""
+    """While the server restarts, reads and writes retry through; a write sent without a key not."""
     ns = unique("ns")
     key = brain_server.mint_key(unique("t"), "alice", namespaces=(ns,))
     scope = Scope(namespace=ns)
@@ -201,18 +201,21 @@ async def test_retries_on_unavailable_across_a_server_restart(brain_server: Brai
         restart = asyncio.create_task(brain_server.restart(down_for=1.5))
         await asyncio.to_thread(wait_until_down, brain_server.target)
 
-        # Down: a client without retries fails at once, and an unkeyed write is never retried.
+        # Down: a client without retries fails at once, and a write without a key is never retried.
         with pytest.raises(errors.Unavailable):
             await asyncio.to_thread(no_retry.get, saved.memory.id)
         log.codes.clear()
-        with pytest.raises(errors.Unavailable):
-            await asyncio.to_thread(client.save, "unkeyed writes are not retried")
+        with pytest.raises(errors.Unavailable) as unkeyed:
+            await asyncio.to_thread(
+                client.save, "unkeyed writes are not retried", idempotency_key=""
+            )
         assert log.codes == [grpc.StatusCode.UNAVAILABLE]
+        assert unkeyed.value.idempotency_key == ""
 
         log.codes.clear()
         got, keyed = await asyncio.gather(
             asyncio.to_thread(client.get, saved.memory.id),
-            asyncio.to_thread(client.save, "Keyed writes are retried", idempotency_key=unique("k")),
+            asyncio.to_thread(client.save, "Writes carry a key by default and are retried"),
         )
         await restart
     assert got.memory.id == saved.memory.id

@@ -18,7 +18,7 @@ from pgvector.asyncpg import register_vector
 
 from brain.authz import Caller, Confinement, KeyRecord
 
-from ..errors import DeadlineExceeded, Unavailable
+from ..errors import Conflict, DeadlineExceeded, Unavailable
 
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
 UNCONFINED = Confinement()
@@ -107,6 +107,10 @@ class Database:
                 yield conn  # type: ignore[misc]
         except asyncpg.QueryCanceledError as exc:
             raise DeadlineExceeded("the request ran out of time in the database") from exc
+        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+            raise Conflict(
+                "a concurrent change to the same memories won; read them again and retry"
+            ) from exc
         except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
             raise Unavailable("the database is unavailable; retry shortly") from exc
         except asyncpg.InterfaceError as exc:
