@@ -89,9 +89,13 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
     where = logs.redact_dsn(dsn)
     try:
         # Checked on a plain connection first: the pool's codecs need the migrated schema.
-        missing = await asyncio.wait_for(migrations.pending(dsn), timeout=15)
+        schema = await asyncio.wait_for(migrations.status(dsn), timeout=15)
     except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
         raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
+    if schema.unknown:
+        # An older server on a newer schema could write rows the new code would misread.
+        raise StartupError(f"{where}: {migrations.newer_schema_message(schema.unknown)}")
+    missing = schema.pending
     if missing:
         raise StartupError(
             f"the database at {where} lacks {len(missing)} migration(s) (first: "
