@@ -40,6 +40,16 @@ echo "== brain-admin migrate as brain_owner over TCP (PostgreSQL $BRAIN_EXTERNAL
 "$VENV/bin/brain-admin" --database-url "$BRAIN_ADMIN_DATABASE_URL" migrate
 "$VENV/bin/brain-admin" certs dev --out "$ROOT/tls" >/dev/null
 
+# Empty databases for the upgrade, newer-schema and restore tests (brain_owner may not
+# create databases; the superuser makes them as README "Deployment" makes brain).
+SPARE=brain_spare_1,brain_spare_2,brain_spare_3
+for db in ${SPARE//,/ }; do
+    runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -h "$ROOT/pg/socket" -p "$PG_PORT" -U postgres -d postgres \
+        -c "CREATE DATABASE $db OWNER brain_owner"
+    runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -h "$ROOT/pg/socket" -p "$PG_PORT" -U postgres -d "$db" \
+        -c "CREATE EXTENSION vector"
+done
+
 echo "== brain-server as brain_server with TLS on 127.0.0.1:$GRPC_PORT"
 BRAIN_LISTEN=127.0.0.1:$GRPC_PORT BRAIN_TLS_CERT=$ROOT/tls/server.pem BRAIN_TLS_KEY=$ROOT/tls/server-key.pem \
     BRAIN_RATE_LIMIT=1000 BRAIN_RATE_BURST=1000 BRAIN_LOG_LEVEL=warning \
@@ -68,5 +78,5 @@ echo "== tests against the deployment"
 cd "$HERE"
 BRAIN_TEST_ADMIN_DATABASE_URL=$BRAIN_ADMIN_DATABASE_URL BRAIN_TEST_DATABASE_URL=$BRAIN_DATABASE_URL \
     BRAIN_TEST_PEPPER_FILE=$BRAIN_PEPPER_FILE BRAIN_TEST_TARGET=127.0.0.1:$GRPC_PORT \
-    BRAIN_TEST_TLS_CA=$ROOT/tls/ca.pem \
+    BRAIN_TEST_TLS_CA=$ROOT/tls/ca.pem BRAIN_TEST_SPARE_DATABASES=$SPARE \
     "$PY" -m pytest -q -p no:cacheprovider -rs $TESTS "$@"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import grpc
@@ -40,9 +42,28 @@ REFERENCE_TABLES = {"tenants", "brain_schema_migrations"}
 SERVER_SQL = Path(__file__).resolve().parent.parent / "server"
 
 
+# On a deployment (make test-external) the owner may not create databases: the harness
+# creates a few empty ones (owned by brain_owner, pgvector installed) and names them here.
+SPARE_DATABASES = [d for d in os.environ.get("BRAIN_TEST_SPARE_DATABASES", "").split(",") if d]
+
+
+def _with_database(dsn: str, name: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+
+
 @pytest.fixture
 def fresh_database(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[tuple[str, str]]:
-    """An empty database in the embedded cluster: (owner DSN, app-role DSN); dropped after."""
+    """An empty database on the test's PostgreSQL: (owner DSN, app-role DSN)."""
+    if pg_cluster.pg is None:
+        if not SPARE_DATABASES:
+            pytest.skip("no spare database on this deployment (BRAIN_TEST_SPARE_DATABASES)")
+        name = SPARE_DATABASES.pop()
+        yield (
+            _with_database(pg_cluster.owner_dsn, name),
+            _with_database(pg_cluster.app_dsn, name),
+        )
+        return
     pg = pg_cluster.embedded_pg
     name = unique("deploy").replace("-", "_")
 
