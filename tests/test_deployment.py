@@ -23,7 +23,8 @@ import pytest
 
 from brain.authz import ALL_PERMISSIONS, Confinement
 from brain.server.app import StartupError, start_server
-from brain.server.storage import admin
+from brain.server.storage import admin, backup
+from brain.server.storage.backup import BackupError
 from brain.server.storage.migrate import MigrationError, load_migrations, migrate
 from brain.v1 import common_pb2, memory_pb2
 
@@ -355,15 +356,13 @@ async def test_backup_and_restore_keep_the_guarantees(
     foreign = tmp_path / "foreign.jsonl"
     foreign.write_text(text.replace(f'"tenant_id": "{json.loads(lines[0])["tenant_id"]}"',
                                     f'"tenant_id": "{uuid.uuid4()}"', 3))  # fmt: skip
-    other_pepper = tmp_path / "other-pepper"
-    other_pepper.write_bytes(b"another deployment's pepper!!")
-    for bad, pepper_file, says in [
-        (truncated, pg_cluster.pepper_file, "truncated"),
-        (foreign, pg_cluster.pepper_file, "another tenant"),
-        (path, other_pepper, "another pepper"),
+    for bad, pepper, says in [  # in-process: the CLI path is exercised below
+        (truncated, pg_cluster.pepper, "truncated"),
+        (foreign, pg_cluster.pepper, "another tenant"),
+        (path, b"another deployment's pepper", "another pepper"),
     ]:
-        done = run_admin(owner_dsn, pepper_file, "restore", str(bad))
-        assert done.returncode == 2 and says in done.stderr, done.stderr
+        with pytest.raises(BackupError, match=says):
+            await restore_file(owner_dsn, pepper, bad)
     assert await fetchval(owner_dsn, "SELECT count(*) FROM tenants") == 0
 
     done = run_admin(owner_dsn, pg_cluster.pepper_file, "restore", str(path))
@@ -372,12 +371,10 @@ async def test_backup_and_restore_keep_the_guarantees(
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert await fetchval(owner_dsn, "SELECT count(*) FROM audit_events") == events + 1
     assert await fetchval(owner_dsn, "SELECT count(*) FROM api_keys") == 0
-    again = run_admin(owner_dsn, pg_cluster.pepper_file, "restore", str(path))
-    assert again.returncode == 2 and "already exists" in again.stderr
-    policies = run_admin(
-        owner_dsn, pg_cluster.pepper_file, "namespaces", "list", "--tenant", tenant
-    )
-    assert "reviewed" in policies.stdout and "review_required=True" in policies.stdout
+    with pytest.raises(BackupError, match="already exists"):
+        await restore_file(owner_dsn, pg_cluster.pepper, path)
+    policy = await fetchval(owner_dsn, "SELECT review_required FROM namespace_policies")
+    assert policy is True
 
     tenant_id = await fetchval(owner_dsn, "SELECT tenant_id::text FROM tenants")
     restored_key = await mint_full_key(owner_dsn, pg_cluster.pepper, tenant_id)
@@ -396,6 +393,15 @@ async def test_backup_and_restore_keep_the_guarantees(
         await running.stop(grace=0)
     after = run_admin(owner_dsn, pg_cluster.pepper_file, "audit", "verify", "--tenant", tenant)
     assert after.returncode == 0, after.stdout + after.stderr  # the chain goes on from the copy
+
+
+async def restore_file(dsn: str, pepper: bytes, path: Path) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        with path.open(encoding="utf-8") as lines:
+            await backup.restore(conn, pepper, lines)
+    finally:
+        await conn.close()
 
 
 async def fetchval(dsn: str, query: str) -> Any:
