@@ -101,9 +101,15 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
             f"the database at {where} lacks {len(missing)} migration(s) (first: "
             f"{missing[0].version}_{missing[0].name}); run `brain-admin migrate` as the owner"
         )
+    replica = settings.read_database_url
+    if replica is not None and urlsplit(replica).scheme not in ("postgres", "postgresql"):
+        raise StartupError(
+            f"BRAIN_READ_DATABASE_URL {logs.redact_dsn(replica)!r} is not a postgresql:// URL"
+        )
     try:
-        db = await asyncio.wait_for(Database.connect(dsn), timeout=15)
+        db = await asyncio.wait_for(Database.connect(dsn, replica_dsn=replica), timeout=15)
     except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
+        where = logs.redact_dsn(dsn) + (f" or {logs.redact_dsn(replica)}" if replica else "")
         raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
     try:
         await db.check_role_is_confined()

@@ -11,7 +11,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$HERE/.venv}
 PY=$VENV/bin/python
-TESTS=${EXTERNAL_TESTS:-tests/test_isolation.py tests/test_authz.py tests/test_authz_matrix.py tests/test_lifecycle.py tests/test_deployment.py}
+TESTS=${EXTERNAL_TESTS:-tests/test_isolation.py tests/test_authz.py tests/test_authz_matrix.py tests/test_lifecycle.py tests/test_deployment.py tests/test_replica.py}
 
 [ "$(id -u)" -eq 0 ] || { echo "make test-external needs root (apt-get, runuser)" >&2; exit 1; }
 ROOT=$(mktemp -d /tmp/brain-external.XXXXXX)
@@ -19,6 +19,9 @@ chmod 755 "$ROOT"  # the postgres user reaches its data directory below
 SERVER_PID=""
 cleanup() {
     if [ -n "$SERVER_PID" ]; then kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" || true; fi
+    if [ -f "$ROOT/standby/postmaster.pid" ]; then
+        runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D "$ROOT/standby" -m fast -w stop >/dev/null || true
+    fi
     "$HERE/deploy/external-postgres.sh" stop "$ROOT/pg" || true
     rm -rf "$ROOT"
 }
@@ -27,6 +30,7 @@ trap cleanup EXIT
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 PG_PORT=$(free_port)
 GRPC_PORT=$(free_port)
+STANDBY_PORT=$(free_port)
 
 "$HERE/deploy/external-postgres.sh" start "$ROOT/pg" "$PG_PORT"
 set -a
@@ -49,6 +53,19 @@ for db in ${SPARE//,/ }; do
     runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -h "$ROOT/pg/socket" -p "$PG_PORT" -U postgres -d "$db" \
         -c "CREATE EXTENSION vector"
 done
+
+# A streaming standby of that cluster, for the read-replica test; brain_owner may pause its
+# replay there (to prove which database a read came from).
+echo "== a streaming replica on 127.0.0.1:$STANDBY_PORT"
+runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -h "$ROOT/pg/socket" -p "$PG_PORT" -U postgres -d brain \
+    -c "GRANT EXECUTE ON FUNCTION pg_wal_replay_pause(), pg_wal_replay_resume() TO brain_owner"
+install -d -m 700 -o postgres "$ROOT/standby"
+runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_basebackup -h "$ROOT/pg/socket" -p "$PG_PORT" -U postgres \
+    -D "$ROOT/standby" -R -X stream -c fast
+runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D "$ROOT/standby" -l "$ROOT/standby/server.log" -w -t 60 \
+    -o "-p $STANDBY_PORT -k $ROOT/pg/socket -c listen_addresses=127.0.0.1" start >/dev/null
+STANDBY_URL=${BRAIN_DATABASE_URL/:$PG_PORT\//:$STANDBY_PORT/}
+STANDBY_ADMIN_URL=${BRAIN_ADMIN_DATABASE_URL/:$PG_PORT\//:$STANDBY_PORT/}
 
 echo "== brain-server as brain_server with TLS on 127.0.0.1:$GRPC_PORT"
 BRAIN_LISTEN=127.0.0.1:$GRPC_PORT BRAIN_TLS_CERT=$ROOT/tls/server.pem BRAIN_TLS_KEY=$ROOT/tls/server-key.pem \
@@ -79,4 +96,5 @@ cd "$HERE"
 BRAIN_TEST_ADMIN_DATABASE_URL=$BRAIN_ADMIN_DATABASE_URL BRAIN_TEST_DATABASE_URL=$BRAIN_DATABASE_URL \
     BRAIN_TEST_PEPPER_FILE=$BRAIN_PEPPER_FILE BRAIN_TEST_TARGET=127.0.0.1:$GRPC_PORT \
     BRAIN_TEST_TLS_CA=$ROOT/tls/ca.pem BRAIN_TEST_SPARE_DATABASES=$SPARE \
+    BRAIN_TEST_READ_DATABASE_URL=$STANDBY_URL BRAIN_TEST_REPLICA_ADMIN_URL=$STANDBY_ADMIN_URL \
     "$PY" -m pytest -q -p no:cacheprovider -rs $TESTS "$@"
