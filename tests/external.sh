@@ -3,9 +3,10 @@
 #
 # Debian's PostgreSQL 15 + pgvector built from source (deploy/external-postgres.sh), the
 # README's roles, `brain-admin migrate` as brain_owner over TCP with a password,
-# brain-server as the NOBYPASSRLS login role brain_server serving TLS, then the isolation,
-# authorization, lifecycle and schema tests against that server and database. Everything
-# lives in one temporary folder, removed afterwards. Needs root (apt, runuser).
+# brain-server as the NOBYPASSRLS login role brain_server serving TLS, a streaming standby
+# and spare databases, then the isolation, authorization, lifecycle, schema, upgrade,
+# backup and replica tests against them. Everything lives in one temporary folder,
+# removed afterwards. Needs root (apt, runuser). Extra arguments go to pytest.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")/.." && pwd)
