@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check proto clean
+.PHONY: run test test-external lint typecheck check proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,12 @@ run: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15
+
+## The deployment path (root; minutes): Debian's PostgreSQL 15 + pgvector built from source,
+## the README's roles, migrate as the owner, brain-server over TLS as the confined role,
+## then the isolation, authorization and lifecycle tests against it. Not part of `make test`.
+test-external: $(STAMP)
+	VENV=$(abspath $(VENV)) tests/external.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check authz server clients tests

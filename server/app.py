@@ -89,17 +89,27 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
     where = logs.redact_dsn(dsn)
     try:
         # Checked on a plain connection first: the pool's codecs need the migrated schema.
-        missing = await asyncio.wait_for(migrations.pending(dsn), timeout=15)
+        schema = await asyncio.wait_for(migrations.status(dsn), timeout=15)
     except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
         raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
+    if schema.unknown:
+        # An older server on a newer schema could write rows the new code would misread.
+        raise StartupError(f"{where}: {migrations.newer_schema_message(schema.unknown)}")
+    missing = schema.pending
     if missing:
         raise StartupError(
             f"the database at {where} lacks {len(missing)} migration(s) (first: "
             f"{missing[0].version}_{missing[0].name}); run `brain-admin migrate` as the owner"
         )
+    replica = settings.read_database_url
+    if replica is not None and urlsplit(replica).scheme not in ("postgres", "postgresql"):
+        raise StartupError(
+            f"BRAIN_READ_DATABASE_URL {logs.redact_dsn(replica)!r} is not a postgresql:// URL"
+        )
     try:
-        db = await asyncio.wait_for(Database.connect(dsn), timeout=15)
+        db = await asyncio.wait_for(Database.connect(dsn, replica_dsn=replica), timeout=15)
     except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
+        where = logs.redact_dsn(dsn) + (f" or {logs.redact_dsn(replica)}" if replica else "")
         raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
     try:
         await db.check_role_is_confined()

@@ -18,6 +18,7 @@ def default_data_dir() -> Path:
 class Settings:
     listen: str = "127.0.0.1:50051"
     database_url: str | None = None
+    read_database_url: str | None = None
     data_dir: Path = Path()
     pepper_file: Path | None = None
     tls_cert: Path | None = None
@@ -58,6 +59,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         default=_env("DATABASE_URL"),
         help="PostgreSQL URL; unset: embedded PostgreSQL (BRAIN_DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--read-database-url",
+        default=_env("READ_DATABASE_URL"),
+        help="a streaming replica for Search, List, Get, History, Export and BuildContext "
+        "(BRAIN_READ_DATABASE_URL)",
     )
     parser.add_argument(
         "--data-dir",
@@ -158,6 +165,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         listen=args.listen,
         database_url=args.database_url,
+        read_database_url=args.read_database_url,
         data_dir=args.data_dir,
         pepper_file=args.pepper_file,
         tls_cert=args.tls_cert,

@@ -160,13 +160,20 @@ class Memories:
     # -- plumbing -----------------------------------------------------------------
 
     def tx(
-        self, caller: Caller, *, timeout_ms: int | None = None, readonly: bool = False
+        self,
+        caller: Caller,
+        *,
+        timeout_ms: int | None = None,
+        readonly: bool = False,
+        replica: bool = False,
     ) -> AbstractAsyncContextManager[asyncpg.Connection]:
+        """A caller transaction; ``replica`` reads may go to the read replica, if any."""
         return self.db.caller_tx(
             caller,
             timeout_ms=timeout_ms,
             cap_ms=self.limits.statement_timeout_ms,
             readonly=readonly,
+            replica=replica,
         )
 
     def visibility(self, caller: Caller) -> Visibility:
@@ -426,7 +433,7 @@ class Memories:
     ) -> memory_pb2.GetMemoryResponse:
         memory_id = check.memory_id("id", req.id)
         t = time_coords(req.time, default_any_valid=True)
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             row = await sql.get_memory(conn, self.visibility(caller), memory_id, t)
         if row is None:
             raise memory_not_found()
@@ -573,7 +580,7 @@ class Memories:
         timeout_ms: int | None = None,
     ) -> memory_pb2.GetMemoryHistoryResponse:
         memory_id = check.memory_id("id", req.id)
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             rows = await sql.history(conn, self.visibility(caller), memory_id)
         if not rows:
             raise memory_not_found()
@@ -593,7 +600,7 @@ class Memories:
             t = replace(t, as_of=cursors.get_time("page_token", data, "a"))
         if t.as_of is None:
             t = replace(t, as_of=datetime.now(UTC))
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             rows = await sql.list_page(conn, self.visibility(caller), f, t, after, size + 1)
         more = len(rows) > size
         rows = rows[:size]
@@ -614,7 +621,7 @@ class Memories:
             after = (cursors.get_uuid("cursor", token, "k"), cursors.get_int("cursor", token, "v"))
         vis = self.visibility(caller)
         while True:
-            async with self.tx(caller, readonly=True) as conn:
+            async with self.tx(caller, readonly=True, replica=True) as conn:
                 rows = await sql.export_page(conn, vis, f, req.include_history, after, EXPORT_BATCH)
             for row in rows:
                 after = (row["memory_id"], row["version"])
@@ -678,7 +685,7 @@ class Memories:
         n = max(limit, self.params.candidates)
         vis = self.visibility(caller)
         model = self.embedding_model
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             lexical: list[retrieval.LaneHit] = []
             exact: list[retrieval.LaneHit] = []
             if mode != memory_pb2.SEARCH_MODE_SEMANTIC:
