@@ -44,12 +44,20 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from brain.v1 import common_pb2, identity_pb2, memory_pb2
 
 from .client import AsyncBrainClient, BrainClient, DraftFields, RetryPolicy, Scope, time_travel
-from .errors import BrainClientError
+from .errors import BrainClientError, FailedPrecondition, InvalidArgument, RateLimited
+from .mcp_capture import (
+    CaptureError,
+    explicit_requests,
+    extract_facts,
+    proposals,
+    read_transcript,
+)
 
 if TYPE_CHECKING:
     import mcp_types
@@ -1118,6 +1126,18 @@ async def serve(config: ProxyConfig) -> None:
 # -- the prompt-submit hook --------------------------------------------------------------
 
 
+def _hook_scope(config: ProxyConfig, timeout: float) -> tuple[ProxyConfig, list[str]]:
+    """The scope the tools would act in: WhoAmI with an empty scope, then `resolve_scope`."""
+    with BrainClient(
+        config.target,
+        config.api_key,
+        timeout=timeout,
+        retry=RetryPolicy(max_attempts=1),
+        **{**config.client_options(), "scope": None},
+    ) as probe:
+        return resolve_scope(config, probe.whoami())
+
+
 def hook_recall(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
     """The context block for the hook payload's prompt; "" when there is nothing to add.
 
@@ -1134,11 +1154,16 @@ def hook_recall(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
         return ""
     if not isinstance(prompt, str) or not prompt.strip() or not config.api_key:
         return ""
+    deadline = time.monotonic() + timeout
     try:
+        config, problems = _hook_scope(config, timeout)
+        if problems:
+            _log.debug("hook recall: configuration does not fit the key: %s", problems)
+            return ""
         with BrainClient(
             config.target,
             config.api_key,
-            timeout=timeout,
+            timeout=max(0.05, deadline - time.monotonic()),
             retry=RetryPolicy(max_attempts=1),
             **config.client_options(),
         ) as client:
@@ -1146,6 +1171,63 @@ def hook_recall(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
     except (BrainClientError, OSError, ValueError) as exc:
         _log.debug("hook recall: no context: %s", exc)
         return ""
+
+
+def hook_capture(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
+    """Propose the session's remember-this moments for review; returns a line for stderr.
+
+    Never raises: a stop hook must not get in the agent's way, so every failure becomes the
+    returned line ("" when there was nothing to propose).
+    """
+    try:
+        payload = json.loads(stdin) if stdin.strip() else {}
+    except ValueError:
+        return "hook capture: the payload on stdin is not JSON"
+    path = payload.get("transcript_path") if isinstance(payload, dict) else None
+    if not isinstance(path, str) or not path:
+        return "hook capture: the payload names no transcript_path"
+    if not config.api_key:
+        return "hook capture: set BRAIN_API_KEY"
+    session = str(payload.get("session_id") or "")
+    try:
+        turns = read_transcript(Path(path).expanduser())
+    except CaptureError as exc:
+        return f"hook capture: {exc}"
+    try:
+        extracted = extract_facts(turns, env)
+    except CaptureError as exc:  # the explicit requests are still worth proposing
+        _log.warning("hook capture: %s", exc)
+        extracted = []
+    todo = proposals(
+        session, explicit_requests(turns), extracted, env.get("BRAIN_CAPTURE_MODEL", "")
+    )
+    if not todo:
+        return ""
+    ids: list[str] = []
+    refused: list[str] = []
+    try:
+        config, problems = _hook_scope(config, config.timeout)
+        if problems:
+            return "hook capture: configuration does not fit the API key: " + "; ".join(problems)
+        with BrainClient(
+            config.target, config.api_key, timeout=config.timeout, **config.client_options()
+        ) as client:
+            for p in todo:
+                try:
+                    response = client.propose(
+                        p.content,
+                        reason=p.reason,
+                        idempotency_key=p.idempotency_key,
+                        tags=list(p.tags),
+                    )
+                except (FailedPrecondition, InvalidArgument, RateLimited) as exc:
+                    refused.append(str(exc))  # this one only (e.g. a tombstoned value)
+                    continue
+                ids.append(response.candidate.id)
+    except (BrainClientError, OSError, ValueError) as exc:
+        refused.append(str(exc))
+    line = f"hook capture: proposed {len(ids)} of {len(todo)} memories for review"
+    return line + (f" ({'; '.join(ids)})" if ids else "") + "".join(f"; {r}" for r in refused)
 
 
 # -- command line ------------------------------------------------------------------------
@@ -1167,7 +1249,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-ca", help="PEM root CA file; enables TLS [BRAIN_TLS_CA]")
     sub = p.add_subparsers(dest="command")
     hook = sub.add_parser("hook", help="run as a coding-agent hook")
-    hook.add_argument("hook", choices=["recall"], help="recall: print context for the prompt")
+    hook.add_argument(
+        "hook",
+        choices=["recall", "capture"],
+        help="recall: print context for the prompt; capture: propose the session's "
+        '"remember this" moments for review',
+    )
     return p
 
 
@@ -1182,6 +1269,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         level=logging.DEBUG if debug else logging.WARNING,
         format="brain-mcp %(levelname)s %(message)s",
     )
+    if args.command == "hook" and args.hook == "capture":
+        if said := hook_capture(config, sys.stdin.read(), env):
+            sys.stderr.write(said + "\n")
+        return
     if args.command == "hook":
         context = hook_recall(config, sys.stdin.read(), env)
         if context:
