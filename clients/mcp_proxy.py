@@ -992,8 +992,9 @@ class BrainProxy:
             identity = await self.identity()
             if identity is not None and tool.method not in identity.allowed_methods:
                 raise KeyError(name)
-            if identity is None and self._outage is not None:
-                return True, _error(self._outage[1], self._outage[2])
+            if identity is None:  # the server did not answer WhoAmI, now or a moment ago
+                _, code, message = self._outage or (0.0, "UNAVAILABLE", "UNAVAILABLE: no answer")
+                return True, _error(code, message)
             if self.problems:
                 return True, _error(
                     "PERMISSION_DENIED",
