@@ -7,6 +7,7 @@ The proxy's overhead is the difference between the two columns (stdio + JSON + r
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -15,7 +16,7 @@ from brain.clients.client import AsyncBrainClient, Scope
 from .conftest import BrainServer, unique
 from .test_mcp_proxy import brain_env, call, mcp_session, text_of
 
-ROUNDS = 40
+ROUNDS = int(os.environ.get("BENCH_ROUNDS") or 40)
 
 
 def p50(samples: list[float]) -> str:
