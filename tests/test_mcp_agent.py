@@ -7,6 +7,7 @@ tests/test_mcp_proxy.py; the capture hook runs as a subprocess on a real JSONL t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -26,7 +27,16 @@ from brain.clients.client import BrainClient, Scope
 from brain.clients.mcp_capture import explicit_requests
 
 from .conftest import BrainServer, unique
-from .test_mcp_proxy import BRAIN_MCP, brain_env, call, free_port, hit_ids, text_of, word
+from .test_mcp_proxy import (
+    BRAIN_MCP,
+    brain_env,
+    call,
+    free_port,
+    hit_ids,
+    run_hook,
+    text_of,
+    word,
+)
 
 
 @asynccontextmanager
@@ -59,6 +69,10 @@ async def test_the_key_alone_is_enough_when_it_fixes_user_and_namespace(
     # The memory landed in erin's bucket of that namespace, where a direct client finds it.
     with BrainClient(brain_server.target, key, scope=Scope(user_id="erin", namespace=ns)) as c:
         assert c.get(saved.structured_content["id"]).memory.content.endswith(marker)
+    # The recall hook takes the same scope from the key.
+    prompt = json.dumps({"prompt": f"Where does Erin's notebook live, {marker}?"})
+    hook = await asyncio.to_thread(run_hook, brain_env(brain_server.target, key), prompt)
+    assert hook.returncode == 0 and marker in hook.stdout, hook.stderr
 
 
 async def test_a_scope_that_does_not_fit_the_key_is_named_at_start(
