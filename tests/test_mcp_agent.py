@@ -433,3 +433,46 @@ def test_capture_adds_a_chat_models_extraction(
     else:
         assert set(found) == {explicit}
         assert "extraction at" in done.stderr
+
+
+def test_capture_never_fails_the_agent(brain_server: BrainServer, tmp_path: Path) -> None:
+    """Bad payload, missing transcript, server down, wrong key or no propose permission: the
+    hook exits 0 and says why on stderr; with a fitting key the same transcript is proposed."""
+    ns = unique("ns")
+    tenant = unique("t")
+    reader = brain_server.mint_key(tenant, "agent:r", user="kim", namespaces=(ns,))
+    proposer = brain_server.mint_key(
+        tenant, "agent:p", permissions="memories:propose", user="kim", namespaces=(ns,)
+    )
+    path = transcript(tmp_path / "t.jsonl", ("user", "Remember that the on-call phone is red."))
+    good = {"session_id": "s-3", "transcript_path": str(path)}
+    down = f"127.0.0.1:{free_port()}"
+    cases = {
+        "not json": (brain_env(brain_server.target, proposer), "{nope", "not JSON"),
+        "no transcript": (brain_env(brain_server.target, proposer), "{}", "transcript_path"),
+        "missing file": (
+            brain_env(brain_server.target, proposer),
+            json.dumps({"transcript_path": str(tmp_path / "gone.jsonl")}),
+            "cannot read transcript",
+        ),
+        "server down": (brain_env(down, proposer), json.dumps(good), "UNAVAILABLE"),
+        "wrong key": (
+            brain_env(brain_server.target, proposer[:-3] + "zzz"),
+            json.dumps(good),
+            "UNAUTHENTICATED",
+        ),
+        "no permission": (brain_env(brain_server.target, reader), json.dumps(good), "PERMISSION"),
+    }
+    for case, (env, stdin, why) in cases.items():
+        done = subprocess.run(
+            [*BRAIN_MCP, "hook", "capture"],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ.get("PATH", ""), **env},
+            timeout=90,
+        )
+        assert done.returncode == 0 and why in done.stderr, (case, done.stderr)
+        assert "proposed 1 of 1" not in done.stderr, case
+    done = run_capture(brain_env(brain_server.target, proposer), good)
+    assert "proposed 1 of 1" in done.stderr, done.stderr
