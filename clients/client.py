@@ -610,6 +610,23 @@ class BrainClient(_Base):
             "ListMemories", self._memory.ListMemories, request, lambda p: p.memories, timeout
         )
 
+    def list_page(
+        self,
+        *,
+        filter: common_pb2.MemoryFilter | None = None,
+        time: common_pb2.TimeTravel | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> memory_pb2.ListMemoriesResponse:
+        """One page of memories, newest first, with the token of the next (empty on the last)."""
+        request = memory_pb2.ListMemoriesRequest(
+            scope=self._scope, filter=filter, time=time, page_size=page_size, page_token=page_token
+        )
+        return self._unary(
+            "ListMemories", self._memory.ListMemories, request, idempotent=True, timeout=timeout
+        )
+
     def history(
         self, id: str, *, timeout: float | None = None
     ) -> memory_pb2.GetMemoryHistoryResponse:
@@ -988,6 +1005,23 @@ class AsyncBrainClient(_Base):
         )
         return self._pages(
             "ListMemories", self._memory.ListMemories, request, lambda p: p.memories, timeout
+        )
+
+    async def list_page(
+        self,
+        *,
+        filter: common_pb2.MemoryFilter | None = None,
+        time: common_pb2.TimeTravel | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> memory_pb2.ListMemoriesResponse:
+        """One page of memories, newest first, with the token of the next (empty on the last)."""
+        request = memory_pb2.ListMemoriesRequest(
+            scope=self._scope, filter=filter, time=time, page_size=page_size, page_token=page_token
+        )
+        return await self._unary(
+            "ListMemories", self._memory.ListMemories, request, idempotent=True, timeout=timeout
         )
 
     async def history(

@@ -35,6 +35,9 @@ ALL_TOOLS = {
     "recall",
     "get_memory",
     "memory_history",
+    "get_memory_history",
+    "list_memories",
+    "update_memory",
     "forget",
     "propose_memory",
     "list_candidates",
@@ -170,11 +173,11 @@ async def test_grpc_errors_become_tool_errors_and_the_proxy_survives(
         saved = await call(session, "remember", content="Carol reviews database migrations")
         assert not saved.is_error, text_of(saved)
 
-    # A proxy whose env scope leaves the key's confinement gets the server's refusal.
+    # A proxy whose env scope leaves the key's confinement says which setting is wrong.
     async with mcp_session(brain_env(brain_server.target, key, "mallory", ns)) as wrong_scope:
         denied = await call(wrong_scope, "recall", query="migrations")
         assert denied.is_error and text_of(denied).startswith("PERMISSION_DENIED: ")
-        assert "user_id" in text_of(denied)
+        assert "BRAIN_USER_ID is 'mallory'" in text_of(denied) and "'carol'" in text_of(denied)
 
 
 async def test_proxy_reconnects_after_a_server_restart(brain_server: BrainServer) -> None:
@@ -224,8 +227,10 @@ async def test_whoami_failure_at_start_is_retried_lazily(
         try:
             readable = {
                 "recall",
+                "list_memories",
                 "get_memory",
                 "memory_history",
+                "get_memory_history",
                 "list_candidates",
                 "build_context",
             }
