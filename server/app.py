@@ -21,7 +21,7 @@ from brain.authz import RateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
 from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_pb2_grpc
 
-from . import embedded, logs
+from . import embedded, logs, validation
 from .audit import AuditLog
 from .config import Settings, add_server_arguments, settings_from_args
 from .embedders import EmbedderError, build_embedder
@@ -163,6 +163,7 @@ async def _serve(
         pepper,
         rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
         touch_key=db.touch_key,
+        check_request=validation.malformed,
     )
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
@@ -208,7 +209,7 @@ async def _serve(
     )
     review_pb2_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(review), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(
-        AuditServicer(AuditLog(db, settings.statement_timeout_ms)), server
+        AuditServicer(AuditLog(db, memories.tokens, settings.statement_timeout_ms)), server
     )
     identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
     health_servicer = health_aio.HealthServicer()

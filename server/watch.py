@@ -27,7 +27,6 @@ import structlog
 from brain.authz import Caller
 from brain.v1 import memory_pb2
 
-from .audit import parse_seq_token
 from .errors import PermissionDenied, Unavailable
 from .memories import Memories, row_filter
 from .storage import audit as sql
@@ -213,7 +212,7 @@ async def changes(
 ) -> AsyncGenerator[Change, None]:
     """Changes visible to ``caller`` after ``req.cursor`` (or from now), until cancelled."""
     feed = feed or feed_for(memories.db)
-    cursor = parse_seq_token("cursor", req.cursor)
+    cursor = memories.tokens.decode_seq("cursor", req.cursor)
     f = row_filter(req.filter)
     if not req.filter.statuses:
         f = dataclasses.replace(f, statuses=ALL_STATUSES)

@@ -8,20 +8,55 @@ Database errors become domain errors here, at this one boundary.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import asyncpg
+import structlog
 from pgvector.asyncpg import register_vector
 
-from brain.authz import Caller, Confinement, KeyRecord
+from brain.authz import Caller, Confinement, KeyRecord, KeyStoreUnavailable
 
-from ..errors import DeadlineExceeded, Unavailable
+from ..errors import BrainError, DeadlineExceeded, ResourceExhausted, Unavailable
 
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
 UNCONFINED = Confinement()
+UNAVAILABLE_MESSAGE = "the database is unavailable; retry shortly"
+DISK_FULL_MESSAGE = (
+    "the database is out of disk space; writes fail until an operator frees space "
+    "(reads still work)"
+)
+_log = structlog.get_logger("brain.db")
+
+
+def outage(exc: BaseException) -> BrainError | None:
+    """The domain error for a database fault the caller did not cause, else None.
+
+    Losing the server (refused, reset, shut down, crashed, restarting, out of connections)
+    is UNAVAILABLE, so clients retry; a full disk is RESOURCE_EXHAUSTED with a clear message.
+    """
+    if isinstance(exc, asyncpg.QueryCanceledError):
+        return DeadlineExceeded("the request ran out of time in the database")
+    if isinstance(exc, asyncpg.DiskFullError):
+        _log.error("database disk full", sqlstate=exc.sqlstate)
+        return ResourceExhausted(DISK_FULL_MESSAGE)
+    if isinstance(
+        exc,
+        OSError
+        | TimeoutError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.OperatorInterventionError
+        | asyncpg.TooManyConnectionsError,
+    ):
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    if isinstance(exc, asyncpg.InterfaceError) and (
+        "closed" in str(exc) or "connection" in str(exc)
+    ):
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    return None
 
 
 class UnsafeRole(Exception):
@@ -105,14 +140,11 @@ class Database:
                     confinement.session_id or "",
                 )
                 yield conn  # type: ignore[misc]
-        except asyncpg.QueryCanceledError as exc:
-            raise DeadlineExceeded("the request ran out of time in the database") from exc
-        except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
-            raise Unavailable("the database is unavailable; retry shortly") from exc
-        except asyncpg.InterfaceError as exc:
-            if "closed" in str(exc) or "connection" in str(exc):
-                raise Unavailable("the database is unavailable; retry shortly") from exc
-            raise
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            translated = outage(exc)
+            if translated is None:
+                raise
+            raise translated from exc
 
     def caller_tx(
         self,
@@ -142,14 +174,33 @@ class Database:
         """The key with this public id, across tenants (through a definer function)."""
         try:
             row = await self.pool.fetchrow("SELECT * FROM brain_lookup_key($1)", key_id)
-        except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
-            raise Unavailable("the database is unavailable; retry shortly") from exc
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            if outage(exc) is None:
+                raise
+            raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
         if row is None:
             return None
         return key_record(row)
 
     async def touch_key(self, key_id: str) -> None:
-        await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+        """Note a key's use; a full disk skips the note (it is coarse) rather than the call."""
+        try:
+            await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+        except asyncpg.DiskFullError:
+            _log.warning("database disk full; last_used_at not updated", key_id=key_id)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            if outage(exc) is None:
+                raise
+            raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
+
+    async def ping(self, seconds: float) -> bool:
+        """Whether the database answers a trivial query within ``seconds``."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self.pool.fetchval("SELECT 1")
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return False
+        return True
 
 
 async def embedding_dimension(conn: asyncpg.Pool | asyncpg.Connection) -> int:
