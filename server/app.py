@@ -33,6 +33,7 @@ from .servicers.other import AuditServicer, IdentityServicer, ReviewServicer
 from .storage import migrate as migrations
 from .storage.bootstrap import prepare_embedded
 from .storage.db import Database, UnsafeRole
+from .supervisor import DatabaseSupervisor
 from .watch import close_feed
 
 _log = structlog.get_logger("brain.server")
@@ -55,6 +56,7 @@ class RunningServer:
     health: health_aio.HealthServicer
     port: int
     memories: Memories
+    supervisor: DatabaseSupervisor
     embedded_pg: embedded.EmbeddedPostgres | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -63,6 +65,7 @@ class RunningServer:
         if self.stopped.is_set():
             return
         self.stopped.set()
+        await self.supervisor.stop()
         await self.health.enter_graceful_shutdown()
         await close_feed(self.db)  # watch streams end now, not after the grace period
         await self.server.stop(grace)
@@ -230,6 +233,10 @@ async def _serve(
     await server.start()
     for service in ("", *SERVICES):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    supervisor = DatabaseSupervisor(
+        db, health_servicer, SERVICES, pg=pg, interval=settings.health_interval_seconds
+    )
+    supervisor.start()
     _log.info(
         "serving",
         listen=settings.listen,
@@ -239,7 +246,13 @@ async def _serve(
         database="embedded" if pg is not None else logs.redact_dsn(settings.database_url or ""),
     )
     return RunningServer(
-        server=server, db=db, health=health_servicer, port=port, memories=memories, embedded_pg=pg
+        server=server,
+        db=db,
+        health=health_servicer,
+        port=port,
+        memories=memories,
+        supervisor=supervisor,
+        embedded_pg=pg,
     )
 
 

@@ -84,20 +84,34 @@ class EmbeddedPostgres:
         True when it was restarted. It comes back on the same socket directory, so
         connection strings and pools stay valid.
         """
-        if self.is_running():
+        pid = self.postmaster_pid()
+        if pid is not None and _alive(pid):
+            return False
+        if pid is not None and _unreaped(pid):
+            # Until its parent reaps it, the dead postmaster's pid still "exists" and both
+            # the wheel and PostgreSQL would refuse to start a new one: next probe.
+            _log.warning("embedded PostgreSQL died; waiting for it to be reaped", pid=pid)
             return False
         _log.warning(
             "embedded PostgreSQL is not running; restarting it", data_dir=str(self.data_dir)
         )
         with _wheel_lock(self.handle):
             self.handle.ensure_postgres_running()
-        _log.info("embedded PostgreSQL restarted", pid=self.postmaster_pid())
-        return True
+        restarted = self.is_running()
+        _log.info("embedded PostgreSQL restarted", pid=self.postmaster_pid(), ok=restarted)
+        return restarted
 
 
 def _alive(pid: int) -> bool:
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _unreaped(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
