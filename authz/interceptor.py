@@ -254,6 +254,11 @@ class AuthorizationInterceptor(Interceptor):
                 context.set_trailing_metadata(denied.trailers)
             await context.abort(denied.code, denied.message)
             raise AssertionError("unreachable: abort raises") from denied
+        except Exception as exc:  # a bug: log it whole, tell the caller nothing internal
+            _log.error("authorization failed unexpectedly", method=method, exc_info=exc)
+            _log_call(method, None, grpc.StatusCode.INTERNAL, started)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+            raise AssertionError("unreachable: abort raises") from exc
 
     def _wrap_unary(
         self, behavior: Callable[..., Awaitable[Any]], method: str, cls: MethodClass
