@@ -1,4 +1,4 @@
-"""Opaque page tokens and stream cursors, authenticated so only this server's parse.
+"""Opaque page tokens and stream cursors, signed so that only this deployment can open them.
 
 A token is ``<payload>.<mac>``: the payload is base64url JSON (or a bare sequence
 number for audit pages and Watch cursors) and the mac an HMAC-SHA256 under a key
