@@ -65,7 +65,9 @@ class EmbeddedPostgres:
 
     def stop(self) -> None:
         """Stop the cluster when this process holds the last handle to it."""
-        self.handle.cleanup()
+        # A postmaster that died on its own (killed, crashed) leaves nothing to stop.
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self.handle.cleanup()
 
     def postmaster_pid(self) -> int | None:
         """The pid in ``postmaster.pid`` (None when the file is missing or unreadable)."""
@@ -96,6 +98,7 @@ class EmbeddedPostgres:
             "embedded PostgreSQL is not running; restarting it", data_dir=str(self.data_dir)
         )
         with _wheel_lock(self.handle):
+            _drop_stale_socket_locks(self.data_dir)
             self.handle.ensure_postgres_running()
         restarted = self.is_running()
         _log.info("embedded PostgreSQL restarted", pid=self.postmaster_pid(), ok=restarted)
@@ -107,6 +110,19 @@ def _alive(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
+
+
+def _drop_stale_socket_locks(socket_dir: Path) -> None:
+    """Remove socket lock files a dead postmaster left (PostgreSQL cannot always reopen them
+    when the wheel runs it as its own system user; a dead owner's lock protects nothing)."""
+    for lock in socket_dir.glob(".s.PGSQL.*.lock"):
+        try:
+            pid = int(lock.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            continue
+        if not _alive(pid):
+            with contextlib.suppress(OSError):
+                lock.unlink()
 
 
 def _unreaped(pid: int) -> bool:

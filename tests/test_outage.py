@@ -116,19 +116,27 @@ def code_of(call: Callable[[], Any]) -> grpc.StatusCode:
 
 
 def test_killed_postmaster_is_unavailable_not_serving_then_heals(outage: Outage) -> None:
-    """SIGKILL of the embedded postmaster: calls get UNAVAILABLE (not UNKNOWN) and are
-    logged, health turns NOT_SERVING; the supervisor restarts PostgreSQL, health returns to
-    SERVING and the same server (same pool) serves reads and writes again."""
+    """SIGKILL of the embedded postmaster: new calls and a live Watch get UNAVAILABLE (not
+    UNKNOWN) and are logged, health turns NOT_SERVING; the supervisor restarts PostgreSQL,
+    health returns to SERVING and the same server (same pool) serves reads and writes again."""
     pg = outage.running.embedded_pg
     assert pg is not None
     before = outage.save("written before the outage").memory.id
     assert outage.status() == SERVING
 
+    watch = outage.memories.WatchMemories(
+        memory_pb2.WatchMemoriesRequest(scope=common_pb2.Scope(namespace="ops")),
+        metadata=outage.md,
+        timeout=60,
+    )
+    assert next(watch).cursor  # the opening marker: the stream is live
     outage.running.supervisor.hold_restarts = True  # observe the outage before it heals
     old_pid = pg.postmaster_pid()
     assert old_pid is not None
     with structlog.testing.capture_logs() as logs:
         os.kill(old_pid, signal.SIGKILL)
+        # A call already past authentication (a live Watch) ends UNAVAILABLE too.
+        assert code_of(lambda: next(watch)) == grpc.StatusCode.UNAVAILABLE
         eventually(lambda: outage.status() == NOT_SERVING)
         assert code_of(lambda: outage.save("written during the outage")) == (
             grpc.StatusCode.UNAVAILABLE
@@ -143,7 +151,11 @@ def test_killed_postmaster_is_unavailable_not_serving_then_heals(outage: Outage)
     assert outage.key not in repr(logs)
 
     outage.running.supervisor.hold_restarts = False
-    eventually(lambda: outage.status() == SERVING)
+    try:
+        eventually(lambda: outage.status() == SERVING)
+    except AssertionError:
+        print("PostgreSQL log:", (pg.data_dir / "log").read_text()[-3000:])  # why not back
+        raise
     assert pg.postmaster_pid() not in (None, old_pid)
     after = outage.save("written after the outage").memory.id
     assert outage.get(before).content == "written before the outage"

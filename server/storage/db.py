@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 import structlog
+from asyncpg.pool import PoolConnectionProxy
 from pgvector.asyncpg import register_vector
 
 from brain.authz import Caller, Confinement, KeyRecord, KeyStoreUnavailable
@@ -51,6 +52,10 @@ def outage(exc: BaseException) -> BrainError | None:
         | asyncpg.OperatorInterventionError
         | asyncpg.TooManyConnectionsError,
     ):
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    if isinstance(exc, asyncpg.InternalClientError):
+        # asyncpg's protocol state after its connection broke in the middle of an operation.
+        _log.warning("database connection broke mid-operation", error=str(exc))
         return Unavailable(UNAVAILABLE_MESSAGE)
     if isinstance(exc, asyncpg.InterfaceError) and (
         "closed" in str(exc) or "connection" in str(exc)
@@ -117,8 +122,10 @@ class Database:
         readonly: bool = False,
     ) -> AsyncIterator[asyncpg.Connection]:
         """A transaction in which RLS shows one tenant, within the key's confinement and labels."""
+        used: PoolConnectionProxy[Any] | None = None
         try:
             async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
+                used = conn
                 await conn.execute(
                     """SELECT set_config('brain.tenant_id', $1, true),
                               set_config('brain.key_id', $2, true),
@@ -140,8 +147,13 @@ class Database:
                     confinement.session_id or "",
                 )
                 yield conn  # type: ignore[misc]
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except BrainError:
+            raise
+        except Exception as exc:
             translated = outage(exc)
+            if translated is None and used is not None and used.is_closed():
+                # Whatever failed, it failed because the connection died under it.
+                translated = Unavailable(UNAVAILABLE_MESSAGE)
             if translated is None:
                 raise
             raise translated from exc
@@ -198,7 +210,13 @@ class Database:
         try:
             async with asyncio.timeout(seconds):
                 await self.pool.fetchval("SELECT 1")
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except (
+            OSError,
+            TimeoutError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            asyncpg.InternalClientError,  # a connection that broke mid-operation
+        ):
             return False
         return True
 
