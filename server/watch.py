@@ -24,7 +24,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from brain.authz import Caller
+from brain.authz import Caller, KeyStoreUnavailable
 from brain.v1 import memory_pb2
 
 from .errors import PermissionDenied, Unavailable
@@ -183,7 +183,10 @@ async def close_feed(db: Database) -> None:
 
 async def _ensure_key_still_valid(memories: Memories, caller: Caller) -> None:
     """A stream outlives its authentication: stop serving a key revoked or expired since."""
-    key = await memories.db.lookup_key(caller.key.key_id)
+    try:
+        key = await memories.db.lookup_key(caller.key.key_id)
+    except KeyStoreUnavailable as exc:  # the interceptor's error; in a servicer it is ours
+        raise Unavailable(exc.args[0] if exc.args else "the database is unavailable") from exc
     now = datetime.now(UTC)
     if (
         key is None

@@ -165,6 +165,7 @@ def test_killed_postmaster_is_unavailable_not_serving_then_heals(outage: Outage)
 def test_disk_full_is_resource_exhausted_with_a_clear_message(outage: Outage) -> None:
     """A write the database refuses with SQLSTATE 53100 (disk full) is RESOURCE_EXHAUSTED
     saying so; reads keep working and writes succeed once space is back."""
+    outage.running.supervisor.hold_restarts = False  # whatever the test before left
     eventually(lambda: outage.status() == SERVING)
     kept = outage.save("saved while the disk had room").memory.id
     # PostgreSQL raises the real disk_full condition from inside the write (a tmpfs that
