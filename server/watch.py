@@ -47,6 +47,15 @@ CHANGE_KIND = {
 }
 BATCH_EVENTS = 100
 KEY_RECHECK_SECONDS = 5.0
+# What the dedicated LISTEN connection may raise when the database goes away (a broken
+# connection can leave asyncpg's protocol mid-operation: InternalClientError).
+LISTENER_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
 
 
 class ChangeFeed:
@@ -124,7 +133,7 @@ class ChangeFeed:
                 woken.set()
 
     async def _release(self, conn: Any) -> None:
-        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        with contextlib.suppress(*LISTENER_ERRORS):
             await conn.close(timeout=2)
 
     async def _listen(self) -> None:
@@ -136,12 +145,12 @@ class ChangeFeed:
                 await self._release(stale)
             try:
                 conn = await asyncio.wait_for(asyncpg.connect(self.db.dsn), timeout=2)
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except LISTENER_ERRORS as exc:
                 _log.warning("change feed cannot LISTEN; polling", error=str(exc))
                 return
             try:
                 await conn.add_listener(sql.NOTIFY_CHANNEL, self._notified)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except LISTENER_ERRORS as exc:
                 _log.warning("change feed cannot LISTEN; polling", error=str(exc))
                 await self._release(conn)
                 return
@@ -158,7 +167,7 @@ class ChangeFeed:
             if conn is None:
                 return
             conn.remove_termination_listener(self._lost)
-            with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            with contextlib.suppress(*LISTENER_ERRORS):
                 await conn.remove_listener(sql.NOTIFY_CHANNEL, self._notified)
             await self._release(conn)
 

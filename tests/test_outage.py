@@ -18,8 +18,11 @@ import pytest
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from brain.authz import Caller, Confinement, KeyRecord, MethodClass, RequestScope
+from brain.server import watch as watch_module
 from brain.server.app import RunningServer, start_server
 from brain.server.config import Settings
+from brain.server.errors import Unavailable
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
 from .conftest import LoopThread
@@ -109,6 +112,21 @@ def outage(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) ->
         loop_thread.run(running.stop(grace=1.0), timeout=60)
 
 
+def _watching_caller() -> Caller:
+    key = KeyRecord(
+        tenant_id="00000000-0000-0000-0000-000000000000", tenant_name="local", key_id="k",
+        principal="dev", permissions=frozenset(), confinement=Confinement(),
+        labels=frozenset({"team"}), secret_hash=b"", expires_at=None, revoked_at=None,
+    )  # fmt: skip
+    return Caller(
+        key=key,
+        method="/brain.v1.MemoryService/WatchMemories",
+        method_class=MethodClass.READ,
+        scope=RequestScope(namespace="ops"),
+        request_id="outage-test",
+    )
+
+
 def code_of(call: Callable[[], Any]) -> grpc.StatusCode:
     with pytest.raises(grpc.RpcError) as err:
         call()
@@ -142,6 +160,12 @@ def test_killed_postmaster_is_unavailable_not_serving_then_heals(outage: Outage)
             grpc.StatusCode.UNAVAILABLE
         )
         assert code_of(lambda: outage.get(before)) == grpc.StatusCode.UNAVAILABLE
+        # A live Watch re-checks its key every few seconds; during an outage that is
+        # UNAVAILABLE too (the interceptor's KeyStoreUnavailable once escaped as INTERNAL).
+        with pytest.raises(Unavailable):
+            outage.loop.run(
+                watch_module._ensure_key_still_valid(outage.running.memories, _watching_caller())
+            )
     failed = [e for e in logs if e.get("event") == "rpc failed"]
     assert {e["method"] for e in failed} >= {
         "/brain.v1.MemoryService/SaveMemory",
