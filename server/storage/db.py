@@ -31,6 +31,14 @@ DISK_FULL_MESSAGE = (
     "(reads still work)"
 )
 _log = structlog.get_logger("brain.db")
+# Everything asyncpg raises, including InternalClientError: the protocol state a
+# connection is left in when it broke in the middle of an operation.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
 
 
 def outage(exc: BaseException) -> BrainError | None:
@@ -186,7 +194,7 @@ class Database:
         """The key with this public id, across tenants (through a definer function)."""
         try:
             row = await self.pool.fetchrow("SELECT * FROM brain_lookup_key($1)", key_id)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DATABASE_ERRORS as exc:
             if outage(exc) is None:
                 raise
             raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
@@ -200,7 +208,7 @@ class Database:
             await self.pool.execute("SELECT brain_touch_key($1)", key_id)
         except asyncpg.DiskFullError:
             _log.warning("database disk full; last_used_at not updated", key_id=key_id)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DATABASE_ERRORS as exc:
             if outage(exc) is None:
                 raise
             raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
@@ -210,13 +218,7 @@ class Database:
         try:
             async with asyncio.timeout(seconds):
                 await self.pool.fetchval("SELECT 1")
-        except (
-            OSError,
-            TimeoutError,
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            asyncpg.InternalClientError,  # a connection that broke mid-operation
-        ):
+        except DATABASE_ERRORS:
             return False
         return True
 
