@@ -32,6 +32,7 @@ class Settings:
     max_page_size: int = 100
     statement_timeout_ms: int = 10_000
     grace_seconds: float = 10.0
+    health_interval_seconds: float = 2.0
     embedder: str = "local"
     openai_url: str | None = None
     openai_model: str | None = None
@@ -101,6 +102,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--statement-timeout-ms",
         type=int,
         default=int(_env("STATEMENT_TIMEOUT_MS", "10000") or 10000),
+    )
+    parser.add_argument(
+        "--health-interval",
+        type=float,
+        default=float(_env("HEALTH_INTERVAL", "2") or 2),
+        help="seconds between database probes that drive gRPC health (BRAIN_HEALTH_INTERVAL)",
     )
     parser.add_argument(
         "--proposals-per-hour",
@@ -176,6 +183,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         rate_limit=args.rate_limit,
         rate_burst=args.rate_burst,
         statement_timeout_ms=args.statement_timeout_ms,
+        health_interval_seconds=args.health_interval,
         proposals_per_hour=args.proposals_per_hour,
         max_candidate_ttl_days=args.max_candidate_ttl_days,
         dev_key_file=args.dev_key_file,

@@ -149,6 +149,7 @@ class Memories:
     ) -> None:
         self.db = db
         self.pepper = pepper
+        self.tokens = cursors.Tokens(pepper)
         self.limits = limits or Limits()
         self.embedder: Embedder = embedder or NoEmbedder()
         self.params = retrieval_params or RetrievalParams()
@@ -594,7 +595,7 @@ class Memories:
         t = time_coords(req.time, default_any_valid=False)
         after = None
         if req.page_token:
-            data = cursors.decode("page_token", req.page_token)
+            data = self.tokens.decode("page_token", req.page_token)
             after = cursors.get_uuid("page_token", data, "k")
             # A token pins the snapshot its first page saw, so pages never shift.
             t = replace(t, as_of=cursors.get_time("page_token", data, "a"))
@@ -606,7 +607,7 @@ class Memories:
         rows = rows[:size]
         token = ""
         if more and t.as_of is not None:
-            token = cursors.encode({"k": str(rows[-1]["memory_id"]), "a": t.as_of.isoformat()})
+            token = self.tokens.encode({"k": str(rows[-1]["memory_id"]), "a": t.as_of.isoformat()})
         return memory_pb2.ListMemoriesResponse(
             memories=[convert.memory(r) for r in rows], next_page_token=token
         )
@@ -617,7 +618,7 @@ class Memories:
         f = replace(row_filter(req.filter, ALL_STATUSES), hide_expired=False)
         after: tuple[uuid.UUID, int] | None = None
         if req.cursor:
-            token = cursors.decode("cursor", req.cursor)
+            token = self.tokens.decode("cursor", req.cursor)
             after = (cursors.get_uuid("cursor", token, "k"), cursors.get_int("cursor", token, "v"))
         vis = self.visibility(caller)
         while True:
@@ -627,7 +628,7 @@ class Memories:
                 after = (row["memory_id"], row["version"])
                 yield memory_pb2.ExportMemoriesResponse(
                     memory=convert.memory(row),
-                    cursor=cursors.encode({"k": str(after[0]), "v": after[1]}),
+                    cursor=self.tokens.encode({"k": str(after[0]), "v": after[1]}),
                 )
             if len(rows) < EXPORT_BATCH:
                 return

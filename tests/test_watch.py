@@ -18,6 +18,13 @@ from .helpers import Api
 QUIET = 1.5  # seconds to wait for something that must not arrive
 
 
+def seq(cursor: str) -> int:
+    """The audit sequence number a signed cursor (``<seq>.<mac>``) carries in the clear."""
+    number, dot, mac = cursor.partition(".")
+    assert number.isdigit() and dot and mac, cursor
+    return int(number)
+
+
 def md(key: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {key}"),)
 
@@ -50,7 +57,7 @@ class Watcher:
             if not self.position.done():
                 # The opening position marker: a cursor and nothing else.
                 assert item.kind == memory_pb2.CHANGE_KIND_UNSPECIFIED, item
-                assert not item.HasField("memory") and item.cursor.isdigit(), item
+                assert not item.HasField("memory") and seq(item.cursor) >= 0, item
                 self.position.set_result(item.cursor)
                 continue
             await self.received.put(item)
@@ -114,7 +121,7 @@ async def test_watch_delivers_allowed_change_and_never_a_foreign_one(
             assert got.memory.id == mine
             assert got.kind == memory_pb2.CHANGE_KIND_CREATED
             assert got.memory.content == "alice's own note"
-            assert got.cursor.isdigit()
+            assert seq(got.cursor) > 0
             assert feed.listening  # not the quick poll a feed falls back to without LISTEN
             shared = await save(channel, secret_keeper, "team-wide note")  # user '' = team
             assert (await w.next()).memory.id == shared
@@ -216,7 +223,7 @@ async def test_watch_reports_each_lifecycle_change_with_its_kind(
     assert got[4].memory.content == ""
     assert got[4].memory.status == common_pb2.MEMORY_STATUS_RETRACTED
     assert got[2].cursor == got[1].cursor  # one save, one event, two memories
-    assert int(got[0].cursor) < int(got[1].cursor) < int(got[3].cursor) < int(got[4].cursor)
+    assert seq(got[0].cursor) < seq(got[1].cursor) < seq(got[3].cursor) < seq(got[4].cursor)
 
 
 async def test_watch_ends_with_unavailable_when_the_server_stops(

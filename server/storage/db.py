@@ -16,11 +16,12 @@ from typing import Any
 
 import asyncpg
 import structlog
+from asyncpg.pool import PoolConnectionProxy
 from pgvector.asyncpg import register_vector
 
-from brain.authz import Caller, Confinement, KeyRecord
+from brain.authz import Caller, Confinement, KeyRecord, KeyStoreUnavailable
 
-from ..errors import Conflict, DeadlineExceeded, Unavailable
+from ..errors import BrainError, Conflict, DeadlineExceeded, ResourceExhausted, Unavailable
 
 _log = structlog.get_logger("brain.db")
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
@@ -28,6 +29,50 @@ DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
 # that key's last write before it reads from the primary instead.
 REPLICA_CATCH_UP_S = 0.5
 UNCONFINED = Confinement()
+UNAVAILABLE_MESSAGE = "the database is unavailable; retry shortly"
+DISK_FULL_MESSAGE = (
+    "the database is out of disk space; writes fail until an operator frees space "
+    "(reads still work)"
+)
+# Everything asyncpg raises, including InternalClientError: the protocol state a
+# connection is left in when it broke in the middle of an operation.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+
+def outage(exc: BaseException) -> BrainError | None:
+    """The domain error for a database fault the caller did not cause, else None.
+
+    Losing the server (refused, reset, shut down, crashed, restarting, out of connections)
+    is UNAVAILABLE, so clients retry; a full disk is RESOURCE_EXHAUSTED with a clear message.
+    """
+    if isinstance(exc, asyncpg.QueryCanceledError):
+        return DeadlineExceeded("the request ran out of time in the database")
+    if isinstance(exc, asyncpg.DiskFullError):
+        _log.error("database disk full", sqlstate=exc.sqlstate)
+        return ResourceExhausted(DISK_FULL_MESSAGE)
+    if isinstance(
+        exc,
+        OSError
+        | TimeoutError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.OperatorInterventionError
+        | asyncpg.TooManyConnectionsError,
+    ):
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    if isinstance(exc, asyncpg.InternalClientError):
+        # asyncpg's protocol state after its connection broke in the middle of an operation.
+        _log.warning("database connection broke mid-operation", error=str(exc))
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    if isinstance(exc, asyncpg.InterfaceError) and (
+        "closed" in str(exc) or "connection" in str(exc)
+    ):
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    return None
 
 
 class UnsafeRole(Exception):
@@ -127,8 +172,10 @@ class Database:
         pool = self.pool
         if replica and readonly and self.replica is not None:
             pool = await self._read_pool(key_id)
+        used: PoolConnectionProxy[Any] | None = None
         try:
             async with pool.acquire() as conn:
+                used = conn
                 async with conn.transaction(readonly=readonly):
                     await conn.execute(
                         """SELECT set_config('brain.tenant_id', $1, true),
@@ -156,18 +203,21 @@ class Database:
                     self._written[key_id] = await conn.fetchval(
                         "SELECT pg_current_wal_insert_lsn()::text"
                     )
-        except asyncpg.QueryCanceledError as exc:
-            raise DeadlineExceeded("the request ran out of time in the database") from exc
+        except BrainError:
+            raise
         except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
             raise Conflict(
                 "a concurrent change to the same memories won; read them again and retry"
             ) from exc
-        except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
-            raise Unavailable("the database is unavailable; retry shortly") from exc
-        except asyncpg.InterfaceError as exc:
-            if "closed" in str(exc) or "connection" in str(exc):
-                raise Unavailable("the database is unavailable; retry shortly") from exc
             raise
+        except Exception as exc:
+            translated = outage(exc)
+            if translated is None and used is not None and used.is_closed():
+                # Whatever failed, it failed because the connection died under it.
+                translated = Unavailable(UNAVAILABLE_MESSAGE)
+            if translated is None:
+                raise
+            raise translated from exc
 
     def caller_tx(
         self,
@@ -199,14 +249,33 @@ class Database:
         """The key with this public id, across tenants (through a definer function)."""
         try:
             row = await self.pool.fetchrow("SELECT * FROM brain_lookup_key($1)", key_id)
-        except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
-            raise Unavailable("the database is unavailable; retry shortly") from exc
+        except DATABASE_ERRORS as exc:
+            if outage(exc) is None:
+                raise
+            raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
         if row is None:
             return None
         return key_record(row)
 
     async def touch_key(self, key_id: str) -> None:
-        await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+        """Note a key's use; a full disk skips the note (it is coarse) rather than the call."""
+        try:
+            await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+        except asyncpg.DiskFullError:
+            _log.warning("database disk full; last_used_at not updated", key_id=key_id)
+        except DATABASE_ERRORS as exc:
+            if outage(exc) is None:
+                raise
+            raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
+
+    async def ping(self, seconds: float) -> bool:
+        """Whether the database answers a trivial query within ``seconds``."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self.pool.fetchval("SELECT 1")
+        except DATABASE_ERRORS:
+            return False
+        return True
 
 
 async def _check_role_is_confined(pool: asyncpg.Pool) -> None:
