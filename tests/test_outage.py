@@ -103,13 +103,13 @@ def outage(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) ->
         health_interval_seconds=0.2,
         dev_key_file=root / "key",
     )
-    running = loop_thread.run(start_server(settings), timeout=120)
+    running = loop_thread.run(start_server(settings))
     server = Outage(running, (root / "key").read_text().strip(), loop_thread)
     try:
         yield server
     finally:
         server.channel.close()
-        loop_thread.run(running.stop(grace=1.0), timeout=60)
+        loop_thread.run(running.stop(grace=1.0))
 
 
 def _watching_caller() -> Caller:
