@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check proto clean
+.PHONY: run test test-external lint typecheck check proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,16 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	BRAIN_DEV_KEY_FILE=$${BRAIN_DEV_KEY_FILE:-.brain/dev-key} $(BIN)/brain-server --log-format console
 
-## Lint, type-check and run the whole test suite (starts its own PostgreSQL).
+## Lint, type-check and run the whole test suite (each worker starts its own PostgreSQL).
+TEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15
+
+## The deployment path (root; minutes): Debian's PostgreSQL 15 + pgvector built from source,
+## the README's roles, migrate as the owner, brain-server over TLS as the confined role,
+## then the isolation, authorization and lifecycle tests against it. Not part of `make test`.
+test-external: $(STAMP)
+	VENV=$(abspath $(VENV)) tests/external.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check authz server clients tests

@@ -24,7 +24,7 @@ from ._permissions import (
     allowed_methods,
     parse_permissions,
 )
-from ._principal import Caller, KeyRecord, caller, current_caller
+from ._principal import Caller, KeyRecord, KeyStoreUnavailable, caller, current_caller
 from ._ratelimit import RateLimiter
 from ._scope import (
     Confinement,
@@ -44,6 +44,7 @@ __all__ = [
     "Caller",
     "Confinement",
     "KeyRecord",
+    "KeyStoreUnavailable",
     "MalformedKey",
     "MethodClass",
     "NestedScope",

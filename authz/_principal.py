@@ -10,6 +10,10 @@ from ._permissions import MethodClass
 from ._scope import Confinement, RequestScope
 
 
+class KeyStoreUnavailable(Exception):
+    """The key store (the database) cannot be reached; the interceptor answers UNAVAILABLE."""
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
     """A stored API key, without its secret."""

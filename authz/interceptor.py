@@ -3,12 +3,16 @@
 It wraps each method handler so it sees the deserialized request. In order:
 1. the method must be in METHOD_CLASSES (unknown methods are refused for any key);
 2. the ``authorization: Bearer brk_…`` key must parse, exist, match, be unexpired
-   and unrevoked — every failure is the same UNAUTHENTICATED;
-3. the key must hold the permission the method's class needs (PERMISSION_DENIED);
-4. the request's scope (and nested filter copies) must stay inside the key's
+   and unrevoked — every failure is the same UNAUTHENTICATED; a key store that cannot
+   be reached is UNAVAILABLE (retryable);
+3. the request body must parse, and pass the generic ``check_request`` (NUL bytes,
+   out-of-range timestamps in any field): otherwise INVALID_ARGUMENT naming the field;
+4. the key must hold the permission the method's class needs (PERMISSION_DENIED);
+5. the request's scope (and nested filter copies) must stay inside the key's
    confinement (PERMISSION_DENIED naming the field);
-5. the per-key rate limit (RESOURCE_EXHAUSTED with a retry delay).
-Then the caller is bound in a ContextVar for the servicer, and the call is logged.
+6. the per-key rate limit (RESOURCE_EXHAUSTED with a retry delay).
+Then the caller is bound in a ContextVar for the servicer. Every call is logged with its
+method and status (failures caused by the server or its database at warning level).
 It holds no business logic; row visibility is enforced in SQL by the storage layer.
 """
 
@@ -27,12 +31,46 @@ import structlog
 from ._grpc_types import Ctx, Handler, Interceptor
 from ._keys import MalformedKey, parse_key, verify_secret
 from ._permissions import METHOD_CLASSES, REQUIRED_PERMISSION, MethodClass
-from ._principal import Caller, KeyRecord, current_caller
+from ._principal import Caller, KeyRecord, KeyStoreUnavailable, current_caller
 from ._ratelimit import RateLimiter
 from ._scope import NestedScope, RequestScope, ScopeViolation, check_scope
 
 UNAUTHENTICATED_MESSAGE = "missing, malformed, unknown, expired or revoked API key"
+UNAVAILABLE_MESSAGE = "the key store (database) is unavailable; retry shortly"
 _log = structlog.get_logger("brain.rpc")
+# Statuses that mean the server (or its database) failed, not the caller.
+SERVER_FAULTS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+
+
+class Undecodable:
+    """What the lenient deserializer hands on for a body that does not parse."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def lenient(deserializer: Callable[[bytes], Any] | None, type_name: str) -> Callable[[bytes], Any]:
+    """A request deserializer that never raises: a bad body becomes ``Undecodable``, which
+    the wrapper answers INVALID_ARGUMENT (grpc would answer UNKNOWN naming the parser)."""
+
+    def deserialize(data: bytes) -> Any:
+        if deserializer is None:
+            return data
+        try:
+            return deserializer(data)
+        except Exception:  # DecodeError, RecursionError on absurd nesting, bad UTF-8
+            return Undecodable(type_name)
+
+    return deserialize
 
 
 class KeyResolver(Protocol):
@@ -83,6 +121,7 @@ class AuthorizationInterceptor(Interceptor):
         passthrough_prefixes: tuple[str, ...] = ("/grpc.health.v1.", "/grpc.reflection."),
         touch_key: Callable[[str], Awaitable[None]] | None = None,
         touch_every_seconds: float = 60.0,
+        check_request: Callable[[Any], str | None] | None = None,
     ) -> None:
         self._resolve_key = resolve_key
         self._pepper = pepper
@@ -92,6 +131,7 @@ class AuthorizationInterceptor(Interceptor):
         self._touch_key = touch_key
         self._touch_every = touch_every_seconds
         self._touched: dict[str, float] = {}
+        self._check_request = check_request
 
     async def intercept_service(
         self,
@@ -105,10 +145,11 @@ class AuthorizationInterceptor(Interceptor):
         method_class = METHOD_CLASSES.get(method)
         if handler is None or method_class is None:
             return _refusing_handler(method)
+        deserialize = lenient(handler.request_deserializer, method.rsplit("/", 1)[-1])
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, method, method_class),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserialize,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
@@ -118,7 +159,7 @@ class AuthorizationInterceptor(Interceptor):
                     method,
                     method_class,
                 ),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserialize,
                 response_serializer=handler.response_serializer,
             )
         return _refusing_handler(method)
@@ -126,6 +167,7 @@ class AuthorizationInterceptor(Interceptor):
     async def _authorize(self, request: Any, context: Ctx, method: str, cls: MethodClass) -> Caller:
         token = _bearer(context.invocation_metadata())
         key = await self._authenticate(token)
+        self._check_body(request, method)
         needed = REQUIRED_PERMISSION[cls]
         if needed is not None and needed.value not in key.permissions:
             raise _Denied(
@@ -153,6 +195,16 @@ class AuthorizationInterceptor(Interceptor):
             request_id=uuid.uuid4().hex,
         )
 
+    def _check_body(self, request: Any, method: str) -> None:
+        if isinstance(request, Undecodable):
+            raise _Denied(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"request: the body is not a valid request message for {request.type_name}",
+            )
+        problem = self._check_request(request) if self._check_request is not None else None
+        if problem is not None:
+            raise _Denied(grpc.StatusCode.INVALID_ARGUMENT, problem)
+
     async def _authenticate(self, token: str | None) -> KeyRecord:
         denied = _Denied(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
         if not token:
@@ -161,7 +213,10 @@ class AuthorizationInterceptor(Interceptor):
             parsed = parse_key(token)
         except MalformedKey:
             raise denied from None
-        key = await self._resolve_key(parsed.key_id)
+        try:
+            key = await self._resolve_key(parsed.key_id)
+        except KeyStoreUnavailable as exc:
+            raise _Denied(grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
         if key is None or not verify_secret(
             self._pepper, parsed.key_id, parsed.secret, key.secret_hash
         ):
@@ -182,7 +237,10 @@ class AuthorizationInterceptor(Interceptor):
         if now - self._touched.get(key_id, -self._touch_every) < self._touch_every:
             return
         self._touched[key_id] = now
-        await self._touch_key(key_id)
+        try:
+            await self._touch_key(key_id)
+        except KeyStoreUnavailable as exc:
+            raise _Denied(grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
 
     async def _admit(
         self, request: Any, context: Ctx, method: str, cls: MethodClass, started: float
@@ -196,6 +254,11 @@ class AuthorizationInterceptor(Interceptor):
                 context.set_trailing_metadata(denied.trailers)
             await context.abort(denied.code, denied.message)
             raise AssertionError("unreachable: abort raises") from denied
+        except Exception as exc:  # a bug: log it whole, tell the caller nothing internal
+            _log.error("authorization failed unexpectedly", method=method, exc_info=exc)
+            _log_call(method, None, grpc.StatusCode.INTERNAL, started)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
+            raise AssertionError("unreachable: abort raises") from exc
 
     def _wrap_unary(
         self, behavior: Callable[..., Awaitable[Any]], method: str, cls: MethodClass
@@ -277,7 +340,10 @@ def _log_call(method: str, caller: Caller | None, code: grpc.StatusCode, started
             key_id=caller.key.key_id,
             principal=caller.principal,
         )
-    _log.info("rpc", **fields)
+    if code in SERVER_FAULTS:
+        _log.warning("rpc failed", **fields)
+    else:
+        _log.info("rpc", **fields)
 
 
 def _refusing_handler(method: str) -> Handler:

@@ -17,9 +17,13 @@ Conventions shared by `BrainClient` and `AsyncBrainClient`:
   page; `export` and `watch` return an iterator over the streamed response messages.
 - **Deadlines**: unary calls get `timeout` seconds (default: the client's `timeout`, 10 s),
   spent across all retries. Streams have no deadline unless `timeout` is given.
-- **Retries**: only `UNAVAILABLE`, and only for idempotent calls — reads, and writes that carry
-  an `idempotency_key` — with exponential backoff and jitter (`RetryPolicy`). Export and watch
-  resume from the last cursor they delivered.
+- **Retries**: `UNAVAILABLE` and `DEADLINE_EXCEEDED`, only for idempotent calls — reads, forget
+  (forgetting twice is a no-op), and writes that carry an `idempotency_key` — with exponential
+  backoff and jitter (`RetryPolicy`). Export and watch resume from the last cursor they delivered.
+- **Idempotency keys**: save, update and propose attach a fresh key per call unless you pass
+  one (or `idempotency_key=""` to send none), and every retry of that call reuses it, so a
+  write that committed but answered late is replayed, never stored twice. A failed write's
+  error carries the key in `idempotency_key`: pass it back to retry the same write yourself.
 - **Errors** raise a `brain.clients.errors.BrainClientError` subclass chosen by status code, with
   the server's message.
 """
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -57,7 +62,7 @@ from brain.v1 import (
     review_pb2_grpc,
 )
 
-from .errors import from_rpc_error, rpc_status
+from .errors import BrainClientError, from_rpc_error, rpc_status
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -91,12 +96,17 @@ def _is_position_marker(item: Any) -> bool:
     return isinstance(item, memory_pb2.WatchMemoriesResponse) and not item.HasField("memory")
 
 
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Backoff for idempotent calls that fail with UNAVAILABLE.
+    """Backoff for idempotent calls that fail with UNAVAILABLE or DEADLINE_EXCEEDED.
 
     Attempt n (1-based) waits `min(max_backoff, initial_backoff * multiplier**(n-1))`, scaled by
     a random factor in `[1 - jitter, 1]`, before attempt n+1. `max_attempts=1` disables retries.
+    `attempt_timeout` bounds one attempt of a unary call (None: it may use all the time left of
+    the call's deadline); set it below the deadline so a call that hangs is tried again in time.
     """
 
     max_attempts: int = 6
@@ -104,6 +114,7 @@ class RetryPolicy:
     max_backoff: float = 3.0
     multiplier: float = 2.0
     jitter: float = 0.5
+    attempt_timeout: float | None = None
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
@@ -176,6 +187,18 @@ def _draft(content: str | None, fields: DraftFields) -> common_pb2.MemoryDraft:
     if "expires_at" in fields:
         d.expires_at.CopyFrom(_timestamp(fields["expires_at"]))
     return d
+
+
+def _idempotency_key(given: str | None) -> str:
+    """The caller's key, or a fresh one for this logical call ("" sends none)."""
+    return f"client-{uuid.uuid4()}" if given is None else given
+
+
+def _failed(exc: grpc.RpcError, method: str, request: Any) -> BrainClientError:
+    """The client error for a call that will not be retried, naming its idempotency key."""
+    error = from_rpc_error(exc, method)
+    error.idempotency_key = getattr(request, "idempotency_key", "")
+    return error
 
 
 def _read_pem(value: bytes | str | Path | None) -> bytes | None:
@@ -338,11 +361,19 @@ class _Base:
     def _remaining(self, deadline: float | None) -> float | None:
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
+    def _attempt_timeout(self, deadline: float | None) -> float | None:
+        """The deadline of the next attempt of a unary call."""
+        remaining = self._remaining(deadline)
+        limit = self.retry.attempt_timeout
+        if limit is None or (remaining is not None and remaining < limit):
+            return remaining
+        return limit
+
     def _retry_delay(
         self, exc: grpc.RpcError, attempt: int, deadline: float | None, idempotent: bool
     ) -> float | None:
         """Seconds to wait before retrying, or None when the error must be raised."""
-        if not idempotent or rpc_status(exc) is not grpc.StatusCode.UNAVAILABLE:
+        if not idempotent or rpc_status(exc) not in _RETRYABLE:
             return None
         if attempt >= self.retry.max_attempts:
             return None
@@ -422,11 +453,13 @@ class BrainClient(_Base):
         while True:
             attempt += 1
             try:
-                return rpc(request, timeout=self._remaining(deadline), metadata=self._metadata)
+                return rpc(
+                    request, timeout=self._attempt_timeout(deadline), metadata=self._metadata
+                )
             except grpc.RpcError as exc:
                 delay = self._retry_delay(exc, attempt, deadline, idempotent)
                 if delay is None:
-                    raise from_rpc_error(exc, method) from exc
+                    raise _failed(exc, method, request) from exc
                 time.sleep(delay)
 
     def _pages(
@@ -480,17 +513,19 @@ class BrainClient(_Base):
         content: str,
         *,
         supersedes: Iterable[str] = (),
-        idempotency_key: str = "",
+        idempotency_key: str | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> memory_pb2.SaveMemoryResponse:
-        """Store a memory; retried on UNAVAILABLE only when `idempotency_key` is set."""
-        request = self._requests.save(content, supersedes, idempotency_key, fields)
+        """Store a memory; retried with one idempotency key (fresh unless given)."""
+        request = self._requests.save(
+            content, supersedes, _idempotency_key(idempotency_key), fields
+        )
         return self._unary(
             "SaveMemory",
             self._memory.SaveMemory,
             request,
-            idempotent=bool(idempotency_key),
+            idempotent=bool(request.idempotency_key),
             timeout=timeout,
         )
 
@@ -509,27 +544,29 @@ class BrainClient(_Base):
         *,
         content: str | None = None,
         expected_version: int = 0,
-        idempotency_key: str = "",
+        idempotency_key: str | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> memory_pb2.UpdateMemoryResponse:
         """Write a new version with the given fields changed (the update mask is derived)."""
-        request = self._requests.update(id, expected_version, idempotency_key, fields, content)
+        request = self._requests.update(
+            id, expected_version, _idempotency_key(idempotency_key), fields, content
+        )
         return self._unary(
             "UpdateMemory",
             self._memory.UpdateMemory,
             request,
-            idempotent=bool(idempotency_key),
+            idempotent=bool(request.idempotency_key),
             timeout=timeout,
         )
 
     def forget(
         self, id: str, *, reason: str = "", timeout: float | None = None
     ) -> memory_pb2.ForgetMemoryResponse:
-        """Erase a memory's content in every version and leave a tombstone (never retried)."""
+        """Erase a memory's content in every version and leave a tombstone (safe to retry)."""
         request = memory_pb2.ForgetMemoryRequest(scope=self._scope, id=id, reason=reason)
         return self._unary(
-            "ForgetMemory", self._memory.ForgetMemory, request, idempotent=False, timeout=timeout
+            "ForgetMemory", self._memory.ForgetMemory, request, idempotent=True, timeout=timeout
         )
 
     def search(
@@ -571,6 +608,23 @@ class BrainClient(_Base):
         )
         return self._pages(
             "ListMemories", self._memory.ListMemories, request, lambda p: p.memories, timeout
+        )
+
+    def list_page(
+        self,
+        *,
+        filter: common_pb2.MemoryFilter | None = None,
+        time: common_pb2.TimeTravel | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> memory_pb2.ListMemoriesResponse:
+        """One page of memories, newest first, with the token of the next (empty on the last)."""
+        request = memory_pb2.ListMemoriesRequest(
+            scope=self._scope, filter=filter, time=time, page_size=page_size, page_token=page_token
+        )
+        return self._unary(
+            "ListMemories", self._memory.ListMemories, request, idempotent=True, timeout=timeout
         )
 
     def history(
@@ -643,19 +697,19 @@ class BrainClient(_Base):
         reason: str,
         supersedes: Iterable[str] = (),
         review_within: timedelta | None = None,
-        idempotency_key: str = "",
+        idempotency_key: str | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> review_pb2.ProposeMemoryResponse:
-        """Store a candidate awaiting human review; retried only with an `idempotency_key`."""
+        """Store a candidate awaiting human review; retried with one idempotency key."""
         request = self._requests.propose(
-            content, reason, supersedes, review_within, idempotency_key, fields
+            content, reason, supersedes, review_within, _idempotency_key(idempotency_key), fields
         )
         return self._unary(
             "ProposeMemory",
             self._review.ProposeMemory,
             request,
-            idempotent=bool(idempotency_key),
+            idempotent=bool(request.idempotency_key),
             timeout=timeout,
         )
 
@@ -794,12 +848,12 @@ class AsyncBrainClient(_Base):
             attempt += 1
             try:
                 return await rpc(
-                    request, timeout=self._remaining(deadline), metadata=self._metadata
+                    request, timeout=self._attempt_timeout(deadline), metadata=self._metadata
                 )
             except grpc.RpcError as exc:
                 delay = self._retry_delay(exc, attempt, deadline, idempotent)
                 if delay is None:
-                    raise from_rpc_error(exc, method) from exc
+                    raise _failed(exc, method, request) from exc
                 await asyncio.sleep(delay)
 
     async def _pages(
@@ -856,17 +910,19 @@ class AsyncBrainClient(_Base):
         content: str,
         *,
         supersedes: Iterable[str] = (),
-        idempotency_key: str = "",
+        idempotency_key: str | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> memory_pb2.SaveMemoryResponse:
-        """Store a memory; retried on UNAVAILABLE only when `idempotency_key` is set."""
-        request = self._requests.save(content, supersedes, idempotency_key, fields)
+        """Store a memory; retried with one idempotency key (fresh unless given)."""
+        request = self._requests.save(
+            content, supersedes, _idempotency_key(idempotency_key), fields
+        )
         return await self._unary(
             "SaveMemory",
             self._memory.SaveMemory,
             request,
-            idempotent=bool(idempotency_key),
+            idempotent=bool(request.idempotency_key),
             timeout=timeout,
         )
 
@@ -885,27 +941,29 @@ class AsyncBrainClient(_Base):
         *,
         content: str | None = None,
         expected_version: int = 0,
-        idempotency_key: str = "",
+        idempotency_key: str | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> memory_pb2.UpdateMemoryResponse:
         """Write a new version with the given fields changed (the update mask is derived)."""
-        request = self._requests.update(id, expected_version, idempotency_key, fields, content)
+        request = self._requests.update(
+            id, expected_version, _idempotency_key(idempotency_key), fields, content
+        )
         return await self._unary(
             "UpdateMemory",
             self._memory.UpdateMemory,
             request,
-            idempotent=bool(idempotency_key),
+            idempotent=bool(request.idempotency_key),
             timeout=timeout,
         )
 
     async def forget(
         self, id: str, *, reason: str = "", timeout: float | None = None
     ) -> memory_pb2.ForgetMemoryResponse:
-        """Erase a memory's content in every version and leave a tombstone (never retried)."""
+        """Erase a memory's content in every version and leave a tombstone (safe to retry)."""
         request = memory_pb2.ForgetMemoryRequest(scope=self._scope, id=id, reason=reason)
         return await self._unary(
-            "ForgetMemory", self._memory.ForgetMemory, request, idempotent=False, timeout=timeout
+            "ForgetMemory", self._memory.ForgetMemory, request, idempotent=True, timeout=timeout
         )
 
     async def search(
@@ -947,6 +1005,23 @@ class AsyncBrainClient(_Base):
         )
         return self._pages(
             "ListMemories", self._memory.ListMemories, request, lambda p: p.memories, timeout
+        )
+
+    async def list_page(
+        self,
+        *,
+        filter: common_pb2.MemoryFilter | None = None,
+        time: common_pb2.TimeTravel | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> memory_pb2.ListMemoriesResponse:
+        """One page of memories, newest first, with the token of the next (empty on the last)."""
+        request = memory_pb2.ListMemoriesRequest(
+            scope=self._scope, filter=filter, time=time, page_size=page_size, page_token=page_token
+        )
+        return await self._unary(
+            "ListMemories", self._memory.ListMemories, request, idempotent=True, timeout=timeout
         )
 
     async def history(
@@ -1019,19 +1094,19 @@ class AsyncBrainClient(_Base):
         reason: str,
         supersedes: Iterable[str] = (),
         review_within: timedelta | None = None,
-        idempotency_key: str = "",
+        idempotency_key: str | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> review_pb2.ProposeMemoryResponse:
-        """Store a candidate awaiting human review; retried only with an `idempotency_key`."""
+        """Store a candidate awaiting human review; retried with one idempotency key."""
         request = self._requests.propose(
-            content, reason, supersedes, review_within, idempotency_key, fields
+            content, reason, supersedes, review_within, _idempotency_key(idempotency_key), fields
         )
         return await self._unary(
             "ProposeMemory",
             self._review.ProposeMemory,
             request,
-            idempotent=bool(idempotency_key),
+            idempotent=bool(request.idempotency_key),
             timeout=timeout,
         )
 

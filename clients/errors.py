@@ -53,6 +53,8 @@ class BrainClientError(Exception):
         self.message = message
         self.code = code
         self.method = method
+        # The idempotency key the failed write carried; retry with it to stay safe.
+        self.idempotency_key = ""
 
     @property
     def code_name(self) -> str:

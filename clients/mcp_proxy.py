@@ -2,6 +2,8 @@
 
     brain-mcp                 serve MCP over stdin/stdout (what an MCP host launches)
     brain-mcp hook recall     prompt-submit hook: print a context block for the prompt on stdin
+    brain-mcp hook capture    stop/session-end hook: propose the session's "remember this"
+                              moments as candidates for human review
 
 Where to connect, which key to use and which bucket to act in come only from the environment
 (or the flags that override it), never from the model, so what an agent saves and what it
@@ -9,19 +11,23 @@ recalls share one scope by construction:
 
     BRAIN_TARGET      host:port of brain-server (default 127.0.0.1:50051)
     BRAIN_API_KEY     the agent's API key (required)
-    BRAIN_USER_ID     scope.user_id stamped on every call (empty: shared with the team)
-    BRAIN_NAMESPACE   scope.namespace
+    BRAIN_USER_ID     scope.user_id stamped on every call (unset: the key's user, if it fixes one)
+    BRAIN_NAMESPACE   scope.namespace (unset: the key's namespace, if it allows exactly one)
     BRAIN_SESSION_ID  scope.session_id (optional)
     BRAIN_TLS_CA      path to a PEM root CA; turns TLS on (BRAIN_TLS=1 uses the system roots;
                       BRAIN_TLS_CERT + BRAIN_TLS_KEY add a client certificate for mTLS)
     BRAIN_TIMEOUT     per-call deadline in seconds for tools (default 10)
+    BRAIN_RECHECK_AFTER     seconds an unreachable server is remembered before asking again (2)
     BRAIN_HOOK_TIMEOUT      deadline of `hook recall` (default 2)
     BRAIN_HOOK_TOKEN_BUDGET token budget of `hook recall` (default: the server's)
 
 Each tool maps to one typed RPC; there is no generic pass-through. At start the proxy asks
-WhoAmI and lists only the tools whose RPC the key may call; if the server cannot be reached
-then, it lists every tool and asks again on the next request. gRPC failures become MCP tool
-errors carrying the server's message; the gRPC channel reconnects by itself after a restart.
+WhoAmI with an empty scope, checks the configured scope against the key's confinement (taking
+unset fields from the key where it allows exactly one value), reports what is wrong on stderr
+and in the server instructions, and lists only the tools whose RPC the key may call. While the
+server cannot be reached every tool fails at once with the remembered error, and the proxy asks
+again after BRAIN_RECHECK_AFTER seconds; one warning per outage, one note when it is back.
+gRPC failures become MCP tool errors carrying the server's message.
 """
 
 from __future__ import annotations
@@ -33,28 +39,39 @@ import json
 import logging
 import os
 import sys
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from brain.v1 import common_pb2, identity_pb2, memory_pb2
+from brain.v1 import common_pb2, identity_pb2
 
-from .client import AsyncBrainClient, BrainClient, DraftFields, RetryPolicy, Scope
-from .errors import BrainClientError
+from .client import AsyncBrainClient, BrainClient, RetryPolicy, Scope
+from .errors import BrainClientError, FailedPrecondition, InvalidArgument, RateLimited
+from .mcp_tools import (
+    TOOLS,
+    TOOLS_BY_NAME,
+    ToolInputError,
+    ToolOutput,
+    ToolSpec,
+    check_arguments,
+)
 
 if TYPE_CHECKING:
     import mcp_types
     from mcp.server.lowlevel import Server
 
-__all__ = ["TOOLS", "BrainProxy", "ProxyConfig", "main"]
+__all__ = ["TOOLS", "BrainProxy", "ProxyConfig", "main", "resolve_scope"]
 
 _log = logging.getLogger("brain.mcp")
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 # WhoAmI at start must not hold up the host's handshake for long when the server is down.
 _IDENTITY_TIMEOUT = 3.0
+# Tool calls retry a refused connection briefly (a restart), so a downed server fails in
+# well under a second instead of after the client's default backoff of several seconds.
+_TOOL_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.1, max_backoff=0.3)
 
 
 # -- configuration -----------------------------------------------------------------------
@@ -74,6 +91,7 @@ class ProxyConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     timeout: float = 10.0
+    recheck_after: float = 2.0
 
     @property
     def scope(self) -> common_pb2.Scope:
@@ -98,7 +116,13 @@ class ProxyConfig:
             tls_cert=env.get("BRAIN_TLS_CERT") or None,
             tls_key=env.get("BRAIN_TLS_KEY") or None,
             timeout=float(env.get("BRAIN_TIMEOUT") or 10.0),
+            recheck_after=float(env.get("BRAIN_RECHECK_AFTER") or 2.0),
         )
+
+    def where(self) -> str:
+        """The scope in words, for messages to the model and the user."""
+        where = f"namespace {self.namespace or '(default)'}, user {self.user_id or '(shared)'}"
+        return where + (f", session {self.session_id}" if self.session_id else "")
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments shared by `BrainClient` and `AsyncBrainClient`."""
@@ -111,422 +135,162 @@ class ProxyConfig:
         }
 
 
-# -- tool arguments ----------------------------------------------------------------------
-
-
-class ToolInputError(ValueError):
-    """The model passed arguments that do not fit the tool's schema."""
-
-
-def _text(args: Mapping[str, Any], name: str, *, required: bool = False) -> str:
-    value = args.get(name)
-    if value is None or value == "":
-        if required:
-            raise ToolInputError(f"'{name}' is required and must be a non-empty string")
-        return ""
-    if not isinstance(value, str):
-        raise ToolInputError(f"'{name}' must be a string")
-    return value
-
-
-def _strings(args: Mapping[str, Any], name: str) -> list[str]:
-    value = args.get(name)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ToolInputError(f"'{name}' must be an array of strings")
-    return value
-
-
-def _number(args: Mapping[str, Any], name: str) -> float | None:
-    value = args.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ToolInputError(f"'{name}' must be a number between 0 and 1")
-    return float(value)
-
-
-def _integer(args: Mapping[str, Any], name: str, *, low: int, high: int, default: int) -> int:
-    value = args.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ToolInputError(f"'{name}' must be an integer between {low} and {high}")
-    return value
-
-
-def _instant(args: Mapping[str, Any], name: str) -> datetime | None:
-    text = _text(args, name)
-    if not text:
-        return None
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ToolInputError(
-            f"'{name}' must be an ISO-8601 date or time, e.g. 2025-01-31 or 2025-01-31T09:00:00Z"
-        ) from exc
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _draft_fields(args: Mapping[str, Any]) -> DraftFields:
-    fields: DraftFields = {}
-    if kind := _text(args, "kind"):
-        fields["kind"] = kind
-    if tags := _strings(args, "tags"):
-        fields["tags"] = tags
-    if labels := _strings(args, "labels"):
-        fields["labels"] = labels
-    if (importance := _number(args, "importance")) is not None:
-        fields["importance"] = importance
-    if (valid_from := _instant(args, "valid_from")) is not None:
-        fields["valid_from"] = valid_from
-    if (valid_to := _instant(args, "valid_to")) is not None:
-        fields["valid_to"] = valid_to
-    return fields
-
-
-# -- rendering ---------------------------------------------------------------------------
-
-
-def _iso(ts: Any) -> str | None:
-    if not ts.seconds and not ts.nanos:
-        return None
-    return str(ts.ToDatetime(tzinfo=UTC).isoformat().replace("+00:00", "Z"))
-
-
-def _status(value: int) -> str:
-    name = common_pb2.MemoryStatus.Name(value)  # type: ignore[arg-type]
-    return str(name).removeprefix("MEMORY_STATUS_").lower()
-
-
-def memory_json(m: common_pb2.Memory) -> dict[str, Any]:
-    """The fields of a memory an agent can act on, as JSON-ready values."""
-    out: dict[str, Any] = {
-        "id": m.id,
-        "version": m.version,
-        "status": _status(m.status),
-        "content": m.content,
-        "kind": m.kind,
-        "tags": list(m.tags),
-        "labels": list(m.labels),
-        "importance": round(m.importance, 4),
-        "confidence": round(m.confidence, 4),
-        "valid_from": _iso(m.valid_from),
-        "valid_to": _iso(m.valid_to),
-        "recorded_at": _iso(m.recorded_at),
-        "created_by": m.created_by,
-        "change": m.change,
-        "supersedes": list(m.supersedes),
-        "superseded_by": list(m.superseded_by),
-    }
-    if m.proposal_reason:
-        out["proposal_reason"] = m.proposal_reason
-    return out
-
-
-def _line(m: common_pb2.Memory) -> str:
-    when = _iso(m.valid_from)
-    extra = f", valid from {when}" if when else ""
-    return f"[{m.id}] ({_status(m.status)}, {m.kind or 'note'}{extra}) {m.content}"
-
-
-# -- tools -------------------------------------------------------------------------------
-
-ToolOutput = tuple[str, dict[str, Any]]
-ToolRun = Callable[[AsyncBrainClient, Mapping[str, Any]], Awaitable[ToolOutput]]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """One MCP tool and the typed RPC it forwards to."""
-
-    name: str
-    method: str
-    description: str
-    input_schema: dict[str, Any]
-    run: ToolRun
-    read_only: bool = False
-    destructive: bool = False
-
-
-_ID = {"type": "string", "description": "A memory id, as returned by remember or recall."}
-_STRINGS = {"type": "array", "items": {"type": "string"}}
-_DRAFT_PROPERTIES: dict[str, Any] = {
-    "content": {"type": "string", "description": "The statement to remember, self-contained."},
-    "kind": {"type": "string", "description": 'Category, e.g. "fact", "preference", "decision".'},
-    "tags": {**_STRINGS, "description": "Free-form tags for filtering."},
-    "labels": {
-        **_STRINGS,
-        "description": 'ACL labels (who may read it); default ["team"]. Only labels the key holds.',
-    },
-    "importance": {
-        "type": "number",
-        "minimum": 0,
-        "maximum": 1,
-        "description": "0..1, default 0.5.",
-    },
-    "supersedes": {**_STRINGS, "description": "Ids of memories this one replaces."},
-    "valid_from": {
-        "type": "string",
-        "description": "ISO-8601 instant the fact starts to hold (default now).",
-    },
-    "valid_to": {"type": "string", "description": "ISO-8601 instant the fact stops holding."},
-}
-
-
-async def _remember(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    # A fresh idempotency key makes the save safe to retry across a server restart.
-    response = await client.save(
-        _text(args, "content", required=True),
-        supersedes=_strings(args, "supersedes"),
-        idempotency_key=f"mcp-{uuid.uuid4().hex}",
-        **_draft_fields(args),
-    )
-    outcome = memory_pb2.SaveOutcome.Name(response.outcome).removeprefix("SAVE_OUTCOME_").lower()
-    m = response.memory
-    says = {
-        "deduplicated": f"An identical memory already existed; its id is {m.id}.",
-        "proposed": f"Stored as candidate {m.id}; it awaits human review before it is recalled.",
-    }.get(outcome, f"Remembered as {m.id}.")
-    return says, {"id": m.id, "outcome": outcome, "memory": memory_json(m)}
-
-
-async def _recall(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    query = _text(args, "query", required=True)
-    limit = _integer(args, "limit", low=1, high=50, default=10)
-    response = await client.search(query, limit=limit)
-    hits = [
-        {"id": h.memory.id, "score": round(h.score, 4), "memory": memory_json(h.memory)}
-        for h in response.hits
-    ]
-    if not hits:
-        return "No memories found.", {"hits": []}
-    lines = [f"{len(hits)} memories, best first:"]
-    lines += [f"{i}. score {h.score:.3f} {_line(h.memory)}" for i, h in enumerate(response.hits, 1)]
-    return "\n".join(lines), {"hits": hits}
-
-
-async def _get_memory(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    m = (await client.get(_text(args, "id", required=True))).memory
-    return json.dumps(memory_json(m), indent=2), {"memory": memory_json(m)}
-
-
-async def _memory_history(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    versions = (await client.history(_text(args, "id", required=True))).versions
-    lines = [
-        f"v{v.version} {_iso(v.recorded_at)} {v.change or 'save'} by {v.changed_by or '?'}: "
-        f"({_status(v.status)}) {v.content}"
-        for v in versions
-    ]
-    return "\n".join(lines) or "No versions.", {"versions": [memory_json(v) for v in versions]}
-
-
-async def _forget(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    response = await client.forget(
-        _text(args, "id", required=True), reason=_text(args, "reason", required=True)
-    )
-    text = f"Forgot {response.id}; its content is erased and cannot be saved again here."
-    return text, {"id": response.id, "tombstone_id": response.tombstone_id}
-
-
-async def _propose_memory(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    response = await client.propose(
-        _text(args, "content", required=True),
-        reason=_text(args, "reason", required=True),
-        supersedes=_strings(args, "supersedes"),
-        idempotency_key=f"mcp-{uuid.uuid4().hex}",
-        **_draft_fields(args),
-    )
-    c = response.candidate
-    return f"Proposed as candidate {c.id}; a reviewer must approve it.", {
-        "id": c.id,
-        "memory": memory_json(c),
-    }
-
-
-async def _list_candidates(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    limit = _integer(args, "limit", low=1, high=100, default=20)
-    found: list[common_pb2.Memory] = []
-    async for candidate in client.list_candidates(
-        proposed_by=_text(args, "proposed_by"), page_size=limit
-    ):
-        found.append(candidate)
-        if len(found) >= limit:
-            break
-    if not found:
-        return "No pending candidates.", {"candidates": []}
-    lines = [f"{_line(c)} — proposed by {c.created_by}: {c.proposal_reason}" for c in found]
-    return "\n".join(lines), {"candidates": [memory_json(c) for c in found]}
-
-
-async def _build_context(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
-    response = await client.build_context(
-        _text(args, "query", required=True),
-        token_budget=_integer(args, "token_budget", low=1, high=100_000, default=0),
-    )
-    items = [{"id": i.id, "score": round(i.score, 4), "tokens": i.tokens} for i in response.items]
-    structured = {
-        "context": response.context,
-        "items": items,
-        "tokens_used": response.tokens_used,
-        "omitted": response.omitted,
-    }
-    return response.context or "No relevant memories.", structured
-
-
-def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": False,
-    }
-
-
-_MEMORY = "/brain.v1.MemoryService/"
-_REVIEW = "/brain.v1.ReviewService/"
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        "remember",
-        _MEMORY + "SaveMemory",
-        "Save a durable fact, preference or decision to the shared long-term memory. Write one "
-        "self-contained statement. To correct an older memory, pass its id in `supersedes`. "
-        "The result includes the new memory id.",
-        _schema(_DRAFT_PROPERTIES, ["content"]),
-        _remember,
-    ),
-    ToolSpec(
-        "recall",
-        _MEMORY + "SearchMemories",
-        "Search the shared long-term memory (keyword + semantic). Returns the best matching "
-        "active memories with their ids and relevance scores, best first.",
-        _schema(
-            {
-                "query": {"type": "string", "description": "What to look for, in plain words."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
-            },
-            ["query"],
-        ),
-        _recall,
-        read_only=True,
-    ),
-    ToolSpec(
-        "get_memory",
-        _MEMORY + "GetMemory",
-        "Read one memory by id, with its status, validity period and provenance.",
-        _schema({"id": _ID}, ["id"]),
-        _get_memory,
-        read_only=True,
-    ),
-    ToolSpec(
-        "memory_history",
-        _MEMORY + "GetMemoryHistory",
-        "List every version of one memory, oldest first: who changed it, when, and how.",
-        _schema({"id": _ID}, ["id"]),
-        _memory_history,
-        read_only=True,
-    ),
-    ToolSpec(
-        "forget",
-        _MEMORY + "ForgetMemory",
-        "Erase a memory that is wrong or must not be kept. Its content is deleted in every "
-        "version and the same statement cannot be saved again in this scope. Give a reason.",
-        _schema(
-            {"id": _ID, "reason": {"type": "string", "description": "Why it is forgotten."}},
-            ["id", "reason"],
-        ),
-        _forget,
-        destructive=True,
-    ),
-    ToolSpec(
-        "propose_memory",
-        _REVIEW + "ProposeMemory",
-        "Propose a memory for human review instead of saving it directly. It is not recalled "
-        "until a reviewer approves it. Explain in `reason` why it is worth remembering.",
-        _schema(
-            {
-                **_DRAFT_PROPERTIES,
-                "reason": {"type": "string", "description": "Why this should be remembered."},
-            },
-            ["content", "reason"],
-        ),
-        _propose_memory,
-    ),
-    ToolSpec(
-        "list_candidates",
-        _REVIEW + "ListCandidates",
-        "List proposed memories that are still waiting for review.",
-        _schema(
-            {
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-                "proposed_by": {"type": "string", "description": "Only this proposer's."},
-            }
-        ),
-        _list_candidates,
-        read_only=True,
-    ),
-    ToolSpec(
-        "build_context",
-        _MEMORY + "BuildContext",
-        "Get a compact, ready-to-read block of the memories most relevant to a task or "
-        "question, packed into a token budget.",
-        _schema(
-            {
-                "query": {"type": "string", "description": "The task or question."},
-                "token_budget": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": 100000,
-                    "description": "Upper bound for the block, in tokens (server default 1000).",
-                },
-            },
-            ["query"],
-        ),
-        _build_context,
-        read_only=True,
-    ),
+# (field, setting, noun) for each scope field a key may confine.
+_SCOPE_SETTINGS = (
+    ("user_id", "BRAIN_USER_ID", "user"),
+    ("namespace", "BRAIN_NAMESPACE", "namespace"),
+    ("session_id", "BRAIN_SESSION_ID", "session"),
 )
-_TOOLS_BY_NAME = {t.name: t for t in TOOLS}
+
+
+def resolve_scope(
+    config: ProxyConfig, identity: identity_pb2.WhoAmIResponse
+) -> tuple[ProxyConfig, list[str]]:
+    """The config with unset scope fields taken from the key's confinement where it allows
+    exactly one value, and a sentence for each field that still does not fit the key.
+
+    The server would refuse every call with such a scope, so saying which setting is wrong,
+    once and at start, replaces a PERMISSION_DENIED on every call.
+    """
+    confined = identity.confinement
+    allowed = {
+        "user_id": [confined.user_id] if confined.user_id else [],
+        "namespace": list(confined.namespaces),
+        "session_id": [confined.session_id] if confined.session_id else [],
+    }
+    taken: dict[str, str] = {}
+    problems: list[str] = []
+    for field, setting, noun in _SCOPE_SETTINGS:
+        values, mine = allowed[field], getattr(config, field)
+        if not values:
+            continue
+        listed = ", ".join(repr(v) for v in values)
+        if not mine and len(values) == 1:
+            taken[field] = values[0]
+        elif not mine:
+            problems.append(
+                f"{setting} is unset, but this key is confined to {noun}s {listed}: "
+                f"set {setting} to one of them"
+            )
+        elif mine not in values:
+            fix = (
+                f"set it to {values[0]!r} or unset it"
+                if len(values) == 1
+                else "set it to one of them"
+            )
+            problems.append(
+                f"{setting} is {mine!r}, but this key is confined to {noun} {listed}: {fix}"
+            )
+    resolved = replace(
+        config,
+        user_id=taken.get("user_id", config.user_id),
+        namespace=taken.get("namespace", config.namespace),
+        session_id=taken.get("session_id", config.session_id),
+    )
+    return resolved, problems
 
 
 # -- the MCP server ----------------------------------------------------------------------
 
 
 class BrainProxy:
-    """Holds the gRPC client and the key's identity; serves tools/list and tools/call."""
+    """Holds the gRPC clients, the key's identity and the last outage; serves the MCP tools."""
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
+        # Sentences saying which setting does not fit the key; every tool call fails with them.
+        self.problems: list[str] = []
         self._client: AsyncBrainClient | None = None
+        self._probe: AsyncBrainClient | None = None
         self._identity: identity_pb2.WhoAmIResponse | None = None
+        # (monotonic time, status name, message for the model) of the last failure to reach
+        # the server; calls are answered from it until `recheck_after` has passed.
+        self._outage: tuple[float, str, str] | None = None
 
     @property
     def client(self) -> AsyncBrainClient:
-        # Created on first use so the channel binds to the running event loop.
+        # Created on first use so the channel binds to the running event loop, and only after
+        # WhoAmI has answered, so it stamps the resolved scope.
         if self._client is None:
             self._client = AsyncBrainClient(
                 self.config.target,
                 self.config.api_key,
                 timeout=self.config.timeout,
+                retry=_TOOL_RETRY,
                 **self.config.client_options(),
             )
         return self._client
 
+    def _probe_client(self) -> AsyncBrainClient:
+        # WhoAmI goes out with an empty scope: the configured scope may be what is wrong.
+        if self._probe is None:
+            options = {**self.config.client_options(), "scope": None}
+            self._probe = AsyncBrainClient(
+                self.config.target,
+                self.config.api_key,
+                timeout=_IDENTITY_TIMEOUT,
+                retry=RetryPolicy(max_attempts=1),
+                **options,
+            )
+        return self._probe
+
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        for client in (self._client, self._probe):
+            if client is not None:
+                await client.close()
+
+    def remembered_outage(self) -> str | None:
+        """The error to answer with while a recent failure to reach the server is remembered."""
+        if self._outage is None:
+            return None
+        when, _, message = self._outage
+        return message if time.monotonic() - when < self.config.recheck_after else None
+
+    def _went_down(self, exc: BrainClientError) -> str:
+        c = self.config
+        if exc.code_name == "UNAUTHENTICATED":
+            message = (
+                f"UNAUTHENTICATED: brain-server at {c.target} refused BRAIN_API_KEY (unknown, "
+                "revoked or expired key): set it to a valid key (`brain-admin keys create`) "
+                "and restart brain-mcp"
+            )
+        else:
+            message = (
+                f"{exc.code_name}: brain-server at {c.target} cannot be reached "
+                f"({exc.message}); brain-mcp asks again in {c.recheck_after:g} s"
+            )
+        if self._outage is None or self._outage[1] != exc.code_name:
+            _log.warning("%s", message)  # once per outage, not once per call
+        self._outage = (time.monotonic(), exc.code_name, message)
+        return message
+
+    def _came_back(self) -> None:
+        if self._outage is not None:
+            _log.info("brain-server at %s answers again", self.config.target)
+            self._outage = None
 
     async def identity(self) -> identity_pb2.WhoAmIResponse | None:
-        """WhoAmI, cached once it succeeds; None (and asked again next time) while it fails."""
-        if self._identity is None:
-            try:
-                timeout = min(self.config.timeout, _IDENTITY_TIMEOUT)
-                self._identity = await self.client.whoami(timeout=timeout)
-            except BrainClientError as exc:
-                _log.warning("WhoAmI failed, listing every tool for now: %s", exc)
-        return self._identity
+        """WhoAmI, cached once it answers; None while the server cannot be reached (asked
+        again only after `recheck_after` seconds, so a downed server fails calls at once)."""
+        if self._identity is not None or self.remembered_outage() is not None:
+            return self._identity
+        _log.debug("asking WhoAmI at %s", self.config.target)
+        try:
+            identity = await self._probe_client().whoami(
+                timeout=min(self.config.timeout, _IDENTITY_TIMEOUT)
+            )
+        except BrainClientError as exc:
+            self._went_down(exc)
+            return None
+        self._came_back()
+        before = self.config.where()
+        self.config, self.problems = resolve_scope(self.config, identity)
+        if self.config.where() != before:
+            _log.info("scope taken from the API key: %s", self.config.where())
+        for problem in self.problems:
+            _log.warning("configuration does not fit the API key: %s", problem)
+        self._identity = identity
+        return identity
 
     async def visible_tools(self) -> list[ToolSpec]:
         """The tools whose RPC the key may call (all of them while WhoAmI is unanswered)."""
@@ -538,28 +302,57 @@ class BrainProxy:
 
     async def call(self, name: str, arguments: Mapping[str, Any]) -> tuple[bool, ToolOutput]:
         """Run one tool; returns (is_error, (text, structured)). Unknown names raise KeyError."""
-        tool = next((t for t in await self.visible_tools() if t.name == name), None)
+        tool = TOOLS_BY_NAME.get(name)
         if tool is None:
             raise KeyError(name)
         try:
-            return False, await tool.run(self.client, arguments)
-        except BrainClientError as exc:
-            # The server's message, prefixed with the status so the model knows what to do.
-            return True, (str(exc), {"error": exc.code_name, "message": exc.message})
+            check_arguments(tool, arguments)
+            identity = await self.identity()
+            if identity is not None and tool.method not in identity.allowed_methods:
+                raise KeyError(name)
+            if identity is None:  # the server did not answer WhoAmI, now or a moment ago
+                _, code, message = self._outage or (0.0, "UNAVAILABLE", "UNAVAILABLE: no answer")
+                return True, _error(code, message)
+            if self.problems:
+                return True, _error(
+                    "PERMISSION_DENIED",
+                    "PERMISSION_DENIED: brain-mcp's configuration does not fit its API key: "
+                    + "; ".join(self.problems)
+                    + ". Fix the MCP server's environment and restart it.",
+                )
+            if (outage := self.remembered_outage()) is not None:
+                return True, _error("UNAVAILABLE", outage)
+            output = await tool.run(self.client, arguments)
         except ToolInputError as exc:
-            return True, (f"INVALID_ARGUMENT: {exc}", {"error": "INVALID_ARGUMENT"})
+            return True, _error("INVALID_ARGUMENT", f"INVALID_ARGUMENT: {exc}")
+        except BrainClientError as exc:
+            if exc.code_name == "UNAVAILABLE":
+                self._went_down(exc)
+            # The server's message, prefixed with the status so the model knows what to do.
+            return True, _error(exc.code_name, str(exc))
+        self._came_back()
+        return False, output
 
     def instructions(self) -> str:
-        c = self.config
-        where = f"namespace {c.namespace or '(default)'}, user {c.user_id or '(shared)'}"
-        if c.session_id:
-            where += f", session {c.session_id}"
-        return (
+        text = (
             "Shared Brain: long-term memory shared by this team's people and agents. Recall "
             "before answering questions about earlier decisions, preferences or facts; remember "
-            "durable, self-contained statements (not transient chatter); use forget for memories "
-            f"that are wrong. Every call acts in a scope fixed by configuration ({where})."
+            "durable, self-contained statements (not transient chatter); update or forget "
+            "memories that are wrong. Recall scores are relevance from 0 to 1 within one query. "
+            f"Every call acts in a scope fixed by configuration ({self.config.where()}); never "
+            "pass user, namespace or tenant arguments."
         )
+        if self.problems:
+            return (
+                "brain-mcp is MISCONFIGURED and every tool call fails until its environment is "
+                f"fixed and it is restarted: {'; '.join(self.problems)}. Tell the user.\n\n{text}"
+            )
+        if self._identity is None and self._outage is not None:
+            return (
+                f"brain-server did not answer at start ({self._outage[2]}). Tools fail until "
+                f"it does; brain-mcp keeps trying on its own.\n\n{text}"
+            )
+        return text
 
     def mcp_server(self) -> Server[Any]:
         """The low-level MCP server wired to this proxy."""
@@ -609,14 +402,21 @@ class BrainProxy:
         )
 
 
+def _error(code: str, message: str) -> ToolOutput:
+    return message, {"error": code, "message": message}
+
+
 def _mcp_tool(spec: ToolSpec) -> mcp_types.Tool:
     import mcp_types as types
 
     return types.Tool(
         name=spec.name,
+        title=spec.title,
         description=spec.description,
         input_schema=spec.input_schema,
+        output_schema=spec.output_schema,
         annotations=types.ToolAnnotations(
+            title=spec.title,
             read_only_hint=spec.read_only,
             destructive_hint=spec.destructive,
             open_world_hint=False,
@@ -645,6 +445,18 @@ async def serve(config: ProxyConfig) -> None:
 # -- the prompt-submit hook --------------------------------------------------------------
 
 
+def _hook_scope(config: ProxyConfig, timeout: float) -> tuple[ProxyConfig, list[str]]:
+    """The scope the tools would act in: WhoAmI with an empty scope, then `resolve_scope`."""
+    with BrainClient(
+        config.target,
+        config.api_key,
+        timeout=timeout,
+        retry=RetryPolicy(max_attempts=1),
+        **{**config.client_options(), "scope": None},
+    ) as probe:
+        return resolve_scope(config, probe.whoami())
+
+
 def hook_recall(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
     """The context block for the hook payload's prompt; "" when there is nothing to add.
 
@@ -661,11 +473,16 @@ def hook_recall(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
         return ""
     if not isinstance(prompt, str) or not prompt.strip() or not config.api_key:
         return ""
+    deadline = time.monotonic() + timeout
     try:
+        config, problems = _hook_scope(config, timeout)
+        if problems:
+            _log.debug("hook recall: configuration does not fit the key: %s", problems)
+            return ""
         with BrainClient(
             config.target,
             config.api_key,
-            timeout=timeout,
+            timeout=max(0.05, deadline - time.monotonic()),
             retry=RetryPolicy(max_attempts=1),
             **config.client_options(),
         ) as client:
@@ -673,6 +490,72 @@ def hook_recall(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
     except (BrainClientError, OSError, ValueError) as exc:
         _log.debug("hook recall: no context: %s", exc)
         return ""
+
+
+def hook_capture(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
+    """Propose the session's remember-this moments for review; returns a line for stderr.
+
+    Never raises: a stop hook must not get in the agent's way, so every failure becomes the
+    returned line ("" when there was nothing to propose).
+    """
+    # Imported here so that the recall hook, which runs before every prompt, does not pay it.
+    from .mcp_capture import (
+        CaptureError,
+        explicit_requests,
+        extract_facts,
+        proposals,
+        read_transcript,
+    )
+
+    try:
+        payload = json.loads(stdin) if stdin.strip() else {}
+    except ValueError:
+        return "hook capture: the payload on stdin is not JSON"
+    path = payload.get("transcript_path") if isinstance(payload, dict) else None
+    if not isinstance(path, str) or not path:
+        return "hook capture: the payload names no transcript_path"
+    if not config.api_key:
+        return "hook capture: set BRAIN_API_KEY"
+    session = str(payload.get("session_id") or "")
+    try:
+        turns = read_transcript(Path(path).expanduser())
+    except CaptureError as exc:
+        return f"hook capture: {exc}"
+    try:
+        extracted = extract_facts(turns, env)
+    except CaptureError as exc:  # the explicit requests are still worth proposing
+        _log.warning("hook capture: %s", exc)
+        extracted = []
+    todo = proposals(
+        session, explicit_requests(turns), extracted, env.get("BRAIN_CAPTURE_MODEL", "")
+    )
+    if not todo:
+        return ""
+    ids: list[str] = []
+    refused: list[str] = []
+    try:
+        config, problems = _hook_scope(config, config.timeout)
+        if problems:
+            return "hook capture: configuration does not fit the API key: " + "; ".join(problems)
+        with BrainClient(
+            config.target, config.api_key, timeout=config.timeout, **config.client_options()
+        ) as client:
+            for p in todo:
+                try:
+                    response = client.propose(
+                        p.content,
+                        reason=p.reason,
+                        idempotency_key=p.idempotency_key,
+                        tags=list(p.tags),
+                    )
+                except (FailedPrecondition, InvalidArgument, RateLimited) as exc:
+                    refused.append(str(exc))  # this one only (e.g. a tombstoned value)
+                    continue
+                ids.append(response.candidate.id)
+    except (BrainClientError, OSError, ValueError) as exc:
+        refused.append(str(exc))
+    line = f"hook capture: proposed {len(ids)} of {len(todo)} memories for review"
+    return line + (f" ({'; '.join(ids)})" if ids else "") + "".join(f"; {r}" for r in refused)
 
 
 # -- command line ------------------------------------------------------------------------
@@ -694,7 +577,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-ca", help="PEM root CA file; enables TLS [BRAIN_TLS_CA]")
     sub = p.add_subparsers(dest="command")
     hook = sub.add_parser("hook", help="run as a coding-agent hook")
-    hook.add_argument("hook", choices=["recall"], help="recall: print context for the prompt")
+    hook.add_argument(
+        "hook",
+        choices=["recall", "capture"],
+        help="recall: print context for the prompt; capture: propose the session's "
+        '"remember this" moments for review',
+    )
     return p
 
 
@@ -709,6 +597,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         level=logging.DEBUG if debug else logging.WARNING,
         format="brain-mcp %(levelname)s %(message)s",
     )
+    if args.command == "hook" and args.hook == "capture":
+        if said := hook_capture(config, sys.stdin.read(), env):
+            sys.stderr.write(said + "\n")
+        return
     if args.command == "hook":
         context = hook_recall(config, sys.stdin.read(), env)
         if context:

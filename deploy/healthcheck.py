@@ -6,6 +6,9 @@ cannot speak TLS. It sends no API key (the health service needs none) and reads:
     BRAIN_HEALTH_TARGET    host:port to check (default 127.0.0.1:<port of BRAIN_LISTEN>)
     BRAIN_HEALTH_SERVICE   service name to check (default "": the whole server)
     BRAIN_HEALTH_TIMEOUT   seconds (default 3)
+    BRAIN_HEALTH_LIVENESS  set (1) for a liveness probe: any answer, NOT_SERVING included,
+                           means alive (NOT_SERVING also means "the database is
+                           unreachable", which a restart of brain-server does not fix)
     BRAIN_HEALTH_TLS_CA    PEM file of the CA to trust; TLS is on when this or
                            BRAIN_TLS_CERT (the server's own TLS setting) is set;
                            unset with TLS on: the system roots
@@ -71,7 +74,7 @@ def main(argv: list[str]) -> int:
         print(f"unhealthy: cannot read a TLS file: {exc}", file=sys.stderr)
         return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+    if reply.status != health_pb2.HealthCheckResponse.SERVING and not _env("BRAIN_HEALTH_LIVENESS"):
         print(f"unhealthy: {target}: {status}", file=sys.stderr)
         return 1
     print(f"healthy: {target}: {status}")

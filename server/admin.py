@@ -412,9 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", required=True)
 
     # Subcommands that live beside the feature they administer.
-    from . import admin_embeddings, certs
+    from . import admin_backup, admin_embeddings, certs
 
     certs.register(sub, command)
+    admin_backup.register(sub, command)
     admin_embeddings.register(sub, command)
     admin_audit.register(sub, command)
     return parser

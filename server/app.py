@@ -21,7 +21,7 @@ from brain.authz import RateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
 from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_pb2_grpc
 
-from . import embedded, logs
+from . import embedded, logs, validation
 from .audit import AuditLog
 from .config import Settings, add_server_arguments, settings_from_args
 from .embedders import EmbedderError, build_embedder
@@ -33,6 +33,7 @@ from .servicers.other import AuditServicer, IdentityServicer, ReviewServicer
 from .storage import migrate as migrations
 from .storage.bootstrap import prepare_embedded
 from .storage.db import Database, UnsafeRole
+from .supervisor import DatabaseSupervisor
 from .watch import close_feed
 
 _log = structlog.get_logger("brain.server")
@@ -55,6 +56,7 @@ class RunningServer:
     health: health_aio.HealthServicer
     port: int
     memories: Memories
+    supervisor: DatabaseSupervisor
     embedded_pg: embedded.EmbeddedPostgres | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -63,6 +65,7 @@ class RunningServer:
         if self.stopped.is_set():
             return
         self.stopped.set()
+        await self.supervisor.stop()
         await self.health.enter_graceful_shutdown()
         await close_feed(self.db)  # watch streams end now, not after the grace period
         await self.server.stop(grace)
@@ -89,17 +92,27 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
     where = logs.redact_dsn(dsn)
     try:
         # Checked on a plain connection first: the pool's codecs need the migrated schema.
-        missing = await asyncio.wait_for(migrations.pending(dsn), timeout=15)
+        schema = await asyncio.wait_for(migrations.status(dsn), timeout=15)
     except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
         raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
+    if schema.unknown:
+        # An older server on a newer schema could write rows the new code would misread.
+        raise StartupError(f"{where}: {migrations.newer_schema_message(schema.unknown)}")
+    missing = schema.pending
     if missing:
         raise StartupError(
             f"the database at {where} lacks {len(missing)} migration(s) (first: "
             f"{missing[0].version}_{missing[0].name}); run `brain-admin migrate` as the owner"
         )
+    replica = settings.read_database_url
+    if replica is not None and urlsplit(replica).scheme not in ("postgres", "postgresql"):
+        raise StartupError(
+            f"BRAIN_READ_DATABASE_URL {logs.redact_dsn(replica)!r} is not a postgresql:// URL"
+        )
     try:
-        db = await asyncio.wait_for(Database.connect(dsn), timeout=15)
+        db = await asyncio.wait_for(Database.connect(dsn, replica_dsn=replica), timeout=15)
     except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
+        where = logs.redact_dsn(dsn) + (f" or {logs.redact_dsn(replica)}" if replica else "")
         raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
     try:
         await db.check_role_is_confined()
@@ -163,6 +176,7 @@ async def _serve(
         pepper,
         rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
         touch_key=db.touch_key,
+        check_request=validation.malformed,
     )
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
@@ -208,7 +222,7 @@ async def _serve(
     )
     review_pb2_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(review), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(
-        AuditServicer(AuditLog(db, settings.statement_timeout_ms)), server
+        AuditServicer(AuditLog(db, memories.tokens, settings.statement_timeout_ms)), server
     )
     identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
     health_servicer = health_aio.HealthServicer()
@@ -229,6 +243,10 @@ async def _serve(
     await server.start()
     for service in ("", *SERVICES):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    supervisor = DatabaseSupervisor(
+        db, health_servicer, SERVICES, pg=pg, interval=settings.health_interval_seconds
+    )
+    supervisor.start()
     _log.info(
         "serving",
         listen=settings.listen,
@@ -238,7 +256,13 @@ async def _serve(
         database="embedded" if pg is not None else logs.redact_dsn(settings.database_url or ""),
     )
     return RunningServer(
-        server=server, db=db, health=health_servicer, port=port, memories=memories, embedded_pg=pg
+        server=server,
+        db=db,
+        health=health_servicer,
+        port=port,
+        memories=memories,
+        supervisor=supervisor,
+        embedded_pg=pg,
     )
 
 

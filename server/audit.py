@@ -35,6 +35,7 @@ from brain.v1 import audit_pb2
 
 from . import convert
 from . import validation as check
+from .cursors import Tokens
 from .errors import InvalidArgument
 from .storage import audit as sql
 from .storage.db import Database
@@ -338,20 +339,12 @@ def event_message(row: Any) -> audit_pb2.AuditEvent:
     return event
 
 
-def parse_seq_token(field: str, token: str) -> int:
-    """A seq cursor handed out earlier; empty means the start."""
-    if not token:
-        return 0
-    if not token.isdigit() or len(token) > 18:
-        raise InvalidArgument(field, "is not a token this server handed out")
-    return int(token)
-
-
 class AuditLog:
     """Reads the calling key's tenant's audit events."""
 
-    def __init__(self, db: Database, statement_timeout_ms: int = 10_000) -> None:
+    def __init__(self, db: Database, tokens: Tokens, statement_timeout_ms: int = 10_000) -> None:
         self.db = db
+        self.tokens = tokens
         self.statement_timeout_ms = statement_timeout_ms
 
     @staticmethod
@@ -370,7 +363,7 @@ class AuditLog:
         if not 0 < size <= MAX_PAGE_SIZE:
             raise InvalidArgument("page_size", f"must be between 1 and {MAX_PAGE_SIZE}")
         query = sql.EventQuery(
-            after_seq=parse_seq_token("page_token", req.page_token),
+            after_seq=self.tokens.decode_seq("page_token", req.page_token),
             limit=size + 1,
             memory_id=check.memory_id("memory_id", req.memory_id) if req.memory_id else None,
             principal=check.text("principal", req.principal),
@@ -381,5 +374,5 @@ class AuditLog:
         ) as conn:
             rows = await sql.list_events(conn, caller.tenant_id, query, self.confinement(caller))
         if len(rows) > size:
-            return rows[:size], str(rows[size - 1]["seq"])
+            return rows[:size], self.tokens.encode_seq(rows[size - 1]["seq"])
         return rows, ""

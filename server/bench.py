@@ -1,5 +1,8 @@
 """Search latency as a bucket grows: ``python -m brain.server.bench --rows 1000 10000 50000``.
 
+``python -m brain.server.bench throughput`` measures saves/s and searches/s at several
+concurrencies instead (see ``bench_throughput``).
+
 Starts a private server on a fresh embedded database (as brain-eval does), fills one
 tenant's bucket with synthetic memories straight through SQL (a Zipf-distributed
 vocabulary, so some words are common and most are rare), then times SearchMemories over
@@ -90,7 +93,7 @@ async def run(
     results = []
     async with private_brain(embedder) as brain:
         bucket = await brain.bucket("bench")
-        tenant = await _tenant_of(brain, bucket.api_key)
+        tenant = await tenant_of(brain, bucket.api_key)
         dimension = 0 if embedder == "none" else 384
         filled = 0
         for size in sorted(sizes):
@@ -107,7 +110,7 @@ async def run(
     return results
 
 
-async def _tenant_of(brain: PrivateBrain, api_key: str) -> str:
+async def tenant_of(brain: PrivateBrain, api_key: str) -> str:
     conn = await asyncpg.connect(brain.owner_dsn)
     try:
         name: str = await conn.fetchval(
@@ -120,6 +123,12 @@ async def _tenant_of(brain: PrivateBrain, api_key: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["throughput"]:
+        from . import bench_throughput
+
+        bench_throughput.main(argv[1:])
+        return
     parser = argparse.ArgumentParser(prog="python -m brain.server.bench", description=__doc__)
     parser.add_argument("--rows", type=int, nargs="+", default=[1000, 10000, 50000])
     parser.add_argument("--queries", type=int, default=100)

@@ -18,6 +18,7 @@ def default_data_dir() -> Path:
 class Settings:
     listen: str = "127.0.0.1:50051"
     database_url: str | None = None
+    read_database_url: str | None = None
     data_dir: Path = Path()
     pepper_file: Path | None = None
     tls_cert: Path | None = None
@@ -31,6 +32,7 @@ class Settings:
     max_page_size: int = 100
     statement_timeout_ms: int = 10_000
     grace_seconds: float = 10.0
+    health_interval_seconds: float = 2.0
     embedder: str = "local"
     openai_url: str | None = None
     openai_model: str | None = None
@@ -58,6 +60,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         default=_env("DATABASE_URL"),
         help="PostgreSQL URL; unset: embedded PostgreSQL (BRAIN_DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--read-database-url",
+        default=_env("READ_DATABASE_URL"),
+        help="a streaming replica for Search, List, Get, History, Export and BuildContext "
+        "(BRAIN_READ_DATABASE_URL)",
     )
     parser.add_argument(
         "--data-dir",
@@ -94,6 +102,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--statement-timeout-ms",
         type=int,
         default=int(_env("STATEMENT_TIMEOUT_MS", "10000") or 10000),
+    )
+    parser.add_argument(
+        "--health-interval",
+        type=float,
+        default=float(_env("HEALTH_INTERVAL", "2") or 2),
+        help="seconds between database probes that drive gRPC health (BRAIN_HEALTH_INTERVAL)",
     )
     parser.add_argument(
         "--proposals-per-hour",
@@ -158,6 +172,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         listen=args.listen,
         database_url=args.database_url,
+        read_database_url=args.read_database_url,
         data_dir=args.data_dir,
         pepper_file=args.pepper_file,
         tls_cert=args.tls_cert,
@@ -168,6 +183,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         rate_limit=args.rate_limit,
         rate_burst=args.rate_burst,
         statement_timeout_ms=args.statement_timeout_ms,
+        health_interval_seconds=args.health_interval,
         proposals_per_hour=args.proposals_per_hour,
         max_candidate_ttl_days=args.max_candidate_ttl_days,
         dev_key_file=args.dev_key_file,

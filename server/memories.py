@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -65,6 +65,8 @@ _log = structlog.get_logger("brain.memories")
 class Limits:
     max_page_size: int = 100
     statement_timeout_ms: int = 10_000
+    # How long an idempotency key replays its first response.
+    idempotency_retention: timedelta = timedelta(hours=24)
     # Off only in tests proving that row-level security holds on its own.
     app_filter: bool = True
 
@@ -131,6 +133,7 @@ class Memories:
     ) -> None:
         self.db = db
         self.pepper = pepper
+        self.tokens = cursors.Tokens(pepper)
         self.limits = limits or Limits()
         self.embedder: Embedder = embedder or NoEmbedder()
         self.params = retrieval_params or RetrievalParams()
@@ -142,13 +145,20 @@ class Memories:
     # -- plumbing -----------------------------------------------------------------
 
     def tx(
-        self, caller: Caller, *, timeout_ms: int | None = None, readonly: bool = False
+        self,
+        caller: Caller,
+        *,
+        timeout_ms: int | None = None,
+        readonly: bool = False,
+        replica: bool = False,
     ) -> AbstractAsyncContextManager[asyncpg.Connection]:
+        """A caller transaction; ``replica`` reads may go to the read replica, if any."""
         return self.db.caller_tx(
             caller,
             timeout_ms=timeout_ms,
             cap_ms=self.limits.statement_timeout_ms,
             readonly=readonly,
+            replica=replica,
         )
 
     def visibility(self, caller: Caller) -> Visibility:
@@ -177,6 +187,7 @@ class Memories:
             idempotency_key,
             caller.method,
             digest,
+            self.limits.idempotency_retention,
         )
         if earlier is None:
             return None
@@ -422,7 +433,7 @@ class Memories:
     ) -> memory_pb2.GetMemoryResponse:
         memory_id = check.memory_id("id", req.id)
         t = time_coords(req.time, default_any_valid=True)
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             row = await sql.get_memory(conn, self.visibility(caller), memory_id, t)
         if row is None:
             raise memory_not_found()
@@ -568,7 +579,7 @@ class Memories:
         timeout_ms: int | None = None,
     ) -> memory_pb2.GetMemoryHistoryResponse:
         memory_id = check.memory_id("id", req.id)
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             rows = await sql.history(conn, self.visibility(caller), memory_id)
         if not rows:
             raise memory_not_found()
@@ -582,19 +593,19 @@ class Memories:
         t = time_coords(req.time, default_any_valid=False)
         after = None
         if req.page_token:
-            data = cursors.decode("page_token", req.page_token)
+            data = self.tokens.decode("page_token", req.page_token)
             after = cursors.get_uuid("page_token", data, "k")
             # A token pins the snapshot its first page saw, so pages never shift.
             t = replace(t, as_of=cursors.get_time("page_token", data, "a"))
         if t.as_of is None:
             t = replace(t, as_of=datetime.now(UTC))
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             rows = await sql.list_page(conn, self.visibility(caller), f, t, after, size + 1)
         more = len(rows) > size
         rows = rows[:size]
         token = ""
         if more and t.as_of is not None:
-            token = cursors.encode({"k": str(rows[-1]["memory_id"]), "a": t.as_of.isoformat()})
+            token = self.tokens.encode({"k": str(rows[-1]["memory_id"]), "a": t.as_of.isoformat()})
         return memory_pb2.ListMemoriesResponse(
             memories=[convert.memory(r) for r in rows], next_page_token=token
         )
@@ -605,17 +616,17 @@ class Memories:
         f = replace(row_filter(req.filter, ALL_STATUSES), hide_expired=False)
         after: tuple[uuid.UUID, int] | None = None
         if req.cursor:
-            token = cursors.decode("cursor", req.cursor)
+            token = self.tokens.decode("cursor", req.cursor)
             after = (cursors.get_uuid("cursor", token, "k"), cursors.get_int("cursor", token, "v"))
         vis = self.visibility(caller)
         while True:
-            async with self.tx(caller, readonly=True) as conn:
+            async with self.tx(caller, readonly=True, replica=True) as conn:
                 rows = await sql.export_page(conn, vis, f, req.include_history, after, EXPORT_BATCH)
             for row in rows:
                 after = (row["memory_id"], row["version"])
                 yield memory_pb2.ExportMemoriesResponse(
                     memory=convert.memory(row),
-                    cursor=cursors.encode({"k": str(after[0]), "v": after[1]}),
+                    cursor=self.tokens.encode({"k": str(after[0]), "v": after[1]}),
                 )
             if len(rows) < EXPORT_BATCH:
                 return
@@ -673,7 +684,7 @@ class Memories:
         n = max(limit, self.params.candidates)
         vis = self.visibility(caller)
         model = self.embedding_model
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             lexical: list[retrieval.LaneHit] = []
             exact: list[retrieval.LaneHit] = []
             if mode != memory_pb2.SEARCH_MODE_SEMANTIC:

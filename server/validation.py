@@ -7,6 +7,8 @@ import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from brain.authz import is_valid_name
@@ -19,6 +21,12 @@ MAX_METADATA_ENTRIES = 32
 MAX_METADATA_VALUE = 1024
 MAX_LABELS = 16
 MAX_QUERY_CHARS = 2000
+
+# The range protobuf's well-known types allow (RFC 3339 years 1 to 9999; ±10,000 years).
+MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z
+MAX_TIMESTAMP_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z
+MAX_DURATION_SECONDS = 315_576_000_000
+NANOS_PER_SECOND = 1_000_000_000
 
 
 def content(field: str, value: str, *, required: bool = True) -> str:
@@ -96,6 +104,63 @@ def memory_id(field: str, value: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise InvalidArgument(field, "is not a memory id (a UUID)") from None
+
+
+def well_formed(message: Message, path: str = "") -> None:
+    """Refuse what no field of any request may hold, whatever the RPC: NUL bytes in
+    strings (PostgreSQL refuses them) and timestamps or durations outside protobuf's range.
+    Runs on every request before authorization reads it; each RPC checks its own rules."""
+    for fd, value in message.ListFields():
+        name = f"{path}{fd.name}"
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            value_fd = fd.message_type.fields_by_name["value"]
+            for key, item in value.items():
+                _well_formed_value(fd.message_type.fields_by_name["key"], f"{name} key", key)
+                _well_formed_value(value_fd, f"{name}[{key}]", item)
+        elif fd.is_repeated:
+            for i, item in enumerate(value):
+                _well_formed_value(fd, f"{name}[{i}]", item)
+        else:
+            _well_formed_value(fd, name, value)
+
+
+def _well_formed_value(fd: FieldDescriptor, name: str, value: object) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidArgument(name, "must not contain NUL bytes")
+    elif isinstance(value, Message):
+        kind = value.DESCRIPTOR.full_name
+        if kind == "google.protobuf.Timestamp":
+            _timestamp_in_range(name, value)
+        elif kind == "google.protobuf.Duration":
+            _duration_in_range(name, value)
+        else:
+            well_formed(value, f"{name}.")
+
+
+def _timestamp_in_range(name: str, ts: Message) -> None:
+    seconds, nanos = ts.seconds, ts.nanos  # type: ignore[attr-defined]
+    if not 0 <= nanos < NANOS_PER_SECOND:
+        raise InvalidArgument(name, "nanos must be between 0 and 999,999,999")
+    if not MIN_TIMESTAMP_SECONDS <= seconds <= MAX_TIMESTAMP_SECONDS:
+        raise InvalidArgument(name, "must be between years 1 and 9999")
+
+
+def _duration_in_range(name: str, d: Message) -> None:
+    seconds, nanos = d.seconds, d.nanos  # type: ignore[attr-defined]
+    if not -MAX_DURATION_SECONDS <= seconds <= MAX_DURATION_SECONDS:
+        raise InvalidArgument(name, "must be within 10,000 years")
+    if not -NANOS_PER_SECOND < nanos < NANOS_PER_SECOND or seconds * nanos < 0:
+        raise InvalidArgument(name, "nanos must be below one second and share the sign of seconds")
+
+
+def malformed(message: Message) -> str | None:
+    """What ``well_formed`` refuses in ``message`` (naming the field), or None."""
+    try:
+        well_formed(message)
+    except InvalidArgument as exc:
+        return exc.message
+    return None
 
 
 def timestamp(ts: Timestamp | None, present: bool) -> datetime | None:

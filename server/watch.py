@@ -24,10 +24,9 @@ from typing import Any
 import asyncpg
 import structlog
 
-from brain.authz import Caller
+from brain.authz import Caller, KeyStoreUnavailable
 from brain.v1 import memory_pb2
 
-from .audit import parse_seq_token
 from .errors import PermissionDenied, Unavailable
 from .memories import Memories, row_filter
 from .storage import audit as sql
@@ -48,6 +47,15 @@ CHANGE_KIND = {
 }
 BATCH_EVENTS = 100
 KEY_RECHECK_SECONDS = 5.0
+# What the dedicated LISTEN connection may raise when the database goes away (a broken
+# connection can leave asyncpg's protocol mid-operation: InternalClientError).
+LISTENER_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
 
 
 class ChangeFeed:
@@ -125,7 +133,7 @@ class ChangeFeed:
                 woken.set()
 
     async def _release(self, conn: Any) -> None:
-        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        with contextlib.suppress(*LISTENER_ERRORS):
             await conn.close(timeout=2)
 
     async def _listen(self) -> None:
@@ -137,12 +145,12 @@ class ChangeFeed:
                 await self._release(stale)
             try:
                 conn = await asyncio.wait_for(asyncpg.connect(self.db.dsn), timeout=2)
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except LISTENER_ERRORS as exc:
                 _log.warning("change feed cannot LISTEN; polling", error=str(exc))
                 return
             try:
                 await conn.add_listener(sql.NOTIFY_CHANNEL, self._notified)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except LISTENER_ERRORS as exc:
                 _log.warning("change feed cannot LISTEN; polling", error=str(exc))
                 await self._release(conn)
                 return
@@ -159,7 +167,7 @@ class ChangeFeed:
             if conn is None:
                 return
             conn.remove_termination_listener(self._lost)
-            with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            with contextlib.suppress(*LISTENER_ERRORS):
                 await conn.remove_listener(sql.NOTIFY_CHANNEL, self._notified)
             await self._release(conn)
 
@@ -184,7 +192,10 @@ async def close_feed(db: Database) -> None:
 
 async def _ensure_key_still_valid(memories: Memories, caller: Caller) -> None:
     """A stream outlives its authentication: stop serving a key revoked or expired since."""
-    key = await memories.db.lookup_key(caller.key.key_id)
+    try:
+        key = await memories.db.lookup_key(caller.key.key_id)
+    except KeyStoreUnavailable as exc:  # the interceptor's error; in a servicer it is ours
+        raise Unavailable(exc.args[0] if exc.args else "the database is unavailable") from exc
     now = datetime.now(UTC)
     if (
         key is None
@@ -213,7 +224,7 @@ async def changes(
 ) -> AsyncGenerator[Change, None]:
     """Changes visible to ``caller`` after ``req.cursor`` (or from now), until cancelled."""
     feed = feed or feed_for(memories.db)
-    cursor = parse_seq_token("cursor", req.cursor)
+    cursor = memories.tokens.decode_seq("cursor", req.cursor)
     f = row_filter(req.filter)
     if not req.filter.statuses:
         f = dataclasses.replace(f, statuses=ALL_STATUSES)

@@ -2,6 +2,12 @@
 
 The server runs on its own event loop in a background thread, so both sync and async
 clients can call it from tests. Nothing here mocks the database or gRPC.
+
+``make test-external`` points the same fixtures at a deployment instead (all unset by
+default): ``BRAIN_TEST_ADMIN_DATABASE_URL`` (owner) and ``BRAIN_TEST_DATABASE_URL`` (the
+app login role) replace the embedded cluster, ``BRAIN_TEST_PEPPER_FILE`` is the pepper the
+deployed server uses, and ``BRAIN_TEST_TARGET`` (with ``BRAIN_TEST_TLS_CA``) replaces the
+in-process ``brain_server`` with a running brain-server process.
 """
 
 from __future__ import annotations
@@ -42,28 +48,45 @@ class LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Wait as long as it takes: pytest-timeout is the one limit on a stuck test."""
         fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return fut.result(timeout)
+        return fut.result()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
 
 
+EXTERNAL_OWNER_DSN = os.environ.get("BRAIN_TEST_ADMIN_DATABASE_URL", "")
+EXTERNAL_APP_DSN = os.environ.get("BRAIN_TEST_DATABASE_URL", "")
+EXTERNAL_PEPPER_FILE = os.environ.get("BRAIN_TEST_PEPPER_FILE", "")
+EXTERNAL_TARGET = os.environ.get("BRAIN_TEST_TARGET", "")
+EXTERNAL_TLS_CA = os.environ.get("BRAIN_TEST_TLS_CA", "")
+
+
 @dataclass
 class PgCluster:
-    pg: embedded.EmbeddedPostgres
+    pg: embedded.EmbeddedPostgres | None  # None: an external database (make test-external)
     pepper_file: Path
     pepper: bytes
+    external_owner_dsn: str = ""
+    external_app_dsn: str = ""
 
     @property
     def owner_dsn(self) -> str:
-        return self.pg.owner_dsn
+        return self.external_owner_dsn or self.embedded_pg.owner_dsn
 
     @property
     def app_dsn(self) -> str:
-        return self.pg.app_dsn
+        return self.external_app_dsn or self.embedded_pg.app_dsn
+
+    @property
+    def embedded_pg(self) -> embedded.EmbeddedPostgres:
+        """The embedded cluster (its superuser); tests needing it skip on a deployment."""
+        if self.pg is None:
+            pytest.skip("needs the embedded cluster's superuser; this run targets a deployment")
+        return self.pg
 
 
 @dataclass
@@ -74,14 +97,26 @@ class BrainServer:
     loop: LoopThread
     settings: Settings
     running: RunningServer | None = None
+    external_target: str = ""  # a brain-server process this session did not start
+    tls_ca: bytes | None = None
     _tenants: set[str] = field(default_factory=set)
 
     @property
     def target(self) -> str:
+        if self.external_target:
+            return self.external_target
         assert self.running is not None
         return f"127.0.0.1:{self.running.port}"
 
+    def channel(self) -> grpc.aio.Channel:
+        """An asyncio channel to this server, over TLS when it serves TLS."""
+        if self.tls_ca is None:
+            return grpc.aio.insecure_channel(self.target)
+        return grpc.aio.secure_channel(self.target, grpc.ssl_channel_credentials(self.tls_ca))
+
     def start(self) -> None:
+        if self.external_target:
+            pytest.skip("cannot start or restart a deployed brain-server from a test")
         self.running = self.loop.run(start_server(self.settings))
         # Pin the port so restart() comes back on the same address.
         self.settings = Settings(**{**self.settings.__dict__, "listen": self.target})
@@ -199,6 +234,16 @@ def loop_thread() -> Iterator[LoopThread]:
 @pytest.fixture(scope="session")
 def pg_cluster(loop_thread: LoopThread) -> Iterator[PgCluster]:
     """A private PostgreSQL + pgvector for the whole session, removed afterwards."""
+    if EXTERNAL_OWNER_DSN:
+        pepper_file = Path(EXTERNAL_PEPPER_FILE)
+        yield PgCluster(
+            pg=None,
+            pepper_file=pepper_file,
+            pepper=pepper_file.read_bytes(),
+            external_owner_dsn=EXTERNAL_OWNER_DSN,
+            external_app_dsn=EXTERNAL_APP_DSN,
+        )
+        return
     root = Path(tempfile.mkdtemp(prefix="brain-test-"))
     os.chmod(root, 0o755)
     pg = embedded.start(root / "pg", delete_on_stop=True)
@@ -233,6 +278,15 @@ def brain_server(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[Bra
     from brain.server import logs
 
     logs.configure("warning")
+    if EXTERNAL_TARGET:
+        yield BrainServer(
+            cluster=pg_cluster,
+            loop=loop_thread,
+            settings=server_settings(pg_cluster),
+            external_target=EXTERNAL_TARGET,
+            tls_ca=Path(EXTERNAL_TLS_CA).read_bytes() if EXTERNAL_TLS_CA else None,
+        )
+        return
     server = BrainServer(cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster))
     server.start()
     yield server
@@ -246,7 +300,7 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture
 async def channel(brain_server: BrainServer) -> Any:
-    async with grpc.aio.insecure_channel(brain_server.target) as ch:
+    async with brain_server.channel() as ch:
         yield ch
 
 

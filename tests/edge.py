@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from brain.server.cursors import Tokens
 from brain.v1 import common_pb2, memory_pb2
 
 from .helpers import Api
@@ -84,11 +85,13 @@ async def collection_reads(
     query: str,
     *,
     sentinel: str,
+    start: str,
     statuses: list[int] | None = None,
     time: common_pb2.TimeTravel | None = None,
 ) -> Seen:
     """Search, List, Export (with history), BuildContext and a Watch replayed from the
-    tenant's first event up to ``sentinel`` (a memory this key sees, written last)."""
+    tenant's first event (the cursor ``start``, see ``first_event``) up to ``sentinel`` (a
+    memory this key sees, written last)."""
     f = common_pb2.MemoryFilter(statuses=statuses or [])
     t = time or common_pb2.TimeTravel()
     search = await api.memories.SearchMemories(
@@ -111,14 +114,22 @@ async def collection_reads(
         listed={m.id for m in listed},
         exported={(e.memory.id, e.memory.version) for e in exported},
         context={i.id for i in context.items},
-        watched=await watch_replay(api, sentinel),
+        watched=await watch_replay(api, sentinel, start),
     )
 
 
-async def watch_replay(api: Api, sentinel: str, within: float = 15.0) -> set[tuple[str, int]]:
-    """(id, version) of every change a watch from cursor 0 delivers, up to ``sentinel``."""
+def first_event(pepper: bytes) -> str:
+    """The Watch cursor before a tenant's first event, signed like the server's cursors
+    (a test knows the pepper; a client starts from a cursor the server gave it)."""
+    return Tokens(pepper).encode_seq(0)
+
+
+async def watch_replay(
+    api: Api, sentinel: str, start: str, within: float = 15.0
+) -> set[tuple[str, int]]:
+    """(id, version) of every change a watch from ``start`` delivers, up to ``sentinel``."""
     call = api.memories.WatchMemories(
-        memory_pb2.WatchMemoriesRequest(scope=api.scope(), cursor="0"), metadata=api.md
+        memory_pb2.WatchMemoriesRequest(scope=api.scope(), cursor=start), metadata=api.md
     )
     seen: set[tuple[str, int]] = set()
 

@@ -181,7 +181,7 @@ async def test_rate_limit_per_key(pg_cluster: PgCluster, loop_thread: LoopThread
     server.start()
     try:
         tenant = unique("t")
-        async with grpc.aio.insecure_channel(server.target) as ch:
+        async with server.channel() as ch:
             busy = Api(ch, server.mint_key(tenant, "busy"))
             calm = Api(ch, server.mint_key(tenant, "calm"))
             await busy.whoami()
@@ -250,14 +250,14 @@ def test_server_refuses_an_unmigrated_database(
     name = unique("empty").replace("-", "_")
 
     async def create() -> None:
-        conn = await asyncpg.connect(pg_cluster.pg.bootstrap_dsn)
+        conn = await asyncpg.connect(pg_cluster.embedded_pg.bootstrap_dsn)
         try:
             await conn.execute(f"CREATE DATABASE {name}")
         finally:
             await conn.close()
 
     loop_thread.run(create())
-    url = pg_cluster.pg.dsn("postgres", name)
+    url = pg_cluster.embedded_pg.dsn("postgres", name)
     with pytest.raises(StartupError, match="brain-admin migrate"):
         loop_thread.run(start_server(server_settings(pg_cluster, database_url=url)))
 

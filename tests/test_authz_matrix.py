@@ -213,10 +213,8 @@ async def run_rpc(method: str, call: Call) -> tuple[grpc.StatusCode, list[str] |
                 stream = mem.WatchMemories(
                     memory_pb2.WatchMemoriesRequest(scope=scope, filter=call.filter), metadata=md
                 )
-                try:
-                    await asyncio.wait_for(stream.read(), timeout=0.5)
-                except TimeoutError:
-                    pass  # open and waiting for changes: allowed
+                try:  # an admitted stream opens with its position marker; a refused one fails
+                    await asyncio.wait_for(stream.read(), timeout=30)
                 finally:
                     stream.cancel()
             case "BuildContext":

@@ -13,7 +13,14 @@ import grpc
 from brain.v1 import common_pb2, review_pb2
 
 from .conftest import BrainServer, unique
-from .edge import EVERY_STATUS, RANDOM_ID, collection_reads, hidden_like_random, outcome
+from .edge import (
+    EVERY_STATUS,
+    RANDOM_ID,
+    collection_reads,
+    first_event,
+    hidden_like_random,
+    outcome,
+)
 from .helpers import Api
 from .test_review import decide, propose
 
@@ -28,6 +35,7 @@ async def test_proposals_reach_only_their_proposer_and_reviewers(
     a reviewer see them everywhere; an approved proposal is visible to all, with history."""
     tenant = unique("edge-c")
     server = walled_server
+    start = first_event(server.cluster.pepper)
     async with grpc.aio.insecure_channel(server.target) as channel:
         proposer = Api(channel, server.mint_key(tenant, "agent:p", permissions=AGENT))
         other = Api(channel, server.mint_key(tenant, "agent:o", permissions=AGENT))
@@ -50,7 +58,7 @@ async def test_proposals_reach_only_their_proposer_and_reviewers(
             for memory_id in proposals:
                 assert await hidden_like_random(outsider, memory_id)
             seen = await collection_reads(
-                outsider, "heron", sentinel=sentinel, statuses=EVERY_STATUS
+                outsider, "heron", sentinel=sentinel, statuses=EVERY_STATUS, start=start
             )
             for path in (seen.search, seen.listed, seen.context, seen.exported_ids,
                          seen.watched_ids):  # fmt: skip
@@ -67,7 +75,7 @@ async def test_proposals_reach_only_their_proposer_and_reviewers(
                 assert (await insider.get(memory_id)).id == memory_id
                 assert (await insider.history(memory_id))[0].version == 1
             seen = await collection_reads(
-                insider, "heron", sentinel=sentinel, statuses=EVERY_STATUS
+                insider, "heron", sentinel=sentinel, statuses=EVERY_STATUS, start=start
             )
             for path in (seen.search, seen.listed, seen.context, seen.exported_ids,
                          seen.watched_ids):  # fmt: skip

@@ -32,7 +32,7 @@ from brain.server.storage import admin
 from brain.v1 import common_pb2, memory_pb2, review_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings
-from .edge import RANDOM_ID, get_call, history_call, outcome, watch_replay
+from .edge import RANDOM_ID, first_event, get_call, history_call, outcome, watch_replay
 from .helpers import Api
 
 NS = "prop"
@@ -142,8 +142,9 @@ operations = st.one_of(
 class Scenario:
     """Runs operations against the server and keeps the model in step with its answers."""
 
-    def __init__(self, apis: dict[str, Api]) -> None:
+    def __init__(self, apis: dict[str, Api], start: str) -> None:
         self.apis = apis
+        self.start = start  # the Watch cursor before the tenant's first event
         self.model = Model()
         self.texts = 0
         self.outcomes: list[str] = []  # "<operation>: <status>", for hypothesis statistics
@@ -301,7 +302,7 @@ class Scenario:
         assert {m.id for m in pending.candidates} == candidates, (name, "candidates")
         exported = await api.export(include_history=True)
         assert {(e.memory.id, e.memory.version) for e in exported} == versions, (name, "export")
-        assert await watch_replay(api, sentinel) == versions, (name, "watch")
+        assert await watch_replay(api, sentinel, self.start) == versions, (name, "watch")
 
 
 @pytest.fixture(scope="module")
@@ -347,7 +348,10 @@ def test_every_read_returns_exactly_what_the_model_allows(
     async def scenario() -> list[str]:
         keys = await mint_keys(server, tenant)
         async with grpc.aio.insecure_channel(server.target) as channel:
-            s = Scenario({name: Api(channel, key, NS) for name, key in keys.items()})
+            s = Scenario(
+                {name: Api(channel, key, NS) for name, key in keys.items()},
+                first_event(server.cluster.pepper),
+            )
             for op in (*PREAMBLE, *ops):
                 await s.run(op)
             # Written last and visible to every key: a Watch replay is complete once it arrives.
@@ -356,7 +360,7 @@ def test_every_read_returns_exactly_what_the_model_allows(
             await asyncio.gather(*(s.check_reads(name, sentinel) for name in KEYS))
             return s.outcomes[len(PREAMBLE) : -1]  # the random operations
 
-    for outcome_seen in set(server.loop.run(scenario(), timeout=60)):
+    for outcome_seen in set(server.loop.run(scenario())):
         event(outcome_seen)
 
 

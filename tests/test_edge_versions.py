@@ -17,7 +17,7 @@ from brain.server.storage.memories import VERSION_COLUMNS
 from brain.v1 import common_pb2
 
 from .conftest import BrainServer, unique
-from .edge import collection_reads, get_call, hidden_like_random, outcome
+from .edge import collection_reads, first_event, get_call, hidden_like_random, outcome
 from .helpers import Api
 
 WIDE = "memories:read,memories:write,memories:forget"
@@ -27,6 +27,7 @@ async def test_relabel_hides_and_shows_the_whole_history(walled_server: BrainSer
     """After a relabel to a label the reader lacks, no version of the memory reaches it on any
     path, while a control memory does; relabelled back, every version is visible again."""
     tenant = unique("edge-v")
+    start = first_event(walled_server.cluster.pepper)
     async with grpc.aio.insecure_channel(walled_server.target) as channel:
         wide = Api(
             channel, walled_server.mint_key(tenant, "wide", permissions=WIDE,
@@ -52,8 +53,8 @@ async def test_relabel_hides_and_shows_the_whole_history(walled_server: BrainSer
         assert await hidden_like_random(team, hidden.id)
         assert await hidden_like_random(team, hidden.id, as_of=before)
         past = common_pb2.TimeTravel(as_of=before)
-        then = await collection_reads(team, "quartz", sentinel=sentinel, time=past)
-        now = await collection_reads(team, "quartz", sentinel=sentinel)
+        then = await collection_reads(team, "quartz", sentinel=sentinel, time=past, start=start)
+        now = await collection_reads(team, "quartz", sentinel=sentinel, start=start)
         for seen in (then, now):
             assert hidden.id not in seen.search | seen.listed | seen.context
             assert hidden.id not in seen.exported_ids | seen.watched_ids
@@ -64,7 +65,9 @@ async def test_relabel_hides_and_shows_the_whole_history(walled_server: BrainSer
         assert (await get_call(team, control.id, as_of=before)).memory.version == 2
 
         # The writer, holding both labels, still sees the whole history.
-        wide_then = await collection_reads(wide, "quartz", sentinel=sentinel, time=past)
+        wide_then = await collection_reads(
+            wide, "quartz", sentinel=sentinel, time=past, start=start
+        )
         assert hidden.id in wide_then.search & wide_then.listed & wide_then.context
         assert [v.version for v in await wide.history(hidden.id)] == [1, 2]
 
@@ -73,9 +76,9 @@ async def test_relabel_hides_and_shows_the_whole_history(walled_server: BrainSer
         sentinel = (await wide.save("versions quartz sentinel two")).memory.id
         assert [v.version for v in await team.history(hidden.id)] == [1, 2, 3]
         assert (await get_call(team, hidden.id, as_of=before)).memory.version == 1
-        then = await collection_reads(team, "quartz", sentinel=sentinel, time=past)
+        then = await collection_reads(team, "quartz", sentinel=sentinel, time=past, start=start)
         assert hidden.id in then.search & then.listed & then.context
-        now = await collection_reads(team, "quartz", sentinel=sentinel)
+        now = await collection_reads(team, "quartz", sentinel=sentinel, start=start)
         assert {(hidden.id, 1), (hidden.id, 2), (hidden.id, 3)} <= now.exported & now.watched
 
 

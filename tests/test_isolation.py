@@ -75,7 +75,7 @@ async def test_every_read_path_stays_in_scope(server: BrainServer) -> None:
     """Confined and foreign-tenant keys see exactly their rows on Get, Search, List, History,
     Export and BuildContext."""
     tenant_a, tenant_b = unique("iso-a"), unique("iso-b")
-    async with grpc.aio.insecure_channel(server.target) as channel:
+    async with server.channel() as channel:
         owner = Api(
             channel,
             server.mint_key(
@@ -136,7 +136,7 @@ async def test_every_read_path_stays_in_scope(server: BrainServer) -> None:
 async def test_writes_by_id_stay_in_scope(server: BrainServer) -> None:
     """Update, forget and supersede of an invisible row change nothing; of an own row they work."""
     tenant = unique("iso-w")
-    async with grpc.aio.insecure_channel(server.target) as channel:
+    async with server.channel() as channel:
         owner = Api(
             channel,
             server.mint_key(

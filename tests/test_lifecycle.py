@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
+from brain.server.retrieval import RetrievalParams
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
@@ -171,12 +172,15 @@ async def test_forget_erases_every_version_and_blocks_the_value(
 async def test_crowded_bucket_still_returns_k_active_hits(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
-    """500 superseded rows matching the query do not crowd out the 5 active ones."""
+    """Superseded rows matching the query, three times as many as a lane's candidates, do not
+    crowd out the 5 active ones."""
     api = Api(channel, brain_server.mint_key(unique("t"), "alice"))
-    old = [(await api.save(f"zebra migration note {i}")).memory.id for i in range(500)]
+    crowd = 3 * RetrievalParams().candidates
+    old = [(await api.save(f"zebra migration note {i}")).memory.id for i in range(crowd)]
     replacements = []
+    per_batch = crowd // 5
     for batch in range(5):
-        targets = old[batch * 100 : (batch + 1) * 100]
+        targets = old[batch * per_batch : (batch + 1) * per_batch]
         saved = await api.save(f"zebra migration summary {batch}", supersedes=targets)
         replacements.append(saved.memory.id)
     assert sorted(await api.search("zebra migration", limit=5)) == sorted(replacements)

@@ -35,6 +35,9 @@ ALL_TOOLS = {
     "recall",
     "get_memory",
     "memory_history",
+    "get_memory_history",
+    "list_memories",
+    "update_memory",
     "forget",
     "propose_memory",
     "list_candidates",
@@ -134,9 +137,10 @@ async def test_remember_recall_forget_in_the_scope_from_env(brain_server: BrainS
         recalled = await call(alice, "recall", query=alice_word)
         assert hit_ids(recalled) == [alice_id]
         assert alice_id in text_of(recalled) and "score" in text_of(recalled)
-        assert hit_ids(await call(bob, "recall", query=alice_word)) == []
+        # A neighbour may pass the similarity floor; the other user's id never may.
+        assert alice_id not in hit_ids(await call(bob, "recall", query=alice_word))
         assert hit_ids(await call(bob, "recall", query=bob_word)) == [bob_id]
-        assert hit_ids(await call(alice, "recall", query=bob_word)) == []
+        assert bob_id not in hit_ids(await call(alice, "recall", query=bob_word))
 
         got = await call(alice, "get_memory", id=alice_id)
         assert got.structured_content["memory"]["content"].endswith(alice_word)
@@ -144,14 +148,10 @@ async def test_remember_recall_forget_in_the_scope_from_env(brain_server: BrainS
         assert hidden.is_error and text_of(hidden).startswith("NOT_FOUND: ")
 
         forgotten = await call(alice, "forget", id=alice_id, reason="moved to a new cache host")
-        unimplemented = forgotten.is_error and text_of(forgotten).startswith("UNIMPLEMENTED")
-        if not unimplemented:
-            assert not forgotten.is_error, text_of(forgotten)
-            assert alice_id in text_of(forgotten)
-            nothing = await call(alice, "recall", query=alice_word)
-            assert hit_ids(nothing) == [] and text_of(nothing) == "No memories found."
-    if unimplemented:  # skipped outside the sessions: their task groups would wrap the skip
-        pytest.skip(f"server answers UNIMPLEMENTED for ForgetMemory: {text_of(forgotten)}")
+        assert not forgotten.is_error, text_of(forgotten)
+        assert alice_id in text_of(forgotten)
+        nothing = await call(alice, "recall", query=alice_word)
+        assert hit_ids(nothing) == [] and text_of(nothing) == "No memories found."
 
 
 async def test_grpc_errors_become_tool_errors_and_the_proxy_survives(
@@ -173,11 +173,11 @@ async def test_grpc_errors_become_tool_errors_and_the_proxy_survives(
         saved = await call(session, "remember", content="Carol reviews database migrations")
         assert not saved.is_error, text_of(saved)
 
-    # A proxy whose env scope leaves the key's confinement gets the server's refusal.
+    # A proxy whose env scope leaves the key's confinement says which setting is wrong.
     async with mcp_session(brain_env(brain_server.target, key, "mallory", ns)) as wrong_scope:
         denied = await call(wrong_scope, "recall", query="migrations")
         assert denied.is_error and text_of(denied).startswith("PERMISSION_DENIED: ")
-        assert "user_id" in text_of(denied)
+        assert "BRAIN_USER_ID is 'mallory'" in text_of(denied) and "'carol'" in text_of(denied)
 
 
 async def test_proxy_reconnects_after_a_server_restart(brain_server: BrainServer) -> None:
@@ -197,7 +197,7 @@ async def test_proxy_reconnects_after_a_server_restart(brain_server: BrainServer
         assert text_of(down).split(":")[0] in {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
         await restart
 
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while True:  # the channel reconnects on its own, within its reconnect backoff
             back = await call(session, "recall", query=marker)
             if not back.is_error or time.monotonic() > deadline:
@@ -227,12 +227,14 @@ async def test_whoami_failure_at_start_is_retried_lazily(
         try:
             readable = {
                 "recall",
+                "list_memories",
                 "get_memory",
                 "memory_history",
+                "get_memory_history",
                 "list_candidates",
                 "build_context",
             }
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             # The channel reconnects within its backoff; until then WhoAmI still fails.
             while (result := await call(session, "recall", query="anything")).is_error:
                 assert time.monotonic() < deadline, text_of(result)
@@ -242,7 +244,7 @@ async def test_whoami_failure_at_start_is_retried_lazily(
             # the list holds only what the key may call...
             assert await tool_names(session) == readable
             # ...and the host was told that the list it first saw has changed.
-            for _ in range(50):
+            for _ in range(300):
                 if any(isinstance(n, types.ToolListChangedNotification) for n in notifications):
                     break
                 await asyncio.sleep(0.1)
@@ -251,33 +253,40 @@ async def test_whoami_failure_at_start_is_retried_lazily(
             await asyncio.to_thread(server.stop)
 
 
-def run_hook(env: dict[str, str], payload: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    start = time.monotonic()
-    done = subprocess.run(
+def run_hook(env: dict[str, str], payload: str) -> subprocess.CompletedProcess[str]:
+    # The hook's own deadline (BRAIN_HOOK_TIMEOUT) is what keeps it quick; this limit only
+    # turns a hang into a failure, with room for a slow, busy machine.
+    return subprocess.run(
         [*BRAIN_MCP, "hook", "recall"],
         input=payload,
         capture_output=True,
         text=True,
         env={"PATH": os.environ.get("PATH", ""), **env},
-        timeout=30,
+        timeout=90,
     )
-    return done, time.monotonic() - start
 
 
 def test_hook_is_silent_and_fast_when_it_cannot_help(brain_server: BrainServer) -> None:
-    """Server down, bad key or bad payload: the hook prints nothing and exits 0 quickly."""
+    """Server down or silent, bad key or bad payload: the hook prints nothing and exits 0."""
     payload = json.dumps({"prompt": "how do we deploy?", "session_id": "s1", "cwd": "/tmp"})
     key = brain_server.mint_key(unique("t"), "agent:h")
-    cases = {
-        "server down": (brain_env(f"127.0.0.1:{free_port()}", key, namespace="n"), payload),
-        "bad key": (brain_env(brain_server.target, key[:-3] + "zzz", namespace="n"), payload),
-        "no key": (brain_env(brain_server.target, "", namespace="n"), payload),
-        "not json": (brain_env(brain_server.target, key, namespace="n"), "{nope"),
-    }
-    for case, (env, stdin) in cases.items():
-        done, seconds = run_hook(env, stdin)
-        assert (done.returncode, done.stdout) == (0, ""), case
-        assert seconds < 8, f"{case} took {seconds:.1f}s"
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        silent_target = f"127.0.0.1:{silent.getsockname()[1]}"
+        cases = {
+            "server down": (brain_env(f"127.0.0.1:{free_port()}", key, namespace="n"), payload),
+            "server silent": (
+                brain_env(silent_target, key, namespace="n", BRAIN_HOOK_TIMEOUT="1"),
+                payload,
+            ),
+            "bad key": (brain_env(brain_server.target, key[:-3] + "zzz", namespace="n"), payload),
+            "no key": (brain_env(brain_server.target, "", namespace="n"), payload),
+            "not json": (brain_env(brain_server.target, key, namespace="n"), "{nope"),
+        }
+        for case, (env, stdin) in cases.items():
+            done = run_hook(env, stdin)
+            assert (done.returncode, done.stdout) == (0, ""), case
 
 
 def test_hook_prints_context_for_the_prompt(brain_server: BrainServer) -> None:
@@ -286,13 +295,10 @@ def test_hook_prints_context_for_the_prompt(brain_server: BrainServer) -> None:
     key = brain_server.mint_key(unique("t"), "agent:h", user="dora", namespaces=(ns,))
     with BrainClient(brain_server.target, key, scope=Scope(user_id="dora", namespace=ns)) as c:
         c.save(f"Deploys go through the {marker} pipeline")
-        try:
-            c.build_context(marker)
-        except errors.Unimplemented as exc:
-            pytest.skip(f"server answers UNIMPLEMENTED for BuildContext: {exc.message}")
+        assert marker in c.build_context(marker).context
     # Every word of the prompt is in the memory: lexical recall alone (no embedder) ANDs them.
     payload = json.dumps({"prompt": f"Deploys through the {marker} pipeline?", "session_id": "s1"})
-    done, _ = run_hook(brain_env(brain_server.target, key, "dora", ns), payload)
+    done = run_hook(brain_env(brain_server.target, key, "dora", ns), payload)
     assert done.returncode == 0
     assert marker in done.stdout
 

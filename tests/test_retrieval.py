@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import asyncpg
 import grpc
 import pytest
 
@@ -21,6 +22,7 @@ from .conftest import BrainServer, LoopThread, PgCluster, server_settings, uniqu
 from .helpers import Api
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+SEED_ROWS = 1000  # a tenth of them in the caller's bucket
 
 
 def row(name: str, importance: float = 0.5, age_days: float = 365) -> dict[str, Any]:
@@ -97,22 +99,33 @@ async def test_unrelated_query_returns_nothing(
 async def test_filtered_semantic_search_fills_k_from_a_small_bucket(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
-    """With 5% of 20k rows in the caller's bucket, an HNSW search still returns k rows from it."""
+    """Every row nearest the query lies outside the caller's bucket, yet a semantic search
+    still returns k rows from it: the HNSW scan keeps walking until the filter is satisfied.
+
+    The seed is small (the property needs the bucket's rows to be farther from the query than
+    the whole ef_search candidate list, not a large table), loaded in one statement and
+    analysed before the planner is asked anything.
+    """
     tenant = unique("t")
     api = Api(channel, brain_server.mint_key(tenant, "alice"), namespace="small")
+    # 'big-*' rows sit right on the probe (cosine ~0.99); 'small' rows stand further off
+    # (cosine ~0.75, still above the similarity floor), so the nearest few hundred are all big.
     brain_server.sql(
         """INSERT INTO memories (tenant_id, memory_id, version, namespace, content, labels, status,
                                  valid_from, created_by, changed_by, changed_by_key, change,
                                  embedding, embedding_model)
            SELECT t.tenant_id, gen_random_uuid(), 1,
-                  CASE WHEN g % 20 = 0 THEN 'small' ELSE 'big-' || (g % 7) END,
+                  CASE WHEN g % 10 = 0 THEN 'small' ELSE 'big-' || (g % 7) END,
                   'synthetic row ' || g, '{team}', 'active', now(), 'seed', 'seed', 'seed', 'save',
-                  (SELECT array_agg(0.7 + random() * 0.6 + i * 0 + g * 0)::vector(384)
+                  (SELECT array_agg(CASE WHEN g % 10 = 0 AND i % 2 = 0 THEN 0.1 ELSE 1.0 END
+                                    + random() * 0.1 + g * 0)::vector(384)
                    FROM generate_series(1, 384) i),
                   'local'
-           FROM tenants t, generate_series(1, 20000) g WHERE t.name = $1""",
+           FROM tenants t, generate_series(1, $2::int) g WHERE t.name = $1""",
         tenant,
+        SEED_ROWS,
     )
+    brain_server.sql("ANALYZE memories")
     probe = [1.0] * 384
     norm = math.sqrt(sum(x * x for x in probe))
     response = await api.memories.SearchMemories(
@@ -124,12 +137,33 @@ async def test_filtered_semantic_search_fills_k_from_a_small_bucket(
     )  # fmt: skip
     assert len(response.hits) == 10
     assert {h.memory.scope.namespace for h in response.hits} == {"small"}
-    plan = brain_server.sql(
-        """EXPLAIN SELECT memory_id FROM memories m WHERE m.retired_at IS NULL
-           ORDER BY m.embedding <=> $1::vector(384) LIMIT 10""",
-        json.dumps(probe),
-    )
-    assert "memories_embedding_hnsw" in "\n".join(r[0] for r in plan)
+
+    # The same filtered scan forced onto the HNSW index: with iterative scans it fills k;
+    # without them the ef_search candidates (all 'big') leave nothing for the bucket.
+    conn = await asyncpg.connect(brain_server.cluster.owner_dsn)
+    try:
+        tenant_id = await conn.fetchval("SELECT tenant_id FROM tenants WHERE name = $1", tenant)
+        query = """SELECT m.memory_id FROM memories m
+                   WHERE m.tenant_id = $1 AND m.namespace = 'small' AND m.retired_at IS NULL
+                   ORDER BY m.embedding <=> $2::vector(384) LIMIT 10"""
+
+        async def scan(iterative: str) -> tuple[int, str]:
+            async with conn.transaction():
+                await conn.execute(
+                    "SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off;"
+                    " SET LOCAL enable_bitmapscan = off; SET LOCAL hnsw.ef_search = 40"
+                )
+                await conn.execute("SELECT set_config('hnsw.iterative_scan', $1, true)", iterative)
+                plan = await conn.fetch("EXPLAIN " + query, tenant_id, json.dumps(probe))
+                hits = await conn.fetch(query, tenant_id, json.dumps(probe))
+            return len(hits), "\n".join(r[0] for r in plan)
+
+        found, plan = await scan("relaxed_order")
+        assert "memories_embedding_hnsw" in plan
+        assert found == 10
+        assert (await scan("off"))[0] == 0
+    finally:
+        await conn.close()
 
 
 def toy_vector(text: str, dimension: int = 384) -> list[float]:

@@ -78,7 +78,7 @@ def test_embedded_server_serves_then_stops_cleanly_on_sigterm(tmp_path: Path) ->
         assert proc.wait(timeout=30) == 0
         assert proc.stderr is not None
         assert proc.stderr.read().count(key) == 1  # the one-time banner; never in the logs
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while postgres_for(data) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert postgres_for(data) == []
@@ -128,3 +128,44 @@ def test_startup_errors_are_one_clear_line(tmp_path: Path) -> None:
         assert postgres_for(tmp_path / "data") == []
     finally:
         busy.close()
+
+
+def test_a_restart_after_kill_9_adopts_postgres_and_stops_it_on_sigterm(tmp_path: Path) -> None:
+    """kill -9 of brain-server leaves its PostgreSQL running; the next server adopts that
+    cluster, serves, and on SIGTERM stops it, so no PostgreSQL for the data dir remains."""
+    os.chmod(tmp_path, 0o755)
+    data = tmp_path / "data"
+    env = {**os.environ, "BRAIN_DATA_DIR": str(data), "BRAIN_EMBEDDER": "none"}
+    env.pop("BRAIN_DATABASE_URL", None)
+    procs: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        port = free_port()
+        proc = subprocess.Popen(
+            [*SERVER, "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.PIPE, text=True
+        )
+        procs.append(proc)
+        wait_serving(f"127.0.0.1:{port}", proc)
+        return proc
+
+    try:
+        crashed = start()
+        crashed.kill()
+        crashed.wait(timeout=30)
+        orphans = postgres_for(data)
+        assert orphans, "the crashed server's PostgreSQL should still be running"
+        survivor = start()
+        assert {p.pid for p in postgres_for(data)} >= {p.pid for p in orphans}  # adopted
+        survivor.send_signal(signal.SIGTERM)
+        assert survivor.wait(timeout=30) == 0
+        deadline = time.monotonic() + 10
+        while postgres_for(data) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert postgres_for(data) == []
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for leftover in postgres_for(data):
+            leftover.kill()

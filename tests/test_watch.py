@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -17,6 +16,13 @@ from .conftest import BrainServer, unique
 from .helpers import Api
 
 QUIET = 1.5  # seconds to wait for something that must not arrive
+
+
+def seq(cursor: str) -> int:
+    """The audit sequence number a signed cursor (``<seq>.<mac>``) carries in the clear."""
+    number, dot, mac = cursor.partition(".")
+    assert number.isdigit() and dot and mac, cursor
+    return int(number)
 
 
 def md(key: str) -> tuple[tuple[str, str], ...]:
@@ -51,12 +57,12 @@ class Watcher:
             if not self.position.done():
                 # The opening position marker: a cursor and nothing else.
                 assert item.kind == memory_pb2.CHANGE_KIND_UNSPECIFIED, item
-                assert not item.HasField("memory") and item.cursor.isdigit(), item
+                assert not item.HasField("memory") and seq(item.cursor) >= 0, item
                 self.position.set_result(item.cursor)
                 continue
             await self.received.put(item)
 
-    async def next(self, within: float = 5.0) -> memory_pb2.WatchMemoriesResponse:
+    async def next(self, within: float = 30.0) -> memory_pb2.WatchMemoriesResponse:
         return await asyncio.wait_for(self.received.get(), within)
 
     async def nothing_within(self, seconds: float) -> bool:
@@ -92,33 +98,37 @@ async def test_watch_delivers_allowed_change_and_never_a_foreign_one(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
     """Another tenant's write, another user's write and a row with a label the key lacks
-    never reach the watcher; its own change arrives within a second."""
+    never reach the watcher; its own change is pushed to it by NOTIFY."""
     tenant, other_tenant = unique("t"), unique("t")
     watcher_key = brain_server.mint_key(tenant, "alice", user="alice")
     bob = brain_server.mint_key(tenant, "bob", user="bob")
     secret_keeper = brain_server.mint_key(tenant, "carol", labels=("team", "secret"))
     stranger = brain_server.mint_key(other_tenant, "alice", user="alice")
 
-    async with watching(channel, watcher_key, user_id="alice") as w:
-        await save(channel, stranger, "other tenant's plan", user_id="alice")
-        await save(channel, bob, "bob's private note", user_id="bob")
-        await save(channel, secret_keeper, "the secret", labels=("secret",))
-        started = time.monotonic()
-        mine = await save(channel, watcher_key, "alice's own note", user_id="alice")
-        got = await w.next()
-        elapsed = time.monotonic() - started
-        # The foreign writes came first; had any leaked it would be here instead.
-        assert got.memory.id == mine
-        assert got.kind == memory_pb2.CHANGE_KIND_CREATED
-        assert got.memory.content == "alice's own note"
-        assert got.cursor.isdigit()
-        # Pushed by NOTIFY, not found by the 5 s fallback poll. (Latency itself is a
-        # benchmark matter; this only tells the two paths apart, with room for a busy host.)
-        assert elapsed < 4.0
-        shared = await save(channel, secret_keeper, "team-wide note")  # user '' = team-shared
-        assert (await w.next()).memory.id == shared
-        await save(channel, bob, "bob again", user_id="bob")
-        assert await w.nothing_within(QUIET)
+    # With the fallback poll pushed out of reach, whatever arrives was woken by NOTIFY.
+    # (Latency itself is a benchmark matter.)
+    assert brain_server.running is not None
+    feed = watch.feed_for(brain_server.running.db)
+    poll_seconds, feed.poll_seconds = feed.poll_seconds, 3600.0
+    try:
+        async with watching(channel, watcher_key, user_id="alice") as w:
+            await save(channel, stranger, "other tenant's plan", user_id="alice")
+            await save(channel, bob, "bob's private note", user_id="bob")
+            await save(channel, secret_keeper, "the secret", labels=("secret",))
+            mine = await save(channel, watcher_key, "alice's own note", user_id="alice")
+            got = await w.next()
+            # The foreign writes came first; had any leaked it would be here instead.
+            assert got.memory.id == mine
+            assert got.kind == memory_pb2.CHANGE_KIND_CREATED
+            assert got.memory.content == "alice's own note"
+            assert seq(got.cursor) > 0
+            assert feed.listening  # not the quick poll a feed falls back to without LISTEN
+            shared = await save(channel, secret_keeper, "team-wide note")  # user '' = team
+            assert (await w.next()).memory.id == shared
+            await save(channel, bob, "bob again", user_id="bob")
+            assert await w.nothing_within(QUIET)
+    finally:
+        feed.poll_seconds = poll_seconds
 
 
 async def test_watch_resumes_after_its_cursor(
@@ -178,8 +188,8 @@ async def test_watch_survives_losing_its_listener_and_releases_it_on_cancel(
             "WHERE query LIKE 'LISTEN %brain_audit%'"
         )
         after_kill = await save(channel, key, "written while the listener was down")
-        assert (await w.next(within=8)).memory.id == after_kill
-    for _ in range(50):  # the release happens just after the stream ends
+        assert (await w.next()).memory.id == after_kill
+    for _ in range(300):  # the release happens just after the stream ends
         if not listeners(brain_server):
             break
         await asyncio.sleep(0.1)
@@ -213,7 +223,7 @@ async def test_watch_reports_each_lifecycle_change_with_its_kind(
     assert got[4].memory.content == ""
     assert got[4].memory.status == common_pb2.MEMORY_STATUS_RETRACTED
     assert got[2].cursor == got[1].cursor  # one save, one event, two memories
-    assert int(got[0].cursor) < int(got[1].cursor) < int(got[3].cursor) < int(got[4].cursor)
+    assert seq(got[0].cursor) < seq(got[1].cursor) < seq(got[3].cursor) < seq(got[4].cursor)
 
 
 async def test_watch_ends_with_unavailable_when_the_server_stops(

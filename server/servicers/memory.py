@@ -89,7 +89,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             async for change in changes:
                 response = memory_pb2.WatchMemoriesResponse(
                     kind=change.kind,  # type: ignore[arg-type]
-                    cursor=str(change.seq),
+                    cursor=self.memories.tokens.encode_seq(change.seq),
                 )
                 if change.row is not None:
                     response.memory.CopyFrom(convert.memory(change.row))

@@ -8,20 +8,71 @@ Database errors become domain errors here, at this one boundary.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import asyncpg
+import structlog
+from asyncpg.pool import PoolConnectionProxy
 from pgvector.asyncpg import register_vector
 
-from brain.authz import Caller, Confinement, KeyRecord, Permission
+from brain.authz import Caller, Confinement, KeyRecord, KeyStoreUnavailable, Permission
 
-from ..errors import DeadlineExceeded, Unavailable
+from ..errors import BrainError, Conflict, DeadlineExceeded, ResourceExhausted, Unavailable
 
+_log = structlog.get_logger("brain.db")
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+# Read-your-writes on a replica: how long a key's read waits for the replica to replay
+# that key's last write before it reads from the primary instead.
+REPLICA_CATCH_UP_S = 0.5
 UNCONFINED = Confinement()
+UNAVAILABLE_MESSAGE = "the database is unavailable; retry shortly"
+DISK_FULL_MESSAGE = (
+    "the database is out of disk space; writes fail until an operator frees space "
+    "(reads still work)"
+)
+# Everything asyncpg raises, including InternalClientError: the protocol state a
+# connection is left in when it broke in the middle of an operation.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+
+def outage(exc: BaseException) -> BrainError | None:
+    """The domain error for a database fault the caller did not cause, else None.
+
+    Losing the server (refused, reset, shut down, crashed, restarting, out of connections)
+    is UNAVAILABLE, so clients retry; a full disk is RESOURCE_EXHAUSTED with a clear message.
+    """
+    if isinstance(exc, asyncpg.QueryCanceledError):
+        return DeadlineExceeded("the request ran out of time in the database")
+    if isinstance(exc, asyncpg.DiskFullError):
+        _log.error("database disk full", sqlstate=exc.sqlstate)
+        return ResourceExhausted(DISK_FULL_MESSAGE)
+    if isinstance(
+        exc,
+        OSError
+        | TimeoutError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.OperatorInterventionError
+        | asyncpg.TooManyConnectionsError,
+    ):
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    if isinstance(exc, asyncpg.InternalClientError):
+        # asyncpg's protocol state after its connection broke in the middle of an operation.
+        _log.warning("database connection broke mid-operation", error=str(exc))
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    if isinstance(exc, asyncpg.InterfaceError) and (
+        "closed" in str(exc) or "connection" in str(exc)
+    ):
+        return Unavailable(UNAVAILABLE_MESSAGE)
+    return None
 
 
 class UnsafeRole(Exception):
@@ -34,39 +85,74 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 
 
 class Database:
-    """An asyncpg pool plus the few statements that are not tenant-bound."""
+    """An asyncpg pool plus the few statements that are not tenant-bound.
 
-    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+    With a read replica, transactions asked for with ``replica=True`` read there, unless
+    the same key wrote through this process since and the replica has not replayed that
+    write within ``REPLICA_CATCH_UP_S`` (then they read from the primary).
+    """
+
+    def __init__(self, pool: asyncpg.Pool, dsn: str, replica: asyncpg.Pool | None = None) -> None:
         self.pool = pool
         self.dsn = dsn  # for connections that must outlive a pool checkout (LISTEN)
+        self.replica = replica
+        self._written: dict[str, str] = {}  # key id -> primary WAL position after its last write
 
     @classmethod
-    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Database:
+    async def connect(
+        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, replica_dsn: str | None = None
+    ) -> Database:
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, init=_init_connection
         )
-        return cls(pool, dsn)
+        replica = None
+        if replica_dsn is not None:
+            try:
+                replica = await asyncpg.create_pool(
+                    replica_dsn, min_size=min_size, max_size=max_size, init=_init_connection
+                )
+            except BaseException:
+                await pool.close()
+                raise
+        return cls(pool, dsn, replica)
 
     async def close(self) -> None:
         await self.pool.close()
+        if self.replica is not None:
+            await self.replica.close()
+
+    async def _read_pool(self, key_id: str) -> asyncpg.Pool:
+        """The replica, once it has replayed this key's last write; else the primary."""
+        assert self.replica is not None
+        written = self._written.get(key_id)
+        deadline = asyncio.get_running_loop().time() + REPLICA_CATCH_UP_S
+        try:
+            while True:
+                caught_up = written is None or await self.replica.fetchval(
+                    """SELECT COALESCE(pg_last_wal_replay_lsn() >= $1::text::pg_lsn,
+                                       NOT pg_is_in_recovery())""",
+                    written,
+                )
+                if caught_up:
+                    if written is not None and self._written.get(key_id) == written:
+                        del self._written[key_id]  # later reads need not ask again
+                    return self.replica
+                if asyncio.get_running_loop().time() >= deadline:
+                    return self.pool
+                await asyncio.sleep(0.01)
+        except (
+            OSError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.ConnectionDoesNotExistError,
+        ) as exc:
+            _log.warning("read replica unavailable; reading from the primary", error=str(exc))
+            return self.pool
 
     async def check_role_is_confined(self) -> None:
         """Refuse to serve through a role that is superuser, bypasses RLS, or owns tables."""
-        row = await self.pool.fetchrow(
-            """SELECT r.rolname, r.rolsuper, r.rolbypassrls,
-                      EXISTS (SELECT 1 FROM pg_tables t
-                              WHERE t.tablename IN ('memories', 'api_keys', 'tenants',
-                                                    'audit_events', 'audit_heads', 'tombstones')
-                                AND pg_has_role(current_user, t.tableowner, 'MEMBER')) AS owns
-               FROM pg_roles r WHERE r.rolname = current_user"""
-        )
-        assert row is not None
-        if row["rolsuper"] or row["rolbypassrls"] or row["owns"]:
-            raise UnsafeRole(
-                f"database role {row['rolname']!r} is a superuser, bypasses row-level "
-                "security, or owns the brain tables; connect the server as a member of "
-                "brain_app (see README, Deployment)"
-            )
+        for pool in (self.pool, self.replica):
+            if pool is not None:
+                await _check_role_is_confined(pool)
 
     @asynccontextmanager
     async def tenant_tx(
@@ -81,42 +167,61 @@ class Database:
         may_review: bool = False,
         timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         readonly: bool = False,
+        replica: bool = False,
     ) -> AsyncIterator[asyncpg.Connection]:
         """A transaction in which RLS shows one tenant, within the key's confinement and labels
         (and, to keys that may review, every proposal)."""
+        pool = self.pool
+        if replica and readonly and self.replica is not None:
+            pool = await self._read_pool(key_id)
+        used: PoolConnectionProxy[Any] | None = None
         try:
-            async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
-                await conn.execute(
-                    """SELECT set_config('brain.tenant_id', $1, true),
-                              set_config('brain.key_id', $2, true),
-                              set_config('brain.principal', $3, true),
-                              set_config('brain.method', $4, true),
-                              set_config('statement_timeout', $5, true),
-                              set_config('brain.labels', $6, true),
-                              set_config('brain.confine_user_id', $7, true),
-                              set_config('brain.confine_namespaces', $8, true),
-                              set_config('brain.confine_session_id', $9, true),
-                              set_config('brain.may_review', $10, true)""",
-                    tenant_id,
-                    key_id,
-                    principal,
-                    method,
-                    str(max(1, timeout_ms)),
-                    _pg_array(labels),
-                    confinement.user_id or "",
-                    _pg_array(confinement.namespaces) if confinement.namespaces else "",
-                    confinement.session_id or "",
-                    "on" if may_review else "",
-                )
-                yield conn  # type: ignore[misc]
-        except asyncpg.QueryCanceledError as exc:
-            raise DeadlineExceeded("the request ran out of time in the database") from exc
-        except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
-            raise Unavailable("the database is unavailable; retry shortly") from exc
-        except asyncpg.InterfaceError as exc:
-            if "closed" in str(exc) or "connection" in str(exc):
-                raise Unavailable("the database is unavailable; retry shortly") from exc
+            async with pool.acquire() as conn:
+                used = conn
+                async with conn.transaction(readonly=readonly):
+                    await conn.execute(
+                        """SELECT set_config('brain.tenant_id', $1, true),
+                                  set_config('brain.key_id', $2, true),
+                                  set_config('brain.principal', $3, true),
+                                  set_config('brain.method', $4, true),
+                                  set_config('statement_timeout', $5, true),
+                                  set_config('brain.labels', $6, true),
+                                  set_config('brain.confine_user_id', $7, true),
+                                  set_config('brain.confine_namespaces', $8, true),
+                                  set_config('brain.confine_session_id', $9, true),
+                                  set_config('brain.may_review', $10, true)""",
+                        tenant_id,
+                        key_id,
+                        principal,
+                        method,
+                        str(max(1, timeout_ms)),
+                        _pg_array(labels),
+                        confinement.user_id or "",
+                        _pg_array(confinement.namespaces) if confinement.namespaces else "",
+                        confinement.session_id or "",
+                        "on" if may_review else "",
+                    )
+                    yield conn  # type: ignore[misc]
+                if not readonly and key_id and self.replica is not None:
+                    # After commit: the position a replica must reach to show this write.
+                    self._written[key_id] = await conn.fetchval(
+                        "SELECT pg_current_wal_insert_lsn()::text"
+                    )
+        except BrainError:
             raise
+        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+            raise Conflict(
+                "a concurrent change to the same memories won; read them again and retry"
+            ) from exc
+            raise
+        except Exception as exc:
+            translated = outage(exc)
+            if translated is None and used is not None and used.is_closed():
+                # Whatever failed, it failed because the connection died under it.
+                translated = Unavailable(UNAVAILABLE_MESSAGE)
+            if translated is None:
+                raise
+            raise translated from exc
 
     def caller_tx(
         self,
@@ -125,6 +230,7 @@ class Database:
         timeout_ms: int | None,
         cap_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         readonly: bool = False,
+        replica: bool = False,
     ) -> AbstractAsyncContextManager[asyncpg.Connection]:
         """A tenant transaction bound to an authenticated caller's key, scope and deadline."""
         return self.tenant_tx(
@@ -137,6 +243,7 @@ class Database:
             may_review=caller.has(Permission.REVIEW.value),
             timeout_ms=min(timeout_ms or cap_ms, cap_ms),
             readonly=readonly,
+            replica=replica,
         )
 
     async def embedding_dimension(self) -> int:
@@ -147,14 +254,51 @@ class Database:
         """The key with this public id, across tenants (through a definer function)."""
         try:
             row = await self.pool.fetchrow("SELECT * FROM brain_lookup_key($1)", key_id)
-        except (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.CannotConnectNowError) as exc:
-            raise Unavailable("the database is unavailable; retry shortly") from exc
+        except DATABASE_ERRORS as exc:
+            if outage(exc) is None:
+                raise
+            raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
         if row is None:
             return None
         return key_record(row)
 
     async def touch_key(self, key_id: str) -> None:
-        await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+        """Note a key's use; a full disk skips the note (it is coarse) rather than the call."""
+        try:
+            await self.pool.execute("SELECT brain_touch_key($1)", key_id)
+        except asyncpg.DiskFullError:
+            _log.warning("database disk full; last_used_at not updated", key_id=key_id)
+        except DATABASE_ERRORS as exc:
+            if outage(exc) is None:
+                raise
+            raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
+
+    async def ping(self, seconds: float) -> bool:
+        """Whether the database answers a trivial query within ``seconds``."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self.pool.fetchval("SELECT 1")
+        except DATABASE_ERRORS:
+            return False
+        return True
+
+
+async def _check_role_is_confined(pool: asyncpg.Pool) -> None:
+    row = await pool.fetchrow(
+        """SELECT r.rolname, r.rolsuper, r.rolbypassrls,
+                  EXISTS (SELECT 1 FROM pg_tables t
+                          WHERE t.tablename IN ('memories', 'api_keys', 'tenants',
+                                                'audit_events', 'audit_heads', 'tombstones')
+                            AND pg_has_role(current_user, t.tableowner, 'MEMBER')) AS owns
+           FROM pg_roles r WHERE r.rolname = current_user"""
+    )
+    assert row is not None
+    if row["rolsuper"] or row["rolbypassrls"] or row["owns"]:
+        raise UnsafeRole(
+            f"database role {row['rolname']!r} is a superuser, bypasses row-level "
+            "security, or owns the brain tables; connect the server as a member of "
+            "brain_app (see README, Deployment)"
+        )
 
 
 async def embedding_dimension(conn: asyncpg.Pool | asyncpg.Connection) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -193,10 +193,25 @@ async def clock(conn: asyncpg.Connection) -> datetime:
 async def lock_current(
     conn: asyncpg.Connection, v: Visibility, memory_id: uuid.UUID
 ) -> asyncpg.Record | None:
-    """The current version of a visible memory, locked for a change.
+    """The current version of a visible memory, locked for a change until commit.
 
+    Writers of one memory serialise on a transaction-scoped advisory lock keyed on the
+    memory, not on a version row: a version row is retired by the writer ahead, so a
+    waiter locking it would wake to find no current version and answer NOT_FOUND for a
+    memory that exists. The lock is taken only for a memory the caller can see, and the
+    current version is read after it is held, so it is the one the last writer left.
     ``writable`` says whether the caller may change it directly (``write_predicate``),
-    decided in the same statement that finds and locks the row."""
+    decided in the same statement that finds and locks the row.
+    """
+    p = Params(memory_id)
+    tenant_id = await conn.fetchval(
+        f"""SELECT m.tenant_id FROM memories m
+            WHERE m.memory_id = $1 AND m.retired_at IS NULL AND {visibility_predicate(v, p)}""",
+        *p.values,
+    )
+    if tenant_id is None:
+        return None
+    await lock_memory(conn, tenant_id, memory_id)
     p = Params(memory_id)
     return await conn.fetchrow(
         f"""SELECT {MEMORY_COLUMNS}, m.fingerprint, {write_predicate(v, p)} AS writable
@@ -205,6 +220,12 @@ async def lock_current(
             FOR UPDATE""",
         *p.values,
     )
+
+
+async def lock_memory(conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid.UUID) -> None:
+    """Hold the memory's writer lock until this transaction ends."""
+    key = f"memory\x1f{tenant_id}\x1f{memory_id}"
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
 
 
 async def new_version(
@@ -435,8 +456,19 @@ async def claim_idempotency_key(
     idempotency_key: str,
     method: str,
     request_hash: bytes,
+    retention: timedelta,
 ) -> asyncpg.Record | None:
-    """Claim the key for this request; None when claimed now, else the earlier claim."""
+    """Claim the key for this request; None when claimed now, else the earlier claim.
+
+    This API key's records older than ``retention`` are dropped first, so a key reused
+    after that is a new request."""
+    await conn.execute(
+        """DELETE FROM idempotency_keys
+           WHERE tenant_id = $1::uuid AND key_id = $2 AND created_at < now() - $3::interval""",
+        tenant_id,
+        key_id,
+        retention,
+    )
     claimed = await conn.fetchval(
         """INSERT INTO idempotency_keys (tenant_id, key_id, idempotency_key, method, request_hash)
            VALUES ($1::uuid, $2, $3, $4, $5)

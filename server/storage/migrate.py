@@ -24,6 +24,18 @@ class Migration:
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
+    @property
+    def filename(self) -> str:
+        return f"{self.version:04d}_{self.name}.sql"
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """How a database's migration history compares with this release's migrations."""
+
+    pending: list[Migration]  # shipped here, not applied there
+    unknown: list[str]  # applied there (``NNNN_name``), not shipped here: a newer release
+
 
 def load_migrations() -> list[Migration]:
     """Every ``NNNN_name.sql`` shipped in the package, in order."""
@@ -41,20 +53,23 @@ class MigrationError(Exception):
     """The database's migration history does not match this release."""
 
 
-async def migrate(dsn: str) -> list[Migration]:
-    """Apply pending migrations as the connecting (owner) role; return the applied ones."""
+async def migrate(dsn: str, migrations: list[Migration] | None = None) -> list[Migration]:
+    """Apply pending migrations as the connecting (owner) role; return the applied ones.
+
+    ``migrations`` (default: all this release ships) lets a test build an older schema.
+    """
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_ID)
         try:
-            return await _apply(conn)
+            return await _apply(conn, load_migrations() if migrations is None else migrations)
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_ID)
     finally:
         await conn.close()
 
 
-async def _apply(conn: asyncpg.Connection) -> list[Migration]:
+async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[Migration]:
     await _ensure_app_role(conn)
     await conn.execute(
         """CREATE TABLE IF NOT EXISTS brain_schema_migrations (
@@ -65,12 +80,13 @@ async def _apply(conn: asyncpg.Connection) -> list[Migration]:
     )
     # The server checks, read-only, that it runs against a fully migrated schema.
     await conn.execute(f"GRANT SELECT ON brain_schema_migrations TO {APP_GROUP_ROLE}")
-    applied = {
-        r["version"]: r["checksum"]
-        for r in await conn.fetch("SELECT version, checksum FROM brain_schema_migrations")
-    }
+    rows = await conn.fetch("SELECT version, name, checksum FROM brain_schema_migrations")
+    applied = {r["version"]: r["checksum"] for r in rows}
+    unknown = _unknown(rows)
+    if unknown:
+        raise MigrationError(newer_schema_message(unknown))
     done = []
-    for migration in load_migrations():
+    for migration in migrations:
         if migration.version in applied:
             if applied[migration.version] != migration.checksum:
                 raise MigrationError(
@@ -104,16 +120,37 @@ async def _ensure_app_role(conn: asyncpg.Connection) -> None:
         ) from exc
 
 
-async def pending(dsn: str) -> list[Migration]:
-    """Migrations this release has that the database has not applied."""
+def _unknown(rows: list[asyncpg.Record]) -> list[str]:
+    known = {m.version for m in load_migrations()}
+    return [f"{r['version']:04d}_{r['name']}" for r in rows if r["version"] not in known]
+
+
+def newer_schema_message(unknown: list[str]) -> str:
+    """One line for an operator whose database was migrated by a newer release."""
+    return (
+        f"the database schema is newer than this release: it has migration(s) "
+        f"{', '.join(sorted(unknown))} that this code does not know; run the release "
+        "that applied them (or a later one)"
+    )
+
+
+async def status(dsn: str) -> SchemaStatus:
+    """Compare the database's applied migrations with this release's."""
     conn = await asyncpg.connect(dsn)
     try:
         has_table = await conn.fetchval("SELECT to_regclass('brain_schema_migrations') IS NOT NULL")
-        applied: set[int] = set()
+        rows = []
         if has_table:
-            applied = {
-                r[0] for r in await conn.fetch("SELECT version FROM brain_schema_migrations")
-            }
-        return [m for m in load_migrations() if m.version not in applied]
+            rows = list(await conn.fetch("SELECT version, name FROM brain_schema_migrations"))
+        applied = {r["version"] for r in rows}
+        return SchemaStatus(
+            pending=[m for m in load_migrations() if m.version not in applied],
+            unknown=_unknown(rows),
+        )
     finally:
         await conn.close()
+
+
+async def pending(dsn: str) -> list[Migration]:
+    """Migrations this release has that the database has not applied."""
+    return (await status(dsn)).pending

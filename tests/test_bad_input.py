@@ -1,0 +1,184 @@
+"""The defects the robustness fuzzing found, pinned one by one: each is INVALID_ARGUMENT
+naming the field, nothing is written, and the same request without the defect succeeds."""
+
+from __future__ import annotations
+
+import base64
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from brain.v1 import audit_pb2, common_pb2, memory_pb2, review_pb2
+
+from .conftest import BrainServer, unique
+from .helpers import Api, rpc_error
+
+ALL = "memories:read,memories:write,memories:propose,memories:review,memories:forget,audit:read"
+
+
+def assert_invalid(err: grpc.aio.AioRpcError, field: str) -> None:
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (err.code(), err.details())
+    assert field in (err.details() or ""), err.details()
+
+
+async def test_out_of_range_timestamps_and_durations_name_the_field(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """nanos -1, seconds past year 9999 and a 2^62 s review_within are INVALID_ARGUMENT naming
+    the field, and nothing is saved; the same requests in range succeed."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    for bad in (Timestamp(nanos=-1), Timestamp(seconds=253_402_300_800)):
+        err = await rpc_error(api.save("timestamps out of range", valid_from=bad))
+        assert_invalid(err, "memory.valid_from")
+    err = await rpc_error(
+        api.memories.GetMemory(
+            memory_pb2.GetMemoryRequest(
+                scope=api.scope(),
+                id="0" * 32,
+                time=common_pb2.TimeTravel(as_of=Timestamp(nanos=-1)),
+            ),
+            metadata=api.md,
+        )
+    )
+    assert_invalid(err, "time.as_of")
+    assert await api.list_all() == []  # nothing half-written
+
+    propose = review_pb2.ProposeMemoryRequest(
+        scope=api.scope(),
+        memory=common_pb2.MemoryDraft(content="proposal with a huge review window"),
+        reason="fuzz found it",
+        review_within=Duration(seconds=2**62),
+    )
+    err = await rpc_error(api.review.ProposeMemory(propose, metadata=api.md))
+    assert_invalid(err, "review_within")
+
+    saved = await api.save("timestamps in range", valid_from=Timestamp(seconds=1_700_000_000))
+    assert saved.memory.valid_from.seconds == 1_700_000_000
+    propose.review_within.CopyFrom(Duration(seconds=3600))
+    proposed = await api.review.ProposeMemory(propose, metadata=api.md)
+    assert proposed.candidate.status == common_pb2.MEMORY_STATUS_CANDIDATE
+
+
+async def test_nul_bytes_in_scope_are_refused_on_every_rpc(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A NUL byte in scope.namespace/user_id/session_id is INVALID_ARGUMENT on reads and on
+    Forget too (PostgreSQL refuses 0x00), and the memory it aimed at is untouched."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    mid = (await api.save("kept despite a NUL-byte forget")).memory.id
+    for field in ("namespace", "user_id", "session_id"):
+        bad_scope = api.scope(**{field: "proj\x00"})
+        err = await rpc_error(
+            api.memories.ForgetMemory(
+                memory_pb2.ForgetMemoryRequest(scope=bad_scope, id=mid), metadata=api.md
+            )
+        )
+        assert_invalid(err, f"scope.{field}")
+        err = await rpc_error(
+            api.memories.SearchMemories(
+                memory_pb2.SearchMemoriesRequest(scope=bad_scope, query="kept"), metadata=api.md
+            )
+        )
+        assert_invalid(err, f"scope.{field}")
+    err = await rpc_error(
+        api.memories.SearchMemories(
+            memory_pb2.SearchMemoriesRequest(
+                scope=api.scope(), query="kept", filter=common_pb2.MemoryFilter(tags=["a\x00b"])
+            ),
+            metadata=api.md,
+        )
+    )
+    assert_invalid(err, "filter.tags[0]")
+    assert (await api.get(mid)).content == "kept despite a NUL-byte forget"
+
+
+async def test_forged_page_tokens_and_cursors_are_invalid_argument(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Forged, tampered and absurd tokens and cursors on every paged or resumable RPC are
+    INVALID_ARGUMENT naming the field; the tokens the server issued still work."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    for i in range(3):
+        await api.save(f"paged note {i}")
+    first = await api.memories.ListMemories(
+        memory_pb2.ListMemoriesRequest(scope=api.scope(), page_size=1), metadata=api.md
+    )
+    issued = first.next_page_token
+    assert issued
+    payload, _, mac = issued.rpartition(".")
+    tampered = payload[:-1] + ("A" if payload[-1] != "A" else "B") + "." + mac
+    deep = base64.urlsafe_b64encode(b"[" * 100_000).decode()
+    forged = [
+        "garbage!",
+        deep,
+        deep + "." + mac,
+        tampered,
+        base64.urlsafe_b64encode(b'{"k":"00000000-0000-0000-0000-000000000000","a":"0001-01-01"}')
+        .decode()
+        .rstrip("="),
+        "99999999999999999999",
+        "123." + mac,
+    ]
+    for token in forged:
+        calls = {
+            "page_token": [
+                api.memories.ListMemories(
+                    memory_pb2.ListMemoriesRequest(scope=api.scope(), page_token=token),
+                    metadata=api.md,
+                ),
+                api.review.ListCandidates(
+                    review_pb2.ListCandidatesRequest(scope=api.scope(), page_token=token),
+                    metadata=api.md,
+                ),
+                api.audit.ListAuditEvents(
+                    audit_pb2.ListAuditEventsRequest(scope=api.scope(), page_token=token),
+                    metadata=api.md,
+                ),
+            ],
+            "cursor": [api.export(cursor=token)],
+        }
+        for field, coros in calls.items():
+            for coro in coros:
+                assert_invalid(await rpc_error(coro), field)
+        watch = api.memories.WatchMemories(
+            memory_pb2.WatchMemoriesRequest(scope=api.scope(), cursor=token), metadata=api.md
+        )
+        assert_invalid(await rpc_error(watch.read()), "cursor")
+
+    second = await api.memories.ListMemories(
+        memory_pb2.ListMemoriesRequest(scope=api.scope(), page_size=1, page_token=issued),
+        metadata=api.md,
+    )
+    assert len(second.memories) == 1 and second.memories[0].id != first.memories[0].id
+    events = await api.audit.ListAuditEvents(
+        audit_pb2.ListAuditEventsRequest(scope=api.scope(), page_size=1), metadata=api.md
+    )
+    more = await api.audit.ListAuditEvents(
+        audit_pb2.ListAuditEventsRequest(
+            scope=api.scope(), page_size=1, page_token=events.next_page_token
+        ),
+        metadata=api.md,
+    )
+    assert more.events[0].seq > events.events[0].seq
+
+
+async def test_unparseable_bodies_are_invalid_argument_without_internals(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Bad UTF-8 in a string field and a truncated body are INVALID_ARGUMENT that name the
+    request, not the parser; the same body intact is served."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    save = channel.unary_unary("/brain.v1.MemoryService/SaveMemory")
+    good = memory_pb2.SaveMemoryRequest(
+        scope=api.scope(), memory=common_pb2.MemoryDraft(content="an intact raw body")
+    ).SerializeToString()
+    bad_utf8 = good.replace(b"an intact raw body", b"an intact raw b\xff\xfe ")
+    assert len(bad_utf8) == len(good)
+    for body in (bad_utf8, good[:-3], b"\xff" * 7):
+        err = await rpc_error(save(body, metadata=api.md))
+        assert_invalid(err, "request")
+        details = err.details() or ""
+        assert "DecodeError" not in details and "protobuf" not in details, details
+    answer = memory_pb2.SaveMemoryResponse.FromString(await save(good, metadata=api.md))
+    assert answer.memory.content == "an intact raw body"

@@ -1,0 +1,478 @@
+"""brain-mcp as an agent meets it: setup errors at start, strict arguments, typed results,
+the list/update/history tools, a downed server and the session-capture hook.
+
+Driven by the official MCP client over stdio against the real test server, like
+tests/test_mcp_proxy.py; the capture hook runs as a subprocess on a real JSONL transcript.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from brain.clients.client import BrainClient, Scope
+from brain.clients.mcp_capture import explicit_requests
+
+from .conftest import BrainServer, unique
+from .test_mcp_proxy import (
+    BRAIN_MCP,
+    brain_env,
+    call,
+    free_port,
+    hit_ids,
+    run_hook,
+    text_of,
+    word,
+)
+
+
+@asynccontextmanager
+async def started(
+    env: dict[str, str], stderr: Path
+) -> AsyncIterator[tuple[ClientSession, types.InitializeResult]]:
+    """brain-mcp with `env`, its stderr in a file: the session and the initialize answer."""
+    params = StdioServerParameters(command=BRAIN_MCP[0], args=BRAIN_MCP[1:], env=env)
+    with stderr.open("w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read_stream, write_stream),
+            ClientSession(read_stream, write_stream) as session,
+        ):
+            yield session, await session.initialize()
+
+
+async def test_the_key_alone_is_enough_when_it_fixes_user_and_namespace(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """Unset BRAIN_USER_ID/BRAIN_NAMESPACE are taken from a key confined to one of each."""
+    ns, marker = unique("ns"), word()
+    key = brain_server.mint_key(unique("t"), "agent:k", user="erin", namespaces=(ns,))
+    async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, init):
+        assert f"namespace {ns}, user erin" in (init.instructions or "")
+        saved = await call(session, "remember", content=f"Erin's notebook lives in {marker}")
+        assert not saved.is_error, text_of(saved)
+        assert hit_ids(await call(session, "recall", query=marker)) == [
+            saved.structured_content["id"]
+        ]
+    # The memory landed in erin's bucket of that namespace, where a direct client finds it.
+    with BrainClient(brain_server.target, key, scope=Scope(user_id="erin", namespace=ns)) as c:
+        assert c.get(saved.structured_content["id"]).memory.content.endswith(marker)
+    # The recall hook takes the same scope from the key.
+    prompt = json.dumps({"prompt": f"Where does Erin's notebook live, {marker}?"})
+    hook = await asyncio.to_thread(run_hook, brain_env(brain_server.target, key), prompt)
+    assert hook.returncode == 0 and marker in hook.stdout, hook.stderr
+
+
+async def test_a_scope_that_does_not_fit_the_key_is_named_at_start(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """Wrong user, unset namespace among several, or a wrong key: stderr, instructions and
+    every tool error say which setting is wrong; the right settings work."""
+    ns1, ns2 = unique("ns"), unique("ns")
+    tenant = unique("t")
+    key = brain_server.mint_key(tenant, "agent:c", user="carol", namespaces=(ns1, ns2))
+
+    wrong = brain_env(brain_server.target, key, user="mallory")
+    async with started(wrong, tmp_path / "wrong") as (session, init):
+        refused = await call(session, "recall", query="anything")
+    said = (tmp_path / "wrong").read_text()
+    for where in (init.instructions or "", said, text_of(refused)):
+        assert "BRAIN_USER_ID is 'mallory'" in where and "'carol'" in where, where
+        assert "BRAIN_NAMESPACE is unset" in where and ns1 in where and ns2 in where, where
+    assert "MISCONFIGURED" in (init.instructions or "")
+    assert refused.is_error and text_of(refused).startswith("PERMISSION_DENIED: ")
+
+    bad_key = brain_env(brain_server.target, key[:-3] + "zzz", user="carol", namespace=ns1)
+    async with started(bad_key, tmp_path / "bad") as (session, init):
+        unknown = await call(session, "recall", query="anything")
+    assert "refused BRAIN_API_KEY" in (init.instructions or "")
+    assert "refused BRAIN_API_KEY" in (tmp_path / "bad").read_text()
+    assert unknown.is_error and text_of(unknown).startswith("UNAUTHENTICATED: ")
+
+    # Positive control: the same key with fitting settings works, and says nothing at start.
+    right = brain_env(brain_server.target, key, user="carol", namespace=ns1)
+    async with started(right, tmp_path / "right") as (session, init):
+        assert "MISCONFIGURED" not in (init.instructions or "")
+        ok = await call(session, "recall", query="anything")
+        assert not ok.is_error, text_of(ok)
+    assert "WARNING" not in (tmp_path / "right").read_text()
+
+
+async def test_arguments_outside_the_schema_are_refused(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """A model's user_id/namespace/tenant or unknown argument is an error that writes nothing."""
+    ns, marker = unique("ns"), word()
+    key = brain_server.mint_key(unique("t"), "agent:x", user="finn", namespaces=(ns,))
+    async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, _):
+        for extra in ({"user_id": "bob"}, {"namespace": "other"}, {"tenant": "acme"}):
+            refused = await call(session, "remember", content=f"Finn uses {marker}", **extra)
+            assert refused.is_error and text_of(refused).startswith("INVALID_ARGUMENT: ")
+            assert "comes from brain-mcp's configuration" in text_of(refused), extra
+        odd = await call(session, "recall", query=marker, colour="blue")
+        assert odd.is_error and "unknown argument 'colour'" in text_of(odd)
+        # Nothing was half-written, and the same calls without the extras work.
+        assert hit_ids(await call(session, "recall", query=marker)) == []
+        saved = await call(session, "remember", content=f"Finn uses {marker}")
+        assert not saved.is_error, text_of(saved)
+        assert hit_ids(await call(session, "recall", query=marker)) == [
+            saved.structured_content["id"]
+        ]
+
+
+async def test_every_tool_is_typed_and_recall_scores_read_0_to_1(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """Titles and output schemas on every tool (the client validates each result against
+    them); get_memory and recall give the same memory object; min_score filters on 0..1."""
+    ns, marker = unique("ns"), word()
+    key = brain_server.mint_key(unique("t"), "agent:s", user="gus", namespaces=(ns,))
+    async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, _):
+        tools = (await session.list_tools()).tools
+        assert tools and all(t.title and t.output_schema for t in tools)
+        memory_id = (
+            await call(session, "remember", content=f"Gus deploys with {marker}", tags=["ops"])
+        ).structured_content["id"]
+        recalled = await call(session, "recall", query=marker)
+        (hit,) = recalled.structured_content["hits"]
+        got = await call(session, "get_memory", id=memory_id)
+        assert got.structured_content["memory"] == hit["memory"]
+        assert 0 < hit["score"] <= 1 and "keywords" in hit["matched_by"]
+
+        kept = await call(session, "recall", query=marker, min_score=hit["score"])
+        assert hit_ids(kept) == [memory_id]
+        if hit["score"] < 1:
+            above = min(1.0, hit["score"] + 0.001)
+            assert hit_ids(await call(session, "recall", query=marker, min_score=above)) == []
+        bad = await call(session, "recall", query=marker, min_score=1.5)
+        assert bad.is_error and "min_score" in text_of(bad)
+
+
+def _instant(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+async def test_list_update_history_and_filtered_recall(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """list_memories pages newest first; update_memory makes version 2 (history under both
+    names); recall filters by tags, kind, valid_at and as_of."""
+    ns, marker, new = unique("ns"), word(), word()
+    key = brain_server.mint_key(unique("t"), "agent:l", user="hana", namespaces=(ns,))
+    async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, _):
+        ids = []
+        for content, extra in (
+            (f"The {marker} runbook lives in the wiki", {"tags": ["ops"], "kind": "fact"}),
+            (f"Hana prefers {marker} dashboards dark", {"kind": "preference"}),
+            (
+                f"In 2020 the {marker} cluster ran on bare metal",
+                {"valid_from": "2020-01-01", "valid_to": "2020-12-31"},
+            ),
+        ):
+            saved = await call(session, "remember", content=content, **extra)
+            assert not saved.is_error, text_of(saved)
+            ids.append(saved.structured_content["id"])
+
+        first = await call(session, "list_memories", limit=1)
+        token = first.structured_content["next_page_token"]
+        rest = await call(session, "list_memories", limit=5, page_token=token)
+        listed = [m["id"] for m in first.structured_content["memories"]] + [
+            m["id"] for m in rest.structured_content["memories"]
+        ]
+        # Newest first; the 2020 memory is not valid now, so only a valid_at read lists it.
+        assert listed == [ids[1], ids[0]] and rest.structured_content["next_page_token"] == ""
+        in_2020 = await call(session, "list_memories", valid_at="2020-06-01")
+        assert [m["id"] for m in in_2020.structured_content["memories"]] == [ids[2]]
+
+        assert hit_ids(await call(session, "recall", query=marker, tags=["ops"])) == [ids[0]]
+        assert hit_ids(await call(session, "recall", query=marker, kind="preference")) == [ids[1]]
+        assert ids[2] not in hit_ids(await call(session, "recall", query=marker))
+        then = await call(session, "recall", query=marker, valid_at="2020-06-01T00:00:00Z")
+        assert hit_ids(then) == [ids[2]]
+
+        updated = await call(session, "update_memory", id=ids[0], content=f"The {new} runbook")
+        assert not updated.is_error, text_of(updated)
+        assert updated.structured_content["version"] == 2
+        history = await call(session, "get_memory_history", id=ids[0])
+        versions = history.structured_content["versions"]
+        assert [v["version"] for v in versions] == [1, 2]
+        old_name = await call(session, "memory_history", id=ids[0])
+        assert old_name.structured_content == history.structured_content
+        # as_of between the two versions: what the brain believed before the update. (Filters
+        # pin the hit lists; a random word may still be an embedding neighbour of the new text,
+        # so what is checked is which version of the memory comes back.)
+        v1, v2 = (_instant(v["recorded_at"]) for v in versions)
+        before = (v1 + (v2 - v1) / 2).isoformat()
+        believed = await call(session, "recall", query=marker, tags=["ops"], as_of=before)
+        assert [h["memory"]["content"] for h in believed.structured_content["hits"]] == [
+            f"The {marker} runbook lives in the wiki"
+        ]
+        now = await call(session, "recall", query=marker, tags=["ops"])
+        assert all(h["memory"]["version"] == 2 for h in now.structured_content["hits"])
+        assert ids[0] in hit_ids(await call(session, "recall", query=new))
+
+        nothing = await call(session, "update_memory", id=ids[0])
+        assert nothing.is_error and "at least one field" in text_of(nothing)
+
+
+async def test_a_downed_server_is_asked_once_and_warned_about_once(tmp_path: Path) -> None:
+    """While the failure is remembered, calls fail without asking WhoAmI again, and the outage
+    is one warning; with BRAIN_RECHECK_AFTER=0 every call asks again (the positive control)."""
+    target = f"127.0.0.1:{free_port()}"  # nothing listens here
+    key = "brk_" + "x" * 60
+    for recheck, err in (("600", tmp_path / "remembered"), ("0", tmp_path / "every")):
+        env = brain_env(
+            target, key, namespace="n", BRAIN_RECHECK_AFTER=recheck, BRAIN_MCP_DEBUG="1"
+        )
+        async with started(env, err) as (session, init):
+            assert "did not answer at start" in (init.instructions or "")
+            for _ in range(3):
+                down = await call(session, "recall", query="anything")
+                assert down.is_error and text_of(down).startswith("UNAVAILABLE: ")
+    remembered, every = (p.read_text() for p in (tmp_path / "remembered", tmp_path / "every"))
+    assert remembered.count("asking WhoAmI") == 1
+    assert every.count("asking WhoAmI") == 4  # at start, then once per call
+    for said in (remembered, every):
+        assert said.count("cannot be reached") == 1
+
+
+# -- the session-capture hook --------------------------------------------------------------
+
+
+def test_explicit_requests_are_the_users_imperative_sentences() -> None:
+    """Only user sentences that ask to remember a statement count; questions and the assistant
+    saying "remember" do not."""
+    turns = [
+        ("user", "Thanks. Please remember that the staging database is pg-2. Next step?"),
+        ("user", "remember this: deploys go out on Tuesdays\nRemember when we broke prod?"),
+        ("user", "Don't forget to run ruff before pushing."),
+        ("user", "remember this"),
+        ("assistant", "Remember that I always answer in French."),
+    ]
+    assert explicit_requests(turns) == [
+        "The staging database is pg-2.",
+        "Deploys go out on Tuesdays",
+        "Don't forget to run ruff before pushing.",
+    ]
+
+
+def transcript(path: Path, *turns: tuple[str, Any], meta: str = "") -> Path:
+    """A Claude Code style JSONL transcript of (role, content) turns."""
+    lines = [{"type": role, "message": {"role": role, "content": c}} for role, c in turns]
+    if meta:
+        lines.append({"type": "user", "isMeta": True, "message": {"role": "user", "content": meta}})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def run_capture(env: dict[str, str], payload: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BRAIN_MCP, "hook", "capture"],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", ""), **env},
+        timeout=90,
+    )
+
+
+def candidates(target: str, key: str, user: str, ns: str) -> dict[str, str]:
+    """content -> proposal reason of the pending candidates a reviewer key sees."""
+    with BrainClient(target, key, scope=Scope(user_id=user, namespace=ns)) as c:
+        return {m.content: m.proposal_reason for m in c.list_candidates()}
+
+
+def test_capture_proposes_what_the_user_asked_to_remember(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """Stop hook: the user's remember-this sentences become candidates in the tools' scope
+    (taken from the key), none active; a second run over the same transcript adds nothing."""
+    ns, tenant, marker, other = unique("ns"), unique("t"), word(), word()
+    key = brain_server.mint_key(
+        tenant,
+        "agent:cap",
+        permissions="memories:read,memories:propose",
+        user="ida",
+        namespaces=(ns,),
+    )
+    reviewer = brain_server.mint_key(
+        tenant, "ida", permissions="memories:read,memories:review", user="ida", namespaces=(ns,)
+    )
+    path = transcript(
+        tmp_path / "session.jsonl",
+        ("user", f"Please remember that the {marker} service owns billing."),
+        ("assistant", [{"type": "text", "text": f"Remember that {other} is my favourite."}]),
+        ("user", [{"type": "tool_result", "content": f"remember that {other} leaked"}]),
+        ("user", [{"type": "text", "text": f"remember: {marker} deploys need two approvals"}]),
+        meta=f"Remember that {other} comes from a slash command.",
+    )
+    payload = {"session_id": "s-1", "transcript_path": str(path), "hook_event_name": "Stop"}
+    done = run_capture(brain_env(brain_server.target, key), payload)
+    assert done.returncode == 0 and "proposed 2 of 2" in done.stderr, done.stderr
+
+    found = candidates(brain_server.target, reviewer, "ida", ns)
+    assert set(found) == {
+        f"The {marker} service owns billing.",
+        f"{marker.capitalize()} deploys need two approvals",
+    }
+    assert all("asked to remember" in reason for reason in found.values())
+    assert not any(other in content for content in found)
+    with BrainClient(brain_server.target, key, scope=Scope(user_id="ida", namespace=ns)) as c:
+        assert list(c.search(marker).hits) == []  # candidates are never recalled
+
+    again = run_capture(brain_env(brain_server.target, key), payload)
+    assert again.returncode == 0
+    assert candidates(brain_server.target, reviewer, "ida", ns) == found
+
+
+class ChatServer(ThreadingHTTPServer):
+    """A real OpenAI-style chat-completions server on 127.0.0.1 with a canned answer."""
+
+    daemon_threads = True
+
+    def __init__(self, answer: str, status: int = 200) -> None:
+        super().__init__(("127.0.0.1", 0), ChatHandler)
+        self.answer, self.status = answer, status
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    server: ChatServer
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(
+            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+        )
+        payload = {"choices": [{"message": {"role": "assistant", "content": self.server.answer}}]}
+        raw = json.dumps(payload).encode()
+        self.send_response(self.server.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def chat_server(request: pytest.FixtureRequest) -> Iterator[ChatServer]:
+    answer, status = request.param
+    server = ChatServer(answer, status)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+FACT = "The release train leaves every second Thursday."
+
+
+@pytest.mark.parametrize(
+    "chat_server",
+    [("```json\n" + json.dumps({"memories": [FACT]}) + "\n```", 200), ("overloaded", 500)],
+    indirect=True,
+    ids=["answers", "fails"],
+)
+def test_capture_adds_a_chat_models_extraction(
+    brain_server: BrainServer, tmp_path: Path, chat_server: ChatServer
+) -> None:
+    """With BRAIN_CAPTURE_URL the transcript goes to the chat endpoint and its facts become
+    candidates too; when the endpoint fails, the explicit request is still proposed."""
+    ns, tenant, marker = unique("ns"), unique("t"), word()
+    key = brain_server.mint_key(
+        tenant, "agent:llm", permissions="memories:propose", user="jo", namespaces=(ns,)
+    )
+    reviewer = brain_server.mint_key(
+        tenant, "jo", permissions="memories:read,memories:review", user="jo", namespaces=(ns,)
+    )
+    path = transcript(
+        tmp_path / "s.jsonl",
+        ("user", "We ship on the release train; when does it leave?"),
+        ("assistant", "Every second Thursday."),
+        ("user", f"Remember that {marker} is the release manager."),
+    )
+    env = brain_env(
+        brain_server.target,
+        key,
+        BRAIN_CAPTURE_URL=chat_server.url + "/v1",
+        BRAIN_CAPTURE_MODEL="tiny",
+        BRAIN_CAPTURE_API_KEY="sk-test",
+    )
+    done = run_capture(env, {"session_id": "s-2", "transcript_path": str(path)})
+    assert done.returncode == 0, done.stderr
+
+    (sent,) = chat_server.requests
+    assert sent["path"] == "/v1/chat/completions" and sent["auth"] == "Bearer sk-test"
+    assert sent["body"]["model"] == "tiny"
+    assert "Every second Thursday." in sent["body"]["messages"][-1]["content"]
+    found = candidates(brain_server.target, reviewer, "jo", ns)
+    explicit = f"{marker.capitalize()} is the release manager."
+    if chat_server.status == 200:
+        assert set(found) == {explicit, FACT}
+        assert "Extracted by tiny" in found[FACT]
+    else:
+        assert set(found) == {explicit}
+        assert "extraction at" in done.stderr
+
+
+def test_capture_never_fails_the_agent(brain_server: BrainServer, tmp_path: Path) -> None:
+    """Bad payload, missing transcript, server down, wrong key or no propose permission: the
+    hook exits 0 and says why on stderr; with a fitting key the same transcript is proposed."""
+    ns = unique("ns")
+    tenant = unique("t")
+    reader = brain_server.mint_key(tenant, "agent:r", user="kim", namespaces=(ns,))
+    proposer = brain_server.mint_key(
+        tenant, "agent:p", permissions="memories:propose", user="kim", namespaces=(ns,)
+    )
+    path = transcript(tmp_path / "t.jsonl", ("user", "Remember that the on-call phone is red."))
+    good = {"session_id": "s-3", "transcript_path": str(path)}
+    down = f"127.0.0.1:{free_port()}"
+    cases = {
+        "not json": (brain_env(brain_server.target, proposer), "{nope", "not JSON"),
+        "no transcript": (brain_env(brain_server.target, proposer), "{}", "transcript_path"),
+        "missing file": (
+            brain_env(brain_server.target, proposer),
+            json.dumps({"transcript_path": str(tmp_path / "gone.jsonl")}),
+            "cannot read transcript",
+        ),
+        "server down": (brain_env(down, proposer), json.dumps(good), "UNAVAILABLE"),
+        "wrong key": (
+            brain_env(brain_server.target, proposer[:-3] + "zzz"),
+            json.dumps(good),
+            "UNAUTHENTICATED",
+        ),
+        "no permission": (brain_env(brain_server.target, reader), json.dumps(good), "PERMISSION"),
+    }
+    for case, (env, stdin, why) in cases.items():
+        done = subprocess.run(
+            [*BRAIN_MCP, "hook", "capture"],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ.get("PATH", ""), **env},
+            timeout=90,
+        )
+        assert done.returncode == 0 and why in done.stderr, (case, done.stderr)
+        assert "proposed 1 of 1" not in done.stderr, case
+    done = run_capture(brain_env(brain_server.target, proposer), good)
+    assert "proposed 1 of 1" in done.stderr, done.stderr
