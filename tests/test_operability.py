@@ -1,0 +1,224 @@
+"""Operability: the Prometheus endpoint of a real server, and OpenTelemetry traces."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import urllib.request
+from collections.abc import Iterator
+
+import grpc
+import pytest
+import structlog
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from prometheus_client.parser import text_string_to_metric_families
+
+from brain.server import logs, tracing
+from brain.server.app import StartupError, start_server
+
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
+from .helpers import Api, rpc_error
+from .test_watch import watching
+
+SAVE = "/brain.v1.MemoryService/SaveMemory"
+SEARCH = "/brain.v1.MemoryService/SearchMemories"
+WHOAMI = "/brain.v1.IdentityService/WhoAmI"
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        body: bytes = response.read()
+    return body.decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of an exposition, keyed by name and label set."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return found.get((name, frozenset(labels.items())), 0.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def metered(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[BrainServer]:
+    """A second real server with /metrics on its own port and a tight rate limit."""
+    server = BrainServer(
+        cluster=pg_cluster,
+        loop=loop_thread,
+        settings=server_settings(
+            pg_cluster, metrics_listen="127.0.0.1:0", rate_limit=0.01, rate_burst=30
+        ),
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_metrics_move_after_real_calls_and_no_label_holds_content(
+    metered: BrainServer,
+) -> None:
+    assert metered.running is not None and metered.running.metrics_server is not None
+    port = metered.running.metrics_server.port
+    assert port != metered.running.port
+    tenant = unique("metrics")
+    key = metered.mint_key(tenant, "alice")
+    spammer = metered.mint_key(tenant, "spammer")
+    spammer_id = spammer.removeprefix("brk_").split("_")[0]
+    content = f"zebra quokka {unique('distinctive')} launch codes"
+    before = samples(await asyncio.to_thread(scrape, port))
+
+    async with metered.channel() as channel:
+        api = Api(channel, key)
+        async with watching(channel, key) as watcher:
+            saved = await api.save(content)
+            await watcher.next()
+            during = samples(await asyncio.to_thread(scrape, port))
+        assert await api.search("zebra quokka launch") == [saved.memory.id]
+        bad = await rpc_error(api.get("not-a-uuid"))
+        assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT
+        spam = Api(channel, spammer)
+        refused = 0
+        for _ in range(35):
+            try:
+                await spam.whoami()
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                refused += 1
+        assert refused >= 5
+    text = await asyncio.to_thread(scrape, port)
+    after = samples(text)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("brain_rpc_requests_total", method=SAVE, code="OK") >= 1
+    assert moved("brain_rpc_requests_total", method=SEARCH, code="OK") >= 1
+    get = "/brain.v1.MemoryService/GetMemory"
+    assert moved("brain_rpc_requests_total", method=get, code="INVALID_ARGUMENT") >= 1
+    assert moved("brain_rpc_duration_seconds_count", method=SAVE, code="OK") >= 1
+    assert moved("brain_rpc_requests_total", method=WHOAMI, code="RESOURCE_EXHAUSTED") >= 5
+    assert moved("brain_rate_limited_total", key_id=spammer_id) == refused
+    for lane in ("lexical", "exact", "semantic"):
+        assert moved("brain_retrieval_lane_duration_seconds_count", lane=lane) >= 1
+    assert moved("brain_embedder_duration_seconds_count", embedder="local") >= 2  # save, query
+    assert moved("brain_embedder_batch_size_count", embedder="local") >= 2
+    assert ("brain_embedder_failures_total", frozenset({("embedder", "local")})) in after
+    assert moved("brain_audit_events_written_total") >= 1
+    assert value(during, "brain_watch_streams_open") >= 1
+    assert value(after, "brain_db_pool_connections", pool="primary", state="max") >= 1
+    assert value(after, "brain_db_pool_connections", pool="primary", state="size") >= 1
+    assert ("brain_db_pool_waiting", frozenset({("pool", "primary")})) in after
+    assert "brain_db_statement_timeouts_total" in {name for name, _ in after}
+    # Nothing the callers sent — content, query, secret — is in any label or anywhere.
+    for secret in ("zebra", "quokka", "launch", content, key, spammer.split("_")[-1]):
+        assert secret not in text
+    assert spammer_id in text  # the positive control: the public key id is labelled
+
+
+def test_metrics_are_off_by_default_and_never_on_the_grpc_port(
+    brain_server: BrainServer, pg_cluster: PgCluster, loop_thread: LoopThread
+) -> None:
+    if brain_server.running is None:
+        pytest.skip("needs an in-process server")
+    assert brain_server.running.metrics_server is None
+    port = free_port()
+    same = server_settings(
+        pg_cluster, listen=f"127.0.0.1:{port}", metrics_listen=f"127.0.0.1:{port}"
+    )
+    with pytest.raises(StartupError, match="gRPC port"):
+        loop_thread.run(start_server(same))
+    with pytest.raises(StartupError, match="metrics-listen"):
+        loop_thread.run(start_server(server_settings(pg_cluster, metrics_listen="nonsense")))
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The real OpenTelemetry SDK, exporting to memory, installed for one test."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.install(None)
+        provider.shutdown()
+
+
+async def test_an_rpc_is_one_trace_with_sql_and_embedder_spans_and_its_request_id(
+    brain_server: BrainServer, channel: grpc.aio.Channel, spans: InMemorySpanExporter
+) -> None:
+    api = Api(channel, brain_server.mint_key(unique("traced"), "alice"))
+    logs.configure("info")
+    try:
+        with structlog.testing.capture_logs() as captured:
+            await api.save(f"traced fact {unique('t')}")
+    finally:
+        logs.configure("warning")
+    finished = spans.get_finished_spans()
+    rpc = [s for s in finished if s.kind == SpanKind.SERVER]
+    assert [s.name for s in rpc] == [SAVE.lstrip("/")]
+    root = rpc[0]
+    assert root.attributes is not None and root.attributes["rpc.grpc.status"] == "OK"
+    trace_id = root.context.trace_id
+    children = [
+        s for s in finished if s.parent is not None and s.parent.span_id == root.context.span_id
+    ]
+    names = {s.name for s in children}
+    assert "embed" in names
+    assert {"db INSERT", "db SELECT"} <= names
+    assert all(s.context.trace_id == trace_id for s in children)
+    statements = [str((s.attributes or {}).get("db.statement", "")) for s in children]
+    assert any("INSERT INTO memories" in q for q in statements)
+    assert not any("traced fact" in q for q in statements)  # values are never attached
+    rpc_logs = [e for e in captured if e.get("event") == "rpc" and e.get("method") == SAVE]
+    assert [e["request_id"] for e in rpc_logs] == [format(trace_id, "032x")]
+
+
+async def test_without_tracing_no_spans_and_request_ids_stay_random(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))  # never installed
+    api = Api(channel, brain_server.mint_key(unique("untraced"), "alice"))
+    logs.configure("info")
+    try:
+        with structlog.testing.capture_logs() as captured:
+            await api.whoami()
+    finally:
+        logs.configure("warning")
+    assert not tracing.enabled() and exporter.get_finished_spans() == ()
+    rpc_logs = [e for e in captured if e.get("event") == "rpc" and e.get("method") == WHOAMI]
+    assert len(rpc_logs) == 1 and len(rpc_logs[0]["request_id"]) == 32
+
+
+async def test_embedder_failures_are_counted() -> None:
+    from brain.server import metrics
+    from brain.server.embedders import EmbedderError, NoEmbedder
+
+    embedder = metrics.InstrumentedEmbedder(NoEmbedder())
+    failures = metrics.EMBED_FAILURES.labels("none")
+    before = failures._value.get()
+    assert await embedder.embed([]) == []  # nothing to embed: not a call
+    with pytest.raises(EmbedderError):
+        await embedder.embed(["anything"])
+    assert failures._value.get() == before + 1
+    assert embedder.dimension == 0 and embedder.name == "none"
