@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import socket
+import threading
 import urllib.request
 from collections.abc import Iterator
 
@@ -222,3 +224,56 @@ async def test_embedder_failures_are_counted() -> None:
         await embedder.embed(["anything"])
     assert failures._value.get() == before + 1
     assert embedder.dimension == 0 and embedder.name == "none"
+
+
+def test_otlp_export_only_when_the_endpoint_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real OTLP/HTTP receiver on loopback gets the span; without the variable, nothing."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    received: list[tuple[str, bytes]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, body))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    receiver = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=receiver.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        assert tracing.configure() is None and not tracing.enabled()
+        with tracing.rpc_span(SAVE) as trace_id:
+            assert trace_id is None
+        monkeypatch.setenv(
+            "OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{receiver.server_port}"
+        )
+        assert tracing.configure() is not None and tracing.enabled()
+        with tracing.rpc_span(SAVE) as trace_id:
+            assert trace_id is not None and len(trace_id) == 32
+        tracing.shutdown()  # flushes the batch
+        assert not tracing.enabled()
+    finally:
+        tracing.install(None)
+        receiver.shutdown()
+        receiver.server_close()
+    assert [path for path, _ in received] == ["/v1/traces"]
+    sent = ExportTraceServiceRequest.FromString(received[0][1])
+    exported = [
+        (span.name, span.trace_id.hex())
+        for resource in sent.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
+    assert exported == [(SAVE.lstrip("/"), trace_id)]
+    service = {a.key: a.value.string_value for a in sent.resource_spans[0].resource.attributes}
+    assert service["service.name"] == "brain-server"
