@@ -69,6 +69,7 @@ class RunningServer:
         self.stopped.set()
         await self.supervisor.stop()
         await self.health.enter_graceful_shutdown()
+        metrics.SERVING.set(0)
         await close_feed(self.db)  # watch streams end now, not after the grace period
         await self.server.stop(grace)
         if self.metrics_server is not None:
@@ -263,6 +264,7 @@ async def _serve(
         metrics.POOLS.watch("replica", db.replica)
     for service in ("", *SERVICES):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    metrics.SERVING.set(1)
     supervisor = DatabaseSupervisor(
         db, health_servicer, SERVICES, pg=pg, interval=settings.health_interval_seconds
     )

@@ -83,6 +83,11 @@ STATEMENT_TIMEOUTS = Counter(
     "SQL statements cancelled by the statement timeout (or a cancelled request).",
     registry=REGISTRY,
 )
+SERVING = Gauge(
+    "brain_serving",
+    "1 while gRPC health says SERVING (the database answers its probe), else 0.",
+    registry=REGISTRY,
+)
 WATCH_STREAMS = Gauge(
     "brain_watch_streams_open", "WatchMemories streams open now.", registry=REGISTRY
 )

@@ -124,6 +124,7 @@ async def test_metrics_move_after_real_calls_and_no_label_holds_content(
     assert ("brain_embedder_failures_total", frozenset({("embedder", "local")})) in after
     assert moved("brain_audit_events_written_total") >= 1
     assert value(during, "brain_watch_streams_open") >= 1
+    assert value(after, "brain_serving") == 1
     assert value(after, "brain_db_pool_connections", pool="primary", state="max") >= 1
     assert value(after, "brain_db_pool_connections", pool="primary", state="size") >= 1
     assert ("brain_db_pool_waiting", frozenset({("pool", "primary")})) in after
@@ -277,3 +278,25 @@ def test_otlp_export_only_when_the_endpoint_is_set(monkeypatch: pytest.MonkeyPat
     assert exported == [(SAVE.lstrip("/"), trace_id)]
     service = {a.key: a.value.string_value for a in sent.resource_spans[0].resource.attributes}
     assert service["service.name"] == "brain-server"
+
+
+def test_dashboard_and_alerts_use_only_metrics_the_server_exports(metered: BrainServer) -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    assert metered.running is not None and metered.running.metrics_server is not None
+    families = text_string_to_metric_families(scrape(metered.running.metrics_server.port))
+    exported = {
+        f.name + suffix for f in families for suffix in ("", "_total", "_bucket", "_count", "_sum")
+    }
+    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    dashboard = json.loads((deploy / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    rules = yaml.safe_load((deploy / "alerts.yml").read_text())
+    exprs += [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    used = {m for e in exprs for m in re.findall(r"\bbrain_[a-z_]+", e)}
+    assert {"brain_rpc_requests_total", "brain_serving", "brain_db_pool_connections"} <= used
+    assert used - exported == set()
