@@ -97,13 +97,13 @@ AUDIT_EVENTS = Counter(
     registry=REGISTRY,
 )
 
-# Whether the endpoint is served: measurements that cost a database round trip (audit
-# events) are only taken then.
-_serving = False
+# Endpoints served by this process: measurements that cost a database round trip (audit
+# events) are only taken while there is one.
+_serving = 0
 
 
 def serving() -> bool:
-    return _serving
+    return _serving > 0
 
 
 class MetricsServer:
@@ -116,7 +116,7 @@ class MetricsServer:
 
     def stop(self) -> None:
         global _serving
-        _serving = False
+        _serving -= 1
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -126,7 +126,7 @@ def serve(listen: str) -> MetricsServer:
     """Start serving /metrics on ``listen`` (host:port); raises OSError if it cannot."""
     global _serving
     server = MetricsServer(listen)
-    _serving = True
+    _serving += 1
     return server
 
 
@@ -190,7 +190,7 @@ async def audit_pending(conn: asyncpg.Connection) -> bool:
     """Before a write transaction commits: whether its commit writes an audit event (the
     audit triggers note changes and append one event per tenant at commit; migration
     0003). Asked only while the endpoint is served: it costs a round trip."""
-    if not _serving:
+    if not serving():
         return False
     pending = await conn.fetchval("SELECT current_setting('brain.audit_pending', true)")
     return bool(pending)
