@@ -300,3 +300,22 @@ def test_dashboard_and_alerts_use_only_metrics_the_server_exports(metered: Brain
     used = {m for e in exprs for m in re.findall(r"\bbrain_[a-z_]+", e)}
     assert {"brain_rpc_requests_total", "brain_serving", "brain_db_pool_connections"} <= used
     assert used - exported == set()
+
+
+def test_metrics_listen_comes_from_the_flag_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+
+    from brain.server.config import add_server_arguments, settings_from_args
+
+    def parsed(*argv: str) -> str | None:
+        parser = argparse.ArgumentParser()
+        add_server_arguments(parser)
+        return settings_from_args(parser.parse_args(list(argv))).metrics_listen
+
+    monkeypatch.delenv("BRAIN_METRICS_LISTEN", raising=False)
+    assert parsed() is None  # off by default
+    monkeypatch.setenv("BRAIN_METRICS_LISTEN", "0.0.0.0:9464")
+    assert parsed() == "0.0.0.0:9464"
+    assert parsed("--metrics-listen", "127.0.0.1:9100") == "127.0.0.1:9100"

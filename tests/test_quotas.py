@@ -61,6 +61,12 @@ async def test_a_save_past_the_quota_is_refused_naming_it_and_admin_shows_usage(
 
     listed = json.loads(brain_server.admin("tenants", "list", "--json").stdout)
     by_name = {t["name"]: t for t in listed}
+    events = brain_server.sql(
+        """SELECT e.outcome FROM audit_events e JOIN tenants t USING (tenant_id)
+           WHERE t.name = $1 AND e.method = 'admin.tenants.set_quota'""",
+        tenant,
+    )
+    assert [e["outcome"] for e in events] == ["memories=2"]
     assert by_name[tenant]["quotas"] == {"memories": 2}
     assert by_name[tenant]["usage"] == {"memories": 2}
     assert by_name[other]["quotas"] == {"memories": None}

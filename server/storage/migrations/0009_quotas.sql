@@ -43,3 +43,18 @@ END
 $$;
 REVOKE ALL ON FUNCTION brain_reserve_memories() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION brain_reserve_memories() TO brain_app;
+
+-- Setting or lifting a quota is an admin event in the tenant's audit chain.
+CREATE FUNCTION brain_audit_quota_event() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public
+AS $$
+BEGIN
+    PERFORM brain_audit_append(
+        NEW.tenant_id, '', brain_audit_principal(), 'admin.tenants.set_quota', '{}',
+        format('memories=%s', COALESCE(NEW.max_memories::text, 'none')));
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER tenant_quotas_audit AFTER INSERT OR UPDATE ON tenant_quotas
+    FOR EACH ROW EXECUTE FUNCTION brain_audit_quota_event();
