@@ -76,6 +76,7 @@ def metered(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[BrainSer
 async def test_metrics_move_after_real_calls_and_no_label_holds_content(
     metered: BrainServer,
 ) -> None:
+    """After real calls every metric moved, and nothing the callers sent is in the exposition."""
     assert metered.running is not None and metered.running.metrics_server is not None
     port = metered.running.metrics_server.port
     assert port != metered.running.port
@@ -138,6 +139,7 @@ async def test_metrics_move_after_real_calls_and_no_label_holds_content(
 def test_metrics_are_off_by_default_and_never_on_the_grpc_port(
     brain_server: BrainServer, pg_cluster: PgCluster, loop_thread: LoopThread
 ) -> None:
+    """No metrics endpoint unless asked; the gRPC port or a malformed address stops the start."""
     if brain_server.running is None:
         pytest.skip("needs an in-process server")
     assert brain_server.running.metrics_server is None
@@ -168,6 +170,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
 async def test_an_rpc_is_one_trace_with_sql_and_embedder_spans_and_its_request_id(
     brain_server: BrainServer, channel: grpc.aio.Channel, spans: InMemorySpanExporter
 ) -> None:
+    """A traced save is one server span with SQL and embedder children; trace id = request id."""
     api = Api(channel, brain_server.mint_key(unique("traced"), "alice"))
     logs.configure("info")
     try:
@@ -198,6 +201,7 @@ async def test_an_rpc_is_one_trace_with_sql_and_embedder_spans_and_its_request_i
 async def test_without_tracing_no_spans_and_request_ids_stay_random(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
+    """With tracing off nothing is exported and request ids are random."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))  # never installed
@@ -214,6 +218,7 @@ async def test_without_tracing_no_spans_and_request_ids_stay_random(
 
 
 async def test_embedder_failures_are_counted() -> None:
+    """A failing embedder call is counted as a failure and re-raised."""
     from brain.server import metrics
     from brain.server.embedders import EmbedderError, NoEmbedder
 
@@ -281,6 +286,7 @@ def test_otlp_export_only_when_the_endpoint_is_set(monkeypatch: pytest.MonkeyPat
 
 
 def test_dashboard_and_alerts_use_only_metrics_the_server_exports(metered: BrainServer) -> None:
+    """Every metric the Grafana dashboard and the alert rules query is one the server exports."""
     import json
     import re
     from pathlib import Path
@@ -305,6 +311,7 @@ def test_dashboard_and_alerts_use_only_metrics_the_server_exports(metered: Brain
 def test_metrics_listen_comes_from_the_flag_or_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """--metrics-listen is off by default and read from BRAIN_METRICS_LISTEN or the flag."""
     import argparse
 
     from brain.server.config import add_server_arguments, settings_from_args

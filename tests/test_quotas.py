@@ -38,6 +38,8 @@ def set_quota(brain_server: BrainServer, tenant: str, memories: str) -> None:
 async def test_a_save_past_the_quota_is_refused_naming_it_and_admin_shows_usage(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
+    """Past the quota a save is RESOURCE_EXHAUSTED naming it and writes nothing; dedupe,
+    supersede and forget keep the count true; `tenants list --json` shows quota and usage."""
     tenant, other = unique("quota"), unique("noquota")
     api = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER))
     free = Api(channel, brain_server.mint_key(other, "bob", permissions=WRITER))
@@ -76,6 +78,7 @@ async def test_a_save_past_the_quota_is_refused_naming_it_and_admin_shows_usage(
 async def test_concurrent_writers_do_not_overshoot_the_quota(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
+    """Twelve concurrent saves against a quota of five: exactly five are stored."""
     tenant = unique("quota-race")
     api = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER))
     set_quota(brain_server, tenant, "5")
@@ -96,6 +99,7 @@ async def test_concurrent_writers_do_not_overshoot_the_quota(
 async def test_a_confined_key_counts_the_whole_tenant_and_proposals_count(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
+    """The quota counts the whole tenant, not what a confined key sees; proposals count."""
     tenant = unique("quota-confined")
     wide = Api(channel, brain_server.mint_key(tenant, "admin", permissions=WRITER))
     narrow = Api(
@@ -125,6 +129,7 @@ async def test_a_confined_key_counts_the_whole_tenant_and_proposals_count(
 
 
 def test_set_quota_refuses_bad_input(brain_server: BrainServer) -> None:
+    """set-quota refuses a negative count and an unknown tenant, and changes nothing."""
     tenant = unique("quota-bad")
     brain_server.mint_key(tenant, "alice")
     done = brain_server.admin("tenants", "set-quota", tenant, "--memories", "-1", check=False)
