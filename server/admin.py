@@ -119,7 +119,7 @@ def _quota(text: str) -> int | None:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count or 'none'") from None
-    if value < 0:
+    if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"{text!r}: a quota is 0 or more, or 'none'")
     return value
 

@@ -134,6 +134,8 @@ def test_set_quota_refuses_bad_input(brain_server: BrainServer) -> None:
     brain_server.mint_key(tenant, "alice")
     done = brain_server.admin("tenants", "set-quota", tenant, "--memories", "-1", check=False)
     assert done.returncode == 2 and "--memories" in done.stderr
+    done = brain_server.admin("tenants", "set-quota", tenant, "--memories", "9" * 20, check=False)
+    assert done.returncode == 2 and "--memories" in done.stderr
     done = brain_server.admin(
         "tenants", "set-quota", unique("nosuch"), "--memories", "3", check=False
     )
