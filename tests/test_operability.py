@@ -7,6 +7,7 @@ import http.server
 import socket
 import threading
 import urllib.request
+import uuid
 from collections.abc import Iterator
 
 import grpc
@@ -326,3 +327,27 @@ def test_metrics_listen_comes_from_the_flag_or_the_environment(
     monkeypatch.setenv("BRAIN_METRICS_LISTEN", "0.0.0.0:9464")
     assert parsed() == "0.0.0.0:9464"
     assert parsed("--metrics-listen", "127.0.0.1:9100") == "127.0.0.1:9100"
+
+
+async def test_a_statement_timeout_is_counted_and_reported_as_a_deadline(
+    pg_cluster: PgCluster,
+) -> None:
+    """A statement the timeout cancels is DeadlineExceeded and moves the timeout counter."""
+    from brain.server import metrics
+    from brain.server.errors import DeadlineExceeded
+    from brain.server.storage.db import Database
+
+    db = await Database.connect(pg_cluster.app_dsn, max_size=1)
+    try:
+        before = metrics.STATEMENT_TIMEOUTS._value.get()
+        async with db.tenant_tx(str(uuid.uuid4()), timeout_ms=5000) as conn:
+            assert await conn.fetchval("SELECT 1") == 1  # the control: no timeout, no count
+        await asyncio.sleep(0)  # the query logger reports on the next loop turn
+        assert metrics.STATEMENT_TIMEOUTS._value.get() == before
+        with pytest.raises(DeadlineExceeded):
+            async with db.tenant_tx(str(uuid.uuid4()), timeout_ms=50) as conn:
+                await conn.execute("SELECT pg_sleep(30)")
+        await asyncio.sleep(0)
+        assert metrics.STATEMENT_TIMEOUTS._value.get() == before + 1
+    finally:
+        await db.close()
