@@ -12,7 +12,9 @@ It wraps each method handler so it sees the deserialized request. In order:
    confinement (PERMISSION_DENIED naming the field);
 6. the per-key rate limit (RESOURCE_EXHAUSTED with a retry delay).
 Then the caller is bound in a ContextVar for the servicer. Every call is logged with its
-method and status (failures caused by the server or its database at warning level).
+method and status (failures caused by the server or its database at warning level), and
+handed to an optional ``CallObserver`` (metrics and traces; with a trace, the trace id is
+the call's request id).
 It holds no business logic; row visibility is enforced in SQL by the storage layer.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import Token
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast
@@ -79,6 +82,20 @@ class KeyResolver(Protocol):
     async def __call__(self, key_id: str) -> KeyRecord | None: ...
 
 
+class CallObserver(Protocol):
+    """Sees every brain.v1 call the interceptor admits or refuses (metrics, traces)."""
+
+    def call_span(self, method: str) -> AbstractContextManager[str | None]:
+        """Wraps the whole call; yields a trace id to use as the request id, or None."""
+        ...
+
+    def call_done(
+        self, method: str, code: grpc.StatusCode, seconds: float, server_fault: bool
+    ) -> None: ...
+
+    def rate_limited(self, key_id: str) -> None: ...
+
+
 class _Denied(Exception):
     def __init__(self, code: grpc.StatusCode, message: str, trailers: tuple[Any, ...] = ()) -> None:
         super().__init__(message)
@@ -122,6 +139,7 @@ class AuthorizationInterceptor(Interceptor):
         touch_key: Callable[[str], Awaitable[None]] | None = None,
         touch_every_seconds: float = 60.0,
         check_request: Callable[[Any], str | None] | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         self._resolve_key = resolve_key
         self._pepper = pepper
@@ -132,6 +150,7 @@ class AuthorizationInterceptor(Interceptor):
         self._touch_every = touch_every_seconds
         self._touched: dict[str, float] = {}
         self._check_request = check_request
+        self._observer = observer
 
     async def intercept_service(
         self,
@@ -164,7 +183,9 @@ class AuthorizationInterceptor(Interceptor):
             )
         return _refusing_handler(method)
 
-    async def _authorize(self, request: Any, context: Ctx, method: str, cls: MethodClass) -> Caller:
+    async def _authorize(
+        self, request: Any, context: Ctx, method: str, cls: MethodClass, request_id: str | None
+    ) -> Caller:
         token = _bearer(context.invocation_metadata())
         key = await self._authenticate(token)
         self._check_body(request, method)
@@ -182,6 +203,8 @@ class AuthorizationInterceptor(Interceptor):
         if self._rate_limiter is not None:
             wait = self._rate_limiter.acquire(key.key_id)
             if wait > 0:
+                if self._observer is not None:
+                    self._observer.rate_limited(key.key_id)
                 raise _Denied(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"rate limit exceeded for this key; retry after {wait:.2f}s",
@@ -192,7 +215,7 @@ class AuthorizationInterceptor(Interceptor):
             method=method,
             method_class=cls,
             scope=scope,
-            request_id=uuid.uuid4().hex,
+            request_id=request_id or uuid.uuid4().hex,
         )
 
     def _check_body(self, request: Any, method: str) -> None:
@@ -242,21 +265,38 @@ class AuthorizationInterceptor(Interceptor):
         except KeyStoreUnavailable as exc:
             raise _Denied(grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_MESSAGE) from exc
 
+    def _span(self, method: str) -> AbstractContextManager[str | None]:
+        return nullcontext() if self._observer is None else self._observer.call_span(method)
+
+    def _done(
+        self, method: str, caller: Caller | None, code: grpc.StatusCode, started: float
+    ) -> None:
+        _log_call(method, caller, code, started)
+        if self._observer is not None:
+            seconds = time.perf_counter() - started
+            self._observer.call_done(method, code, seconds, code in SERVER_FAULTS)
+
     async def _admit(
-        self, request: Any, context: Ctx, method: str, cls: MethodClass, started: float
+        self,
+        request: Any,
+        context: Ctx,
+        method: str,
+        cls: MethodClass,
+        started: float,
+        request_id: str | None,
     ) -> Caller:
         """The authorised caller, or the call ends here with the refusal (and is logged)."""
         try:
-            return await self._authorize(request, context, method, cls)
+            return await self._authorize(request, context, method, cls, request_id)
         except _Denied as denied:
-            _log_call(method, None, denied.code, started)
+            self._done(method, None, denied.code, started)
             if denied.trailers:
                 context.set_trailing_metadata(denied.trailers)
             await context.abort(denied.code, denied.message)
             raise AssertionError("unreachable: abort raises") from denied
         except Exception as exc:  # a bug: log it whole, tell the caller nothing internal
             _log.error("authorization failed unexpectedly", method=method, exc_info=exc)
-            _log_call(method, None, grpc.StatusCode.INTERNAL, started)
+            self._done(method, None, grpc.StatusCode.INTERNAL, started)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error; see server logs")
             raise AssertionError("unreachable: abort raises") from exc
 
@@ -264,20 +304,21 @@ class AuthorizationInterceptor(Interceptor):
         self, behavior: Callable[..., Awaitable[Any]], method: str, cls: MethodClass
     ) -> Callable[..., Awaitable[Any]]:
         async def wrapper(request: Any, context: Ctx) -> Any:
-            started = time.perf_counter()
-            caller = await self._admit(request, context, method, cls, started)
-            bound = _bind(caller)
-            code = grpc.StatusCode.UNKNOWN
-            try:
-                response = await behavior(request, context)
-                code = _code_of(context)
-                return response
-            except BaseException:
-                code = _code_of(context, grpc.StatusCode.UNKNOWN)
-                raise
-            finally:
-                _unbind(bound)
-                _log_call(method, caller, code, started)
+            with self._span(method) as trace_id:
+                started = time.perf_counter()
+                caller = await self._admit(request, context, method, cls, started, trace_id)
+                bound = _bind(caller)
+                code = grpc.StatusCode.UNKNOWN
+                try:
+                    response = await behavior(request, context)
+                    code = _code_of(context)
+                    return response
+                except BaseException:
+                    code = _code_of(context, grpc.StatusCode.UNKNOWN)
+                    raise
+                finally:
+                    _unbind(bound)
+                    self._done(method, caller, code, started)
 
         return wrapper
 
@@ -285,20 +326,21 @@ class AuthorizationInterceptor(Interceptor):
         self, behavior: Callable[..., AsyncIterator[Any]], method: str, cls: MethodClass
     ) -> Callable[..., AsyncIterator[Any]]:
         async def wrapper(request: Any, context: Ctx) -> AsyncIterator[Any]:
-            started = time.perf_counter()
-            caller = await self._admit(request, context, method, cls, started)
-            bound = _bind(caller)
-            code = grpc.StatusCode.UNKNOWN
-            try:
-                async for item in behavior(request, context):
-                    yield item
-                code = _code_of(context)
-            except BaseException:
-                code = _code_of(context, grpc.StatusCode.CANCELLED)
-                raise
-            finally:
-                _unbind(bound)
-                _log_call(method, caller, code, started)
+            with self._span(method) as trace_id:
+                started = time.perf_counter()
+                caller = await self._admit(request, context, method, cls, started, trace_id)
+                bound = _bind(caller)
+                code = grpc.StatusCode.UNKNOWN
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                    code = _code_of(context)
+                except BaseException:
+                    code = _code_of(context, grpc.StatusCode.CANCELLED)
+                    raise
+                finally:
+                    _unbind(bound)
+                    self._done(method, caller, code, started)
 
         return wrapper
 

@@ -86,11 +86,52 @@ async def cmd_tenants_create(ctx: Context) -> None:
 
 async def cmd_tenants_list(ctx: Context) -> None:
     async with ctx.connect() as conn:
-        rows = await conn.fetch("SELECT tenant_id, name, created_at FROM tenants ORDER BY name")
+        rows = await store.list_tenants(conn)
     _out(
         ctx.args,
-        [dict(r) for r in rows],
-        "\n".join(f"{r['name']}\t{r['tenant_id']}\t{r['created_at']:%Y-%m-%d}" for r in rows),
+        [
+            {
+                "tenant_id": r["tenant_id"],
+                "name": r["name"],
+                "created_at": r["created_at"],
+                "quotas": {"memories": r["max_memories"]},
+                "usage": {"memories": r["memories"]},
+            }
+            for r in rows
+        ],
+        "\n".join(
+            f"{r['name']}\t{r['tenant_id']}\t{r['created_at']:%Y-%m-%d}\t"
+            f"memories {r['memories']}/{_limit_text(r['max_memories'])}"
+            for r in rows
+        ),
+    )
+
+
+def _limit_text(limit: int | None) -> str:
+    return "unlimited" if limit is None else str(limit)
+
+
+def _quota(text: str) -> int | None:
+    """A quota flag's value: a count, or ``none`` for no limit."""
+    if text.strip().lower() in ("none", "unlimited"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count or 'none'") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r}: a quota is 0 or more, or 'none'")
+    return value
+
+
+async def cmd_tenants_set_quota(ctx: Context) -> None:
+    args = ctx.args
+    async with ctx.connect() as conn:
+        tenant_id = await store.set_memory_quota(conn, args.tenant, args.memories)
+    _out(
+        args,
+        {"tenant_id": tenant_id, "name": args.tenant, "quotas": {"memories": args.memories}},
+        f"tenant {args.tenant}: memories quota {_limit_text(args.memories)}",
     )
 
 
@@ -360,7 +401,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p: argparse.ArgumentParser = command(tenants, "create", cmd_tenants_create, "create a tenant")
     p.add_argument("name")
-    command(tenants, "list", cmd_tenants_list, "list tenants")
+    command(tenants, "list", cmd_tenants_list, "list tenants with their quotas and usage")
+    p = command(tenants, "set-quota", cmd_tenants_set_quota, "limit what a tenant may store")
+    p.add_argument("tenant")
+    p.add_argument(
+        "--memories",
+        type=_quota,
+        required=True,
+        help="most stored (active or candidate) memories; 'none' lifts the limit",
+    )
 
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="sub", required=True)
     p = command(keys, "create", cmd_keys_create, "mint an API key (printed once)")

@@ -21,10 +21,10 @@ from brain.authz import RateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
 from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_pb2_grpc
 
-from . import embedded, logs, validation
+from . import embedded, logs, metrics, tracing, validation
 from .audit import AuditLog
 from .config import Settings, add_server_arguments, settings_from_args
-from .embedders import EmbedderError, build_embedder
+from .embedders import Embedder, EmbedderError, build_embedder
 from .memories import Limits, Memories
 from .pepper import PepperError, load_pepper
 from .review import Review, ReviewLimits
@@ -58,6 +58,8 @@ class RunningServer:
     memories: Memories
     supervisor: DatabaseSupervisor
     embedded_pg: embedded.EmbeddedPostgres | None = None
+    metrics_server: metrics.MetricsServer | None = None
+    tracing_on: bool = False
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def stop(self, grace: float = 10.0) -> None:
@@ -67,8 +69,16 @@ class RunningServer:
         self.stopped.set()
         await self.supervisor.stop()
         await self.health.enter_graceful_shutdown()
+        metrics.SERVING.set(0)
         await close_feed(self.db)  # watch streams end now, not after the grace period
         await self.server.stop(grace)
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+        for pool in (self.db.pool, self.db.replica):
+            if pool is not None:
+                metrics.POOLS.forget(pool)
+        if self.tracing_on:
+            tracing.shutdown()
         await self.db.close()
         if self.embedded_pg is not None:
             self.embedded_pg.stop()
@@ -177,6 +187,7 @@ async def _serve(
         rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
         touch_key=db.touch_key,
         check_request=validation.malformed,
+        observer=metrics.RpcObserver(),
     )
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
@@ -185,7 +196,7 @@ async def _serve(
     ]
     server = grpc.aio.server(interceptors=[interceptor], options=options)
     try:
-        embedder = build_embedder(
+        embedder: Embedder = build_embedder(
             settings.embedder,
             openai_url=settings.openai_url,
             openai_model=settings.openai_model,
@@ -194,6 +205,7 @@ async def _serve(
         )
     except EmbedderError as exc:
         raise StartupError(f"embedder: {exc}") from exc
+    embedder = metrics.InstrumentedEmbedder(embedder)
     dimension = await db.embedding_dimension()
     if embedder.dimension not in (0, dimension):
         raise StartupError(
@@ -241,8 +253,18 @@ async def _serve(
             f"cannot listen on {settings.listen}: the address is in use or not valid"
         )
     await server.start()
+    try:
+        metrics_server = _serve_metrics(settings, port)
+    except StartupError:
+        await server.stop(None)
+        raise
+    tracing_on = tracing.configure() is not None
+    metrics.POOLS.watch("primary", db.pool)
+    if db.replica is not None:
+        metrics.POOLS.watch("replica", db.replica)
     for service in ("", *SERVICES):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    metrics.SERVING.set(1)
     supervisor = DatabaseSupervisor(
         db, health_servicer, SERVICES, pg=pg, interval=settings.health_interval_seconds
     )
@@ -254,6 +276,10 @@ async def _serve(
         tls=credentials is not None,
         mtls=settings.tls_client_ca is not None,
         database="embedded" if pg is not None else logs.redact_dsn(settings.database_url or ""),
+        metrics=f"{settings.metrics_listen} (port {metrics_server.port})"
+        if metrics_server
+        else None,
+        tracing=tracing_on,
     )
     return RunningServer(
         server=server,
@@ -263,7 +289,28 @@ async def _serve(
         memories=memories,
         supervisor=supervisor,
         embedded_pg=pg,
+        metrics_server=metrics_server,
+        tracing_on=tracing_on,
     )
+
+
+def _serve_metrics(settings: Settings, grpc_port: int) -> metrics.MetricsServer | None:
+    """Start the /metrics endpoint if asked for; never on the gRPC port."""
+    listen = settings.metrics_listen
+    if not listen:
+        return None
+    try:
+        _, port = metrics.host_port(listen)
+    except ValueError as exc:
+        raise StartupError(f"--metrics-listen: {exc}") from exc
+    if port == grpc_port:
+        raise StartupError(
+            f"--metrics-listen {listen} is the gRPC port; metrics need an address of their own"
+        )
+    try:
+        return metrics.serve(listen)
+    except OSError as exc:
+        raise StartupError(f"cannot serve metrics on {listen}: {exc}") from exc
 
 
 async def _run(settings: Settings) -> None:

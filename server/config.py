@@ -41,6 +41,8 @@ class Settings:
     max_candidate_ttl_days: int = 30
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
+    # host:port for Prometheus /metrics; None: no metrics endpoint.
+    metrics_listen: str | None = None
     # Test-only: drop the application's visibility predicate to prove RLS alone isolates.
     app_filter: bool = True
 
@@ -121,6 +123,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         default=int(_env("MAX_CANDIDATE_TTL_DAYS", "30") or 30),
         help="longest review window a proposal may ask for (BRAIN_MAX_CANDIDATE_TTL_DAYS)",
     )
+    parser.add_argument(
+        "--metrics-listen",
+        default=_env("METRICS_LISTEN"),
+        help="host:port to serve Prometheus metrics on (at /metrics); off by default, "
+        "never the gRPC address (BRAIN_METRICS_LISTEN)",
+    )
     add_embedder_arguments(parser)
     parser.add_argument(
         "--dev-key-file",
@@ -187,5 +195,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         proposals_per_hour=args.proposals_per_hour,
         max_candidate_ttl_days=args.max_candidate_ttl_days,
         dev_key_file=args.dev_key_file,
+        metrics_listen=args.metrics_listen,
         **embedder_settings(args),  # type: ignore[arg-type]
     )

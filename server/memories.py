@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 from brain.authz import Caller, Permission
 from brain.v1 import common_pb2, memory_pb2
 
-from . import context, convert, cursors, retrieval
+from . import context, convert, cursors, quotas, retrieval
 from . import validation as check
 from .convert import PROTO_TO_STATUS
 from .embedders import Embedder, EmbedderError, NoEmbedder
@@ -353,6 +353,7 @@ class Memories:
         targets: list[asyncpg.Record],
     ) -> asyncpg.Record:
         """Insert ``new`` and mark ``targets`` superseded by it, at one transaction time."""
+        await quotas.reserve_memories(conn, adding=1 - len(targets))
         memory_id = cursors.uuid7()
         at = await sql.clock(conn)
         new = replace(new, supersedes=[t["memory_id"] for t in targets])

@@ -28,6 +28,7 @@ from typing import Any
 
 import asyncpg
 
+from . import metrics
 from .storage.memories import (
     RowFilter,
     TimeCoords,
@@ -169,7 +170,8 @@ async def lexical_lane(
         SELECT {memory_columns(v, p)}, s.score
         FROM scored s JOIN memories m USING (tenant_id, memory_id, version)
         ORDER BY s.score DESC, m.memory_id"""
-    rows = await conn.fetch(sql, *p.values)
+    with metrics.lane("lexical" if config == "english" else "exact"):
+        rows = await conn.fetch(sql, *p.values)
     return [LaneHit(row=r, score=float(r["score"])) for r in rows]
 
 
@@ -216,7 +218,8 @@ async def semantic_lane(
         ) hits
         WHERE similarity >= {p.add(params.similarity_floor)}::float8
         ORDER BY similarity DESC"""
-    rows = await conn.fetch(sql, *p.values)
+    with metrics.lane("semantic"):
+        rows = await conn.fetch(sql, *p.values)
     return [LaneHit(row=r, score=float(r["similarity"])) for r in rows]
 
 

@@ -17,7 +17,7 @@ import asyncpg
 from brain.authz import Caller, Permission
 from brain.v1 import memory_pb2, review_pb2
 
-from . import convert, cursors
+from . import convert, cursors, quotas
 from . import validation as check
 from .errors import (
     FailedPrecondition,
@@ -114,6 +114,7 @@ class Review:
                 f"this key made {recent} proposals in the last hour; the limit is "
                 f"{self.limits.proposals_per_hour}"
             )
+        await quotas.reserve_memories(conn, adding=1)
         at = await sql.clock(conn)
         candidate = replace(
             new,

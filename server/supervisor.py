@@ -19,7 +19,7 @@ import structlog
 from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2
 
-from . import embedded
+from . import embedded, metrics
 from .storage.db import Database
 
 _log = structlog.get_logger("brain.supervisor")
@@ -71,6 +71,7 @@ class DatabaseSupervisor:
         ok = await self.db.ping(max(self.interval, 1.0))
         if not ok and self.pg is not None and not self.hold_restarts:
             ok = await self._restart_embedded()
+        metrics.SERVING.set(1 if ok else 0)
         if ok != self.serving:
             self.serving = ok
             status = SERVING if ok else NOT_SERVING

@@ -27,6 +27,7 @@ import structlog
 from brain.authz import Caller, KeyStoreUnavailable
 from brain.v1 import memory_pb2
 
+from . import metrics
 from .errors import PermissionDenied, Unavailable
 from .memories import Memories, row_filter
 from .storage import audit as sql
@@ -84,10 +85,12 @@ class ChangeFeed:
         """An event set whenever ``tenant_id`` may have new audit events."""
         woken = asyncio.Event()
         self._waiters.setdefault(tenant_id, set()).add(woken)
+        metrics.WATCH_STREAMS.inc()
         try:
             await self._listen()
             yield woken
         finally:
+            metrics.WATCH_STREAMS.dec()
             waiters = self._waiters.get(tenant_id)
             if waiters is not None:
                 waiters.discard(woken)

@@ -132,3 +132,30 @@ async def key_row(conn: asyncpg.Connection, key_id: str) -> asyncpg.Record:
     if row is None:
         raise AdminError(f"no key with id {key_id!r}")
     return row
+
+
+async def set_memory_quota(conn: asyncpg.Connection, tenant: str, limit: int | None) -> str:
+    """Set (or, with None, lift) a tenant's limit on stored memories; its id back."""
+    if limit is not None and limit < 0:
+        raise AdminError(f"--memories must be 0 or more, or 'none'; got {limit}")
+    tenant_id = await tenant_id_by_name(conn, tenant)
+    await conn.execute(
+        """INSERT INTO tenant_quotas (tenant_id, max_memories) VALUES ($1::uuid, $2)
+           ON CONFLICT (tenant_id)
+           DO UPDATE SET max_memories = EXCLUDED.max_memories, updated_at = now()""",
+        tenant_id,
+        limit,
+    )
+    return tenant_id
+
+
+async def list_tenants(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    """Every tenant with its memory quota (NULL: unlimited) and the memories it stores."""
+    return list(
+        await conn.fetch(
+            """SELECT t.tenant_id, t.name, t.created_at, q.max_memories,
+                      brain_memories_used(t.tenant_id) AS memories
+               FROM tenants t LEFT JOIN tenant_quotas q USING (tenant_id)
+               ORDER BY t.name"""
+        )
+    )

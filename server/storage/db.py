@@ -21,6 +21,7 @@ from pgvector.asyncpg import register_vector
 
 from brain.authz import Caller, Confinement, KeyRecord, KeyStoreUnavailable, Permission
 
+from .. import metrics
 from ..errors import BrainError, Conflict, DeadlineExceeded, ResourceExhausted, Unavailable
 
 _log = structlog.get_logger("brain.db")
@@ -82,6 +83,7 @@ class UnsafeRole(Exception):
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
     await register_vector(conn)
+    conn.add_query_logger(metrics.log_query)  # statement timeouts and SQL spans
 
 
 class Database:
@@ -175,8 +177,10 @@ class Database:
         if replica and readonly and self.replica is not None:
             pool = await self._read_pool(key_id)
         used: PoolConnectionProxy[Any] | None = None
+        auditing = False
         try:
-            async with pool.acquire() as conn:
+            name = "replica" if pool is self.replica else "primary"
+            async with metrics.acquire(pool, name) as conn:
                 used = conn
                 async with conn.transaction(readonly=readonly):
                     await conn.execute(
@@ -201,7 +205,10 @@ class Database:
                         confinement.session_id or "",
                         "on" if may_review else "",
                     )
-                    yield conn  # type: ignore[misc]
+                    yield conn
+                    auditing = not readonly and await metrics.audit_pending(conn)
+                if auditing:  # committed
+                    metrics.AUDIT_EVENTS.inc()
                 if not readonly and key_id and self.replica is not None:
                     # After commit: the position a replica must reach to show this write.
                     self._written[key_id] = await conn.fetchval(
