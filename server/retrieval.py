@@ -79,6 +79,7 @@ class FusedHit:
     semantic_rank: int = 0
     lexical_score: float = 0.0
     semantic_similarity: float = 0.0
+    rerank_score: float = 0.0  # set when a reranker ordered the hit
 
 
 async def lexical_lane(
