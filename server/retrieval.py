@@ -59,6 +59,10 @@ class RetrievalParams:
     # Terms in more visible rows than this are common: counted no further, and they do
     # not pull candidates in (see lexical_lane). Buckets below it get exact BM25.
     lexical_df_cap: int = 2000
+    # How a lane's hits count: "minmax" (scores scaled to 0..1) or "rrf" (1/(rrf_k + rank),
+    # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
+    fusion: str = "minmax"
+    rrf_k: int = 60
 
 
 # Text search configuration -> the generated tsvector column that holds it.
@@ -225,6 +229,10 @@ def _key(row: asyncpg.Record) -> Any:
     return (row["memory_id"], row["version"])
 
 
+def _reciprocal(hits: Sequence[LaneHit], k: int) -> list[float]:
+    return [(k + 1) / (k + rank) for rank in range(1, len(hits) + 1)]
+
+
 def _minmax(hits: Sequence[LaneHit]) -> list[float]:
     if not hits:
         return []
@@ -282,7 +290,8 @@ def fuse(
         ("semantic", semantic, params.semantic_weight),
     )
     for kind, hits, weight in lanes:
-        for rank, (hit, norm) in enumerate(zip(hits, _minmax(hits), strict=True), start=1):
+        norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)
+        for rank, (hit, norm) in enumerate(zip(hits, norms, strict=True), start=1):
             item = fused.setdefault(_key(hit.row), FusedHit(row=hit.row, score=0.0))
             item.score += weight * norm
             if kind == "lexical":
