@@ -50,7 +50,13 @@ from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
 from . import crossval, embedded, logs
 from .app import StartupError, start_server
-from .config import Settings, add_embedder_arguments, embedder_settings
+from .config import (
+    Settings,
+    add_embedder_arguments,
+    add_reranker_arguments,
+    embedder_settings,
+    reranker_settings,
+)
 from .memories import Memories
 from .retrieval import RetrievalParams
 from .storage import admin
@@ -881,6 +887,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_embedder_arguments(p)  # the private server's embedder, as brain-server takes it
     server_default = p.get_default("embedder")
     p.set_defaults(embedder=None, server_default_embedder=server_default)  # None: not given
+    add_reranker_arguments(p)  # the private server's reranker, if a deployment brings one
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
     p.add_argument("--target", help="host:port of a running brain-server to evaluate instead")
     p.add_argument(
@@ -918,7 +925,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.target is not None and args.folds:
         _fail("--folds needs the private server; a --target keeps its own parameters", 2)
     args.embedder = args.embedder or args.server_default_embedder
-    options = embedder_settings(args)
+    options = embedder_settings(args) | reranker_settings(args)
     if args.k > 100:
         _fail("--k must be at most 100 (the server's page limit)", 2)
     logs.configure("warning")
