@@ -699,9 +699,11 @@ async def _run_all(
         tally.scores = [s for per_conv in tally.by_candidate[0] for s in per_conv]
         if grid:
             brain.use(shipped)
-        for conv, (bucket, turns_of) in zip(conversations, loaded, strict=True):
+        for n, (conv, (bucket, turns_of)) in enumerate(zip(conversations, loaded, strict=True)):
             await _silence(stub, bucket, conv, k, tally.silence)
             await _lifecycle(stub, bucket, conv, turns_of, k, tally.lifecycle)
+            if progress is not None:
+                progress.update("silence and lifecycle checks", n + 1, len(conversations))
 
 
 async def _load(
