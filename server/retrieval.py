@@ -15,7 +15,9 @@ own statement, before the LIMIT, so a crowded bucket cannot starve it.
   plus small bounded boosts for importance and recency that reorder near-ties but cannot
   overturn a clearly better match.
 
-The weights were tuned on the LoCoMo dev split only; see README, Retrieval.
+The weights were tuned on the LoCoMo dev split only; ``brain-eval locomo --folds``
+re-chooses them leave-one-conversation-out to show how much of that tuning carries over
+(see README, Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
 """
 
 from __future__ import annotations
