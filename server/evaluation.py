@@ -35,7 +35,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -370,6 +370,9 @@ class EvalResult:
     silence: Silence = field(default_factory=Silence)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     cross_validation: CrossValidation | None = None
+    # How the server ordered the scored searches: ranking name -> count. A reranker that
+    # failed shows up here as RANKING_FUSED_RERANKER_UNAVAILABLE, not as a lower figure.
+    rankings: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.overall.as_json())
@@ -387,6 +390,7 @@ class EvalResult:
             },
             silence=self.silence.as_json(),
             lifecycle=self.lifecycle.as_json(),
+            rankings=dict(sorted(self.rankings.items())),
         )
         if self.cross_validation is not None:
             out["cross_validated"] = self.cross_validation.as_json()
@@ -428,6 +432,11 @@ def format_table(result: EvalResult) -> str:
         f"lifecycle: {life.superseded} superseded, {life.forgotten} forgotten, asked again "
         f"{life.searches} times: {life.leaked} came back (must be 0); replacements found "
         f"{life.replacements_found}/{life.superseded}",
+        "hits ordered: "
+        + ", ".join(
+            f"{name.removeprefix('RANKING_').lower()} {n}"
+            for name, n in sorted(result.rankings.items())
+        ),
         "",
         f"search latency p50 {percentile(result.search_ms, 50):.1f} ms, "
         f"p95 {percentile(result.search_ms, 95):.1f} ms (client side, one call at a time); "
@@ -579,6 +588,7 @@ class Progress:
 class _Tally:
     scores: list[QuestionScore] = field(default_factory=list)  # with the server's parameters
     search_ms: list[float] = field(default_factory=list)
+    rankings: Counter[str] = field(default_factory=Counter)
     turns: int = 0
     load_seconds: float = 0.0
     # by_candidate[c][i]: the scores of grid candidate c on conversation i (with --folds)
@@ -632,6 +642,7 @@ async def run_locomo(
         k=k,
         silence=tally.silence,
         lifecycle=tally.lifecycle,
+        rankings=dict(tally.rankings),
         cross_validation=_cross_validate(tally.by_candidate, grid, conversations) if grid else None,
     )
 
@@ -693,8 +704,8 @@ async def _run_all(
                 label = f"[{n}/{len(conversations)}] {conv.sample_id}"
                 if grid:
                     label += f" candidate {c + 1}/{len(grid)}"
-                timed = tally.search_ms if c == 0 else []
-                per_conv.append(await _ask(stub, bucket, conv, turns_of, k, progress, label, timed))
+                seen = (tally.search_ms, tally.rankings) if c == 0 else ([], Counter[str]())
+                per_conv.append(await _ask(stub, bucket, conv, turns_of, k, progress, label, *seen))
             tally.by_candidate.append(per_conv)
         tally.scores = [s for per_conv in tally.by_candidate[0] for s in per_conv]
         if grid:
@@ -753,14 +764,16 @@ async def _ask(
     progress: Progress | None,
     label: str,
     search_ms: list[float],
+    rankings: Counter[str],
 ) -> list[QuestionScore]:
     """Ask the questions one at a time, so latency is service time, not queueing."""
     scores = []
     for n, question in enumerate(conv.questions, 1):
         started = time.perf_counter()
-        hits = await _search(stub, bucket, question.text, k)
+        response = await _search(stub, bucket, question.text, k)
         search_ms.append((time.perf_counter() - started) * 1000)
-        ranked = [frozenset(turns_of.get(hit.memory.id, ())) for hit in hits]
+        rankings[memory_pb2.Ranking.Name(response.ranking)] += 1
+        ranked = [frozenset(turns_of.get(hit.memory.id, ())) for hit in response.hits]
         scores.append(score_question(ranked, question.evidence, question.category))
         if progress is not None:
             progress.update(f"{label} asking questions", n, len(conv.questions))
@@ -769,15 +782,17 @@ async def _ask(
 
 async def _search(
     stub: memory_pb2_grpc.MemoryServiceAsyncStub, bucket: Bucket, query: str, k: int
-) -> Sequence[memory_pb2.SearchHit]:
+) -> memory_pb2.SearchMemoriesResponse:
     request = memory_pb2.SearchMemoriesRequest(
         scope=bucket.scope,
         query=query,
         limit=k,
         time=common_pb2.TimeTravel(any_valid_time=True),  # the facts are dated 2023
     )
-    response = await stub.SearchMemories(request, metadata=bucket.metadata, timeout=RPC_TIMEOUT_S)
-    return list(response.hits)
+    response: memory_pb2.SearchMemoriesResponse = await stub.SearchMemories(
+        request, metadata=bucket.metadata, timeout=RPC_TIMEOUT_S
+    )
+    return response
 
 
 async def _silence(
@@ -790,10 +805,10 @@ async def _silence(
     """Ask what the conversation does not answer; silent means no hit at all."""
     for text in conv.adversarial:
         silence.adversarial_asked += 1
-        silence.adversarial_silent += not await _search(stub, bucket, text, k)
+        silence.adversarial_silent += not (await _search(stub, bucket, text, k)).hits
     for text in NEVER_SAID:
         silence.never_said_asked += 1
-        silence.never_said_silent += not await _search(stub, bucket, text, k)
+        silence.never_said_silent += not (await _search(stub, bucket, text, k)).hits
 
 
 async def _lifecycle(
@@ -848,9 +863,9 @@ async def _lifecycle(
     lifecycle.forgotten += len(gone)
     for question, mid, turn in picked:
         # The question, and the old memory's own text: the query most sure to find it.
-        found = {hit.memory.id for hit in await _search(stub, bucket, question.text, k)}
+        found = {hit.memory.id for hit in (await _search(stub, bucket, question.text, k)).hits}
         lifecycle.replacements_found += mid in replaced and replaced[mid] in found
-        found |= {hit.memory.id for hit in await _search(stub, bucket, turn.content, k)}
+        found |= {hit.memory.id for hit in (await _search(stub, bucket, turn.content, k)).hits}
         lifecycle.searches += 2
         lifecycle.leaked += len(found & (gone | replaced.keys()))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -305,6 +306,22 @@ async def test_silence_and_lifecycle_checks_on_the_tiny_file(tiny_file: Path) ->
     assert life.replacements_found == 2  # the positive control
     assert life.leaked == 0
     assert result.overall.recall[10] == pytest.approx(0.7)  # asked before any change
+    assert result.rankings == {"RANKING_FUSED": 5}
+
+
+async def test_an_unreachable_reranker_is_reported_not_hidden(tiny_file: Path) -> None:
+    """With a reranker nobody serves, every search with hits says it fell back.
+
+    The figures stay the fused ones; the question with no hit had nothing to rerank.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again before the run: nothing listens there
+    options = {"reranker_url": f"http://127.0.0.1:{port}", "reranker_model": "m"}
+    result = await run_locomo(load_locomo(tiny_file), embedder="none", embedder_options=options)
+
+    assert result.rankings == {"RANKING_FUSED_RERANKER_UNAVAILABLE": 4, "RANKING_FUSED": 1}
+    assert result.overall.recall[10] == pytest.approx(0.7)  # the fused order, unharmed
 
 
 async def test_folds_choose_on_the_other_conversations(tiny_file: Path) -> None:

@@ -81,7 +81,7 @@ class _RankingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Ranking.Value
     DESCRIPTOR: _descriptor.EnumDescriptor
     RANKING_UNSPECIFIED: _Ranking.ValueType  # 0
     RANKING_FUSED: _Ranking.ValueType  # 1
-    """The lanes fused; no reranker is configured."""
+    """The lanes fused; no reranker is configured, or no hit to rerank."""
     RANKING_RERANKED: _Ranking.ValueType  # 2
     """The fused top N reordered by the configured reranker."""
     RANKING_FUSED_RERANKER_UNAVAILABLE: _Ranking.ValueType  # 3
@@ -92,7 +92,7 @@ class Ranking(_Ranking, metaclass=_RankingEnumTypeWrapper):
 
 RANKING_UNSPECIFIED: Ranking.ValueType  # 0
 RANKING_FUSED: Ranking.ValueType  # 1
-"""The lanes fused; no reranker is configured."""
+"""The lanes fused; no reranker is configured, or no hit to rerank."""
 RANKING_RERANKED: Ranking.ValueType  # 2
 """The fused top N reordered by the configured reranker."""
 RANKING_FUSED_RERANKER_UNAVAILABLE: Ranking.ValueType  # 3
