@@ -27,6 +27,7 @@ from .config import Settings, add_server_arguments, settings_from_args
 from .embedders import Embedder, EmbedderError, build_embedder
 from .memories import Limits, Memories
 from .pepper import PepperError, load_pepper
+from .rerankers import RerankerError, build_reranker
 from .review import Review, ReviewLimits
 from .servicers.memory import MemoryServicer
 from .servicers.other import AuditServicer, IdentityServicer, ReviewServicer
@@ -206,6 +207,16 @@ async def _serve(
     except EmbedderError as exc:
         raise StartupError(f"embedder: {exc}") from exc
     embedder = metrics.InstrumentedEmbedder(embedder)
+    try:
+        reranker = build_reranker(
+            settings.reranker_url,
+            settings.reranker_model,
+            api_key=settings.reranker_api_key,
+            timeout=settings.reranker_timeout_seconds,
+            top_n=settings.reranker_top_n,
+        )
+    except RerankerError as exc:
+        raise StartupError(f"reranker: {exc}") from exc
     dimension = await db.embedding_dimension()
     if embedder.dimension not in (0, dimension):
         raise StartupError(
@@ -223,6 +234,7 @@ async def _serve(
         ),
         embedder=embedder,
         embedding_dimension=dimension,
+        reranker=reranker,
     )
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)
     review = Review(

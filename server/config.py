@@ -38,6 +38,11 @@ class Settings:
     openai_model: str | None = None
     openai_api_key: str | None = None
     embedding_dimension: int | None = None
+    reranker_url: str | None = None
+    reranker_model: str | None = None
+    reranker_api_key: str | None = None
+    reranker_timeout_seconds: float = 5.0
+    reranker_top_n: int = 20
     max_candidate_ttl_days: int = 30
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
@@ -130,6 +135,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "never the gRPC address (BRAIN_METRICS_LISTEN)",
     )
     add_embedder_arguments(parser)
+    add_reranker_arguments(parser)
     parser.add_argument(
         "--dev-key-file",
         type=Path,
@@ -171,6 +177,42 @@ def embedder_settings(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def add_reranker_arguments(parser: argparse.ArgumentParser) -> None:
+    """Reranker flags (brain-server and brain-eval); the key comes from the environment."""
+    parser.add_argument(
+        "--reranker-url",
+        default=_env("RERANKER_URL"),
+        help="Cohere-style /v1/rerank endpoint root, e.g. http://localhost:8080; unset: "
+        "no reranking (BRAIN_RERANKER_URL)",
+    )
+    parser.add_argument(
+        "--reranker-model", default=_env("RERANKER_MODEL"), help="BRAIN_RERANKER_MODEL"
+    )
+    parser.add_argument(
+        "--reranker-timeout",
+        type=float,
+        default=float(_env("RERANKER_TIMEOUT", "5") or 5),
+        help="seconds before a search gives up on the reranker (BRAIN_RERANKER_TIMEOUT)",
+    )
+    parser.add_argument(
+        "--reranker-top-n",
+        type=int,
+        default=int(_env("RERANKER_TOP_N", "20") or 20),
+        help="how many fused hits the reranker reorders (BRAIN_RERANKER_TOP_N)",
+    )
+
+
+def reranker_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The Settings fields for the reranker; the API key comes only from the environment."""
+    return {
+        "reranker_url": args.reranker_url,
+        "reranker_model": args.reranker_model,
+        "reranker_api_key": _env("RERANKER_API_KEY"),
+        "reranker_timeout_seconds": args.reranker_timeout,
+        "reranker_top_n": args.reranker_top_n,
+    }
+
+
 def _opt_path(name: str) -> Path | None:
     value = _env(name)
     return Path(value) if value else None
@@ -197,4 +239,5 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         dev_key_file=args.dev_key_file,
         metrics_listen=args.metrics_listen,
         **embedder_settings(args),  # type: ignore[arg-type]
+        **reranker_settings(args),  # type: ignore[arg-type]
     )

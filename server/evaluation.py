@@ -6,6 +6,16 @@ question of categories 1-4 that has evidence is then asked with SearchMemories, 
 question scores by how many of its evidence turns come back: recall@k, hit@k and MRR,
 plus client-side search latency. No LLM is involved.
 
+Two checks follow in the same buckets. Silence: the adversarial (category 5) questions
+and questions about things never said should return nothing; the report gives the share
+that did. Lifecycle: a sample of evidence memories is superseded by corrected versions
+and others are forgotten; their questions are asked again, and no superseded or forgotten
+memory may come back, while the replacements should (the positive control).
+
+With ``--folds`` the retrieval parameters are cross-validated (see `crossval`): the
+private server is asked every question once per candidate of a small grid, and each
+conversation is scored with the candidate chosen on the others.
+
 Without ``--target`` a private PostgreSQL and brain-server are started in a temporary
 directory and removed afterwards, with one fresh tenant and key per conversation.
 """
@@ -25,7 +35,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,9 +48,17 @@ import grpc
 from brain.authz import Confinement
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
-from . import embedded, logs
+from . import crossval, embedded, logs
 from .app import StartupError, start_server
-from .config import Settings, add_embedder_arguments, embedder_settings
+from .config import (
+    Settings,
+    add_embedder_arguments,
+    add_reranker_arguments,
+    embedder_settings,
+    reranker_settings,
+)
+from .memories import Memories
+from .retrieval import RetrievalParams
 from .storage import admin
 from .storage.bootstrap import prepare_embedded
 from .validation import normalise
@@ -50,6 +68,19 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 RPC_TIMEOUT_S = 60.0
 _SESSION = re.compile(r"session_(\d+)")
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y")
+ADVERSARIAL = 5  # LoCoMo's category of questions the conversation does not answer
+# Questions about things no LoCoMo conversation mentions, asked in every bucket.
+NEVER_SAID = (
+    "What is the torque setting for the rear axle bolts on the tractor?",
+    "Which firmware version did the router in the basement run?",
+    "How many shares of the mining company did the broker sell?",
+    "What was the verdict in the parking ticket appeal?",
+    "Which vaccine did the veterinarian give the goat?",
+    "What is the password for the office wifi?",
+    "Who won the regional curling championship?",
+    "What dosage of the blood pressure medicine was prescribed?",
+)
+LIFECYCLE_SAMPLE = 8  # memories superseded, and as many forgotten, per conversation
 
 
 class DataError(Exception):
@@ -78,6 +109,7 @@ class Conversation:
     sample_id: str
     turns: list[Turn]
     questions: list[Question]
+    adversarial: list[str] = field(default_factory=list)  # category-5 question texts
 
 
 def load_locomo(path: Path) -> list[Conversation]:
@@ -119,7 +151,15 @@ def _conversation(sample: Any, index: int) -> Conversation:
         when = session_time(conv.get(f"{key}_date_time"), f"{where} {key}_date_time")
         turns.extend(_turn(t, when, f"{where} {key}[{i}]") for i, t in enumerate(conv[key]))
     questions = [q for i, item in enumerate(qa) if (q := _question(item, f"{where} qa[{i}]"))]
-    return Conversation(sample_id=sample_id, turns=turns, questions=questions)
+    adversarial = [
+        item["question"].strip()
+        for item in qa
+        if isinstance(item, dict)
+        and item.get("category") == ADVERSARIAL
+        and isinstance(item.get("question"), str)
+        and item["question"].strip()
+    ]
+    return Conversation(sample_id, turns, questions, adversarial)
 
 
 def session_time(value: Any, where: str) -> datetime:
@@ -244,9 +284,82 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
+def by_category(scores: Sequence[QuestionScore]) -> dict[int, Metrics]:
+    return {
+        c: summarise([s for s in scores if s.category == c])
+        for c in sorted({s.category for s in scores})
+    }
+
+
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+@dataclass
+class Silence:
+    """Questions that should find nothing, and how many found nothing (no hit at all)."""
+
+    adversarial_asked: int = 0
+    adversarial_silent: int = 0
+    never_said_asked: int = 0
+    never_said_silent: int = 0
+
+    def as_json(self) -> dict[str, dict[str, float | int]]:
+        return {
+            "adversarial": {
+                "asked": self.adversarial_asked,
+                "silent": self.adversarial_silent,
+                "share_silent": _share(self.adversarial_silent, self.adversarial_asked),
+            },
+            "never_said": {
+                "asked": self.never_said_asked,
+                "silent": self.never_said_silent,
+                "share_silent": _share(self.never_said_silent, self.never_said_asked),
+            },
+        }
+
+
+@dataclass
+class Lifecycle:
+    """Superseded and forgotten memories asked for again: none may come back."""
+
+    superseded: int = 0
+    forgotten: int = 0
+    searches: int = 0
+    leaked: int = 0  # hits that were a superseded or forgotten memory (must be 0)
+    replacements_found: int = 0  # superseded memories whose replacement came back
+
+    def as_json(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """Leave-one-conversation-out figures over a grid of retrieval parameters."""
+
+    overall: Metrics
+    per_category: dict[int, Metrics]
+    chosen: list[tuple[str, str]]  # (held-out sample id, candidate chosen on the others)
+    in_sample: Metrics
+    in_sample_candidate: str
+    candidates: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            **self.overall.as_json(),
+            "per_category": {
+                str(c): {"name": CATEGORIES[c], **m.as_json()}
+                for c, m in sorted(self.per_category.items())
+            },
+            "chosen": {sample: candidate for sample, candidate in self.chosen},
+            "in_sample": {**self.in_sample.as_json(), "candidate": self.in_sample_candidate},
+            "candidates": self.candidates,
+        }
+
+
 @dataclass(frozen=True)
 class EvalResult:
-    overall: Metrics
+    overall: Metrics  # with the parameters the server runs with
     per_category: dict[int, Metrics]
     search_ms: list[float]
     turns: int
@@ -254,6 +367,12 @@ class EvalResult:
     embedder: str
     load_seconds: float
     k: int
+    silence: Silence = field(default_factory=Silence)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    cross_validation: CrossValidation | None = None
+    # How the server ordered the scored searches: ranking name -> count. A reranker that
+    # failed shows up here as RANKING_FUSED_RERANKER_UNAVAILABLE, not as a lower figure.
+    rankings: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.overall.as_json())
@@ -269,7 +388,12 @@ class EvalResult:
                 str(c): {"name": CATEGORIES[c], **m.as_json()}
                 for c, m in sorted(self.per_category.items())
             },
+            silence=self.silence.as_json(),
+            lifecycle=self.lifecycle.as_json(),
+            rankings=dict(sorted(self.rankings.items())),
         )
+        if self.cross_validation is not None:
+            out["cross_validated"] = self.cross_validation.as_json()
         return out
 
 
@@ -290,7 +414,29 @@ def format_table(result: EvalResult) -> str:
     for c, m in sorted(result.per_category.items()):
         lines.append(row(f"{c} {CATEGORIES[c]}", m))
     lines.append(row("all", result.overall))
+    cv = result.cross_validation
+    if cv is not None:
+        lines += ["", f"cross-validated (leave one conversation out, {cv.candidates} candidates):"]
+        for c, m in sorted(cv.per_category.items()):
+            lines.append(row(f"{c} {CATEGORIES[c]}", m))
+        lines.append(row("all, held out", cv.overall))
+        lines.append(row("all, in sample", cv.in_sample))
+        lines += [f"  held out {sample}: chose {chosen}" for sample, chosen in cv.chosen]
+        lines.append(f"  in sample: chose {cv.in_sample_candidate}")
+    silence, life = result.silence, result.lifecycle
     lines += [
+        "",
+        f"silent (no hit) when it should be: adversarial {silence.adversarial_silent}/"
+        f"{silence.adversarial_asked}, never said {silence.never_said_silent}/"
+        f"{silence.never_said_asked}",
+        f"lifecycle: {life.superseded} superseded, {life.forgotten} forgotten, asked again "
+        f"{life.searches} times: {life.leaked} came back (must be 0); replacements found "
+        f"{life.replacements_found}/{life.superseded}",
+        "hits ordered: "
+        + ", ".join(
+            f"{name.removeprefix('RANKING_').lower()} {n}"
+            for name, n in sorted(result.rankings.items())
+        ),
         "",
         f"search latency p50 {percentile(result.search_ms, 50):.1f} ms, "
         f"p95 {percentile(result.search_ms, 95):.1f} ms (client side, one call at a time); "
@@ -334,6 +480,9 @@ class RemoteBrain:
     async def bucket(self, sample_id: str) -> Bucket:
         return Bucket(api_key=self.api_key, namespace=_fresh_name(sample_id))
 
+    def use(self, params: RetrievalParams) -> None:
+        raise ValueError("--folds needs the private server; a --target keeps its parameters")
+
 
 @dataclass(frozen=True)
 class PrivateBrain:
@@ -342,6 +491,11 @@ class PrivateBrain:
     address: str
     owner_dsn: str
     pepper: bytes
+    memories: Memories  # the in-process server's domain layer, to swap its parameters
+
+    def use(self, params: RetrievalParams) -> None:
+        """Search with ``params`` from the next call on (the data stays as loaded)."""
+        self.memories.params = params
 
     async def bucket(self, sample_id: str) -> Bucket:
         tenant = _fresh_name(sample_id)
@@ -354,7 +508,7 @@ class PrivateBrain:
                     self.pepper,
                     tenant=tenant,
                     principal="brain-eval",
-                    permissions=frozenset({"memories:read", "memories:write"}),
+                    permissions=frozenset({"memories:read", "memories:write", "memories:forget"}),
                     confinement=Confinement(),
                     labels=frozenset({"team"}),
                     expires_at=None,
@@ -398,7 +552,7 @@ async def private_brain(
         )
         running = await start_server(settings)
         try:
-            yield PrivateBrain(f"127.0.0.1:{running.port}", pg.owner_dsn, pepper)
+            yield PrivateBrain(f"127.0.0.1:{running.port}", pg.owner_dsn, pepper, running.memories)
         finally:
             await running.stop(grace=1.0)
     finally:
@@ -432,10 +586,15 @@ class Progress:
 
 @dataclass
 class _Tally:
-    scores: list[QuestionScore] = field(default_factory=list)
+    scores: list[QuestionScore] = field(default_factory=list)  # with the server's parameters
     search_ms: list[float] = field(default_factory=list)
+    rankings: Counter[str] = field(default_factory=Counter)
     turns: int = 0
     load_seconds: float = 0.0
+    # by_candidate[c][i]: the scores of grid candidate c on conversation i (with --folds)
+    by_candidate: list[list[list[QuestionScore]]] = field(default_factory=list)
+    silence: Silence = field(default_factory=Silence)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
 
 async def run_locomo(
@@ -449,34 +608,64 @@ async def run_locomo(
     concurrency: int = 8,
     scratch_dir: Path | None = None,
     progress: Progress | None = None,
+    folds: bool = False,
 ) -> EvalResult:
     """Load every conversation, ask its questions, and score the rankings.
 
     With ``target`` (and ``api_key``) the running server there is used; otherwise a
     private one is started with ``embedder`` under ``scratch_dir`` and removed afterwards.
+    ``folds`` cross-validates the retrieval parameters (private server only).
     """
+    if folds and target is not None:
+        raise ValueError("--folds needs the private server; a --target keeps its parameters")
+    if folds and len(conversations) < 2:
+        raise ValueError("--folds needs at least two conversations")
+    grid = crossval.candidate_grid(semantic=embedder != "none") if folds else []
     tally = _Tally()
     if target is not None:
         if not api_key:
-            raise ValueError("a target needs an API key with memories:read,memories:write")
+            raise ValueError("a target needs an API key with memories:read,write,forget")
         brain = RemoteBrain(target, api_key)
-        await _run_all(brain, conversations, k, concurrency, progress, tally)
+        await _run_all(brain, conversations, k, concurrency, progress, tally, grid)
         embedder = f"(as configured on {target})"
     else:
         async with private_brain(embedder, scratch_dir, embedder_options) as private:
-            await _run_all(private, conversations, k, concurrency, progress, tally)
+            await _run_all(private, conversations, k, concurrency, progress, tally, grid)
     return EvalResult(
         overall=summarise(tally.scores),
-        per_category={
-            c: summarise([s for s in tally.scores if s.category == c])
-            for c in sorted({s.category for s in tally.scores})
-        },
+        per_category=by_category(tally.scores),
         search_ms=tally.search_ms,
         turns=tally.turns,
         conversations=len(conversations),
         embedder=embedder,
         load_seconds=tally.load_seconds,
         k=k,
+        silence=tally.silence,
+        lifecycle=tally.lifecycle,
+        rankings=dict(tally.rankings),
+        cross_validation=_cross_validate(tally.by_candidate, grid, conversations) if grid else None,
+    )
+
+
+def _cross_validate(
+    scores: list[list[list[QuestionScore]]],
+    grid: Sequence[RetrievalParams],
+    conversations: Sequence[Conversation],
+) -> CrossValidation:
+    at = KS.index(10)
+    folds = crossval.leave_one_out(scores, at)
+    held_out = [s for fold in folds for s in scores[fold.chosen][fold.held_out]]
+    everything = range(len(conversations))
+    best = crossval.best_candidate(scores, everything, at)
+    return CrossValidation(
+        overall=summarise(held_out),
+        per_category=by_category(held_out),
+        chosen=[
+            (conversations[f.held_out].sample_id, crossval.describe(grid[f.chosen])) for f in folds
+        ],
+        in_sample=summarise([s for per_conv in scores[best] for s in per_conv]),
+        in_sample_candidate=crossval.describe(grid[best]),
+        candidates=len(grid),
     )
 
 
@@ -487,9 +676,15 @@ async def _run_all(
     concurrency: int,
     progress: Progress | None,
     tally: _Tally,
+    grid: Sequence[RetrievalParams],
 ) -> None:
+    """Load everything, ask (once per grid candidate), then the silence and lifecycle checks.
+
+    The lifecycle check changes the buckets, so it comes last.
+    """
     async with grpc.aio.insecure_channel(brain.address) as channel:
         stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        loaded: list[tuple[Bucket, dict[str, set[str]]]] = []
         for n, conv in enumerate(conversations, 1):
             label = f"[{n}/{len(conversations)}] {conv.sample_id}"
             bucket = await brain.bucket(conv.sample_id)
@@ -497,7 +692,29 @@ async def _run_all(
             turns_of = await _load(stub, bucket, conv, concurrency, progress, label)
             tally.load_seconds += time.perf_counter() - started
             tally.turns += len(conv.turns)
-            await _ask(stub, bucket, conv, turns_of, k, progress, label, tally)
+            loaded.append((bucket, turns_of))
+        shipped = RetrievalParams()
+        for c, params in enumerate(grid or [shipped]):
+            if grid:
+                brain.use(params)
+            per_conv = []
+            for n, (conv, (bucket, turns_of)) in enumerate(
+                zip(conversations, loaded, strict=True), 1
+            ):
+                label = f"[{n}/{len(conversations)}] {conv.sample_id}"
+                if grid:
+                    label += f" candidate {c + 1}/{len(grid)}"
+                seen = (tally.search_ms, tally.rankings) if c == 0 else ([], Counter[str]())
+                per_conv.append(await _ask(stub, bucket, conv, turns_of, k, progress, label, *seen))
+            tally.by_candidate.append(per_conv)
+        tally.scores = [s for per_conv in tally.by_candidate[0] for s in per_conv]
+        if grid:
+            brain.use(shipped)
+        for n, (conv, (bucket, turns_of)) in enumerate(zip(conversations, loaded, strict=True)):
+            await _silence(stub, bucket, conv, k, tally.silence)
+            await _lifecycle(stub, bucket, conv, turns_of, k, tally.lifecycle)
+            if progress is not None:
+                progress.update("silence and lifecycle checks", n + 1, len(conversations))
 
 
 async def _load(
@@ -546,25 +763,111 @@ async def _ask(
     k: int,
     progress: Progress | None,
     label: str,
-    tally: _Tally,
-) -> None:
+    search_ms: list[float],
+    rankings: Counter[str],
+) -> list[QuestionScore]:
     """Ask the questions one at a time, so latency is service time, not queueing."""
+    scores = []
     for n, question in enumerate(conv.questions, 1):
-        request = memory_pb2.SearchMemoriesRequest(
-            scope=bucket.scope,
-            query=question.text,
-            limit=k,
-            time=common_pb2.TimeTravel(any_valid_time=True),  # the facts are dated 2023
-        )
         started = time.perf_counter()
-        response = await stub.SearchMemories(
-            request, metadata=bucket.metadata, timeout=RPC_TIMEOUT_S
-        )
-        tally.search_ms.append((time.perf_counter() - started) * 1000)
+        response = await _search(stub, bucket, question.text, k)
+        search_ms.append((time.perf_counter() - started) * 1000)
+        rankings[memory_pb2.Ranking.Name(response.ranking)] += 1
         ranked = [frozenset(turns_of.get(hit.memory.id, ())) for hit in response.hits]
-        tally.scores.append(score_question(ranked, question.evidence, question.category))
+        scores.append(score_question(ranked, question.evidence, question.category))
         if progress is not None:
             progress.update(f"{label} asking questions", n, len(conv.questions))
+    return scores
+
+
+async def _search(
+    stub: memory_pb2_grpc.MemoryServiceAsyncStub, bucket: Bucket, query: str, k: int
+) -> memory_pb2.SearchMemoriesResponse:
+    request = memory_pb2.SearchMemoriesRequest(
+        scope=bucket.scope,
+        query=query,
+        limit=k,
+        time=common_pb2.TimeTravel(any_valid_time=True),  # the facts are dated 2023
+    )
+    response: memory_pb2.SearchMemoriesResponse = await stub.SearchMemories(
+        request, metadata=bucket.metadata, timeout=RPC_TIMEOUT_S
+    )
+    return response
+
+
+async def _silence(
+    stub: memory_pb2_grpc.MemoryServiceAsyncStub,
+    bucket: Bucket,
+    conv: Conversation,
+    k: int,
+    silence: Silence,
+) -> None:
+    """Ask what the conversation does not answer; silent means no hit at all."""
+    for text in conv.adversarial:
+        silence.adversarial_asked += 1
+        silence.adversarial_silent += not (await _search(stub, bucket, text, k)).hits
+    for text in NEVER_SAID:
+        silence.never_said_asked += 1
+        silence.never_said_silent += not (await _search(stub, bucket, text, k)).hits
+
+
+async def _lifecycle(
+    stub: memory_pb2_grpc.MemoryServiceAsyncStub,
+    bucket: Bucket,
+    conv: Conversation,
+    turns_of: Mapping[str, set[str]],
+    k: int,
+    lifecycle: Lifecycle,
+) -> None:
+    """Supersede some evidence memories, forget others, and ask their questions again.
+
+    The sample: questions with one evidence turn stored as a memory of its own, taken in
+    order, alternately superseded (by the turn marked corrected) and forgotten. Each is
+    asked again, and so is the old memory's text; the replacement should answer the question.
+    """
+    memory_of = {next(iter(ds)): mid for mid, ds in turns_of.items() if len(ds) == 1}
+    turn_of = {t.dia_id: t for t in conv.turns}
+    picked: list[tuple[Question, str, Turn]] = []
+    for question in conv.questions:
+        (dia_id, *more) = sorted(question.evidence)
+        mid = memory_of.get(dia_id)
+        if more or mid is None or dia_id not in turn_of or any(mid == m for _, m, _ in picked):
+            continue
+        picked.append((question, mid, turn_of[dia_id]))
+        if len(picked) == 2 * LIFECYCLE_SAMPLE:
+            break
+    replaced: dict[str, str] = {}  # superseded id -> replacement id
+    gone: set[str] = set()
+    for n, (_, mid, turn) in enumerate(picked):
+        if n % 2 == 0:
+            draft = common_pb2.MemoryDraft(
+                content=f"{turn.content} (corrected)", metadata={"dia_id": turn.dia_id}
+            )
+            draft.valid_from.FromDatetime(turn.valid_from)
+            saved = await stub.SaveMemory(
+                memory_pb2.SaveMemoryRequest(scope=bucket.scope, memory=draft, supersedes=[mid]),
+                metadata=bucket.metadata,
+                timeout=RPC_TIMEOUT_S,
+            )
+            replaced[mid] = saved.memory.id
+        else:
+            await stub.ForgetMemory(
+                memory_pb2.ForgetMemoryRequest(
+                    scope=bucket.scope, id=mid, reason="brain-eval lifecycle check"
+                ),
+                metadata=bucket.metadata,
+                timeout=RPC_TIMEOUT_S,
+            )
+            gone.add(mid)
+    lifecycle.superseded += len(replaced)
+    lifecycle.forgotten += len(gone)
+    for question, mid, turn in picked:
+        # The question, and the old memory's own text: the query most sure to find it.
+        found = {hit.memory.id for hit in (await _search(stub, bucket, question.text, k)).hits}
+        lifecycle.replacements_found += mid in replaced and replaced[mid] in found
+        found |= {hit.memory.id for hit in (await _search(stub, bucket, turn.content, k)).hits}
+        lifecycle.searches += 2
+        lifecycle.leaked += len(found & (gone | replaced.keys()))
 
 
 async def _bounded(concurrency: int, jobs: Sequence[Callable[[], Awaitable[None]]]) -> None:
@@ -601,12 +904,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_embedder_arguments(p)  # the private server's embedder, as brain-server takes it
     server_default = p.get_default("embedder")
     p.set_defaults(embedder=None, server_default_embedder=server_default)  # None: not given
+    add_reranker_arguments(p)  # the private server's reranker, if a deployment brings one
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
     p.add_argument("--target", help="host:port of a running brain-server to evaluate instead")
     p.add_argument(
         "--api-key",
         default=os.environ.get("BRAIN_API_KEY"),
-        help="with --target: a key with memories:read,memories:write [BRAIN_API_KEY]",
+        help="with --target: a key with memories:read,write,forget [BRAIN_API_KEY]",
     )
     p.add_argument(
         "--limit-conversations", type=_positive, metavar="N", help="only the first N samples"
@@ -619,6 +923,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=8,
         help="SaveMemory calls in flight while loading (default 8); searches run one at a time",
     )
+    p.add_argument(
+        "--folds",
+        action="store_true",
+        help="cross-validate the retrieval parameters, leaving one conversation out at a time "
+        "(private server only; asks every question once per candidate)",
+    )
     return parser
 
 
@@ -629,8 +939,10 @@ def main(argv: list[str] | None = None) -> None:
         _fail("--target needs --api-key (or BRAIN_API_KEY): a key with memories:read,write", 2)
     if args.target is not None and args.embedder is not None:
         _fail("--embedder configures the private server; a --target uses its own", 2)
+    if args.target is not None and args.folds:
+        _fail("--folds needs the private server; a --target keeps its own parameters", 2)
     args.embedder = args.embedder or args.server_default_embedder
-    options = embedder_settings(args)
+    options = embedder_settings(args) | reranker_settings(args)
     if args.k > 100:
         _fail("--k must be at most 100 (the server's page limit)", 2)
     logs.configure("warning")
@@ -646,16 +958,17 @@ def main(argv: list[str] | None = None) -> None:
                 k=args.k,
                 concurrency=args.concurrency,
                 progress=Progress(sys.stderr),
+                folds=args.folds,
             )
         )
-    except (DataError, StartupError) as exc:
+    except (DataError, StartupError, ValueError) as exc:
         _fail(str(exc), 2)
     except grpc.aio.AioRpcError as exc:
         where = args.target or "the private server"
         hint = ""
         if args.target and exc.code() == grpc.StatusCode.PERMISSION_DENIED:
             hint = " (each conversation goes to a fresh namespace locomo-*; use a key with "
-            hint += "memories:read,memories:write that is not confined to a namespace)"
+            hint += "memories:read,write,forget that is not confined to a namespace)"
         _fail(f"a call to {where} failed: {exc.code().name}: {exc.details()}{hint}", 1)
     except KeyboardInterrupt:
         _fail("interrupted" + ("" if args.target else "; the private server was removed"), 130)

@@ -38,6 +38,7 @@ from .errors import (
     memory_not_found,
     supersede_target_not_found,
 )
+from .rerankers import Reranker, RerankerError
 from .retrieval import FusedHit, RetrievalParams
 from .storage import memories as sql
 from .storage.db import Database
@@ -72,6 +73,14 @@ class Limits:
 
 
 Hit = FusedHit
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A search's hits, best first, and how they were ordered (a `memory_pb2.Ranking`)."""
+
+    hits: list[FusedHit]
+    ranking: int
 
 
 def fingerprint(pepper: bytes, content: str) -> bytes:
@@ -130,6 +139,7 @@ class Memories:
         embedder: Embedder | None = None,
         retrieval_params: RetrievalParams | None = None,
         embedding_dimension: int = 384,
+        reranker: Reranker | None = None,
     ) -> None:
         self.db = db
         self.pepper = pepper
@@ -137,6 +147,7 @@ class Memories:
         self.limits = limits or Limits()
         self.embedder: Embedder = embedder or NoEmbedder()
         self.params = retrieval_params or RetrievalParams()
+        self.reranker = reranker
         # The dimension of the schema's vector column (checked against the embedder at start).
         self.embedding_dimension = embedding_dimension
         # Set by Review: saves into review-required namespaces become candidates.
@@ -634,7 +645,7 @@ class Memories:
 
     async def search(
         self, caller: Caller, req: memory_pb2.SearchMemoriesRequest, timeout_ms: int | None = None
-    ) -> list[Hit]:
+    ) -> Recalled:
         limit = self.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
         return await self.recall(
             caller, req.query, limit, req.filter, req.time, timeout_ms,
@@ -645,8 +656,8 @@ class Memories:
         self, caller: Caller, req: memory_pb2.BuildContextRequest, timeout_ms: int | None = None
     ) -> memory_pb2.BuildContextResponse:
         token_budget, count = context.budget(req)
-        hits = await self.recall(caller, req.query, count, req.filter, req.time, timeout_ms)
-        return context.pack(hits, token_budget)
+        found = await self.recall(caller, req.query, count, req.filter, req.time, timeout_ms)
+        return context.pack(found.hits, token_budget)
 
     async def recall(
         self,
@@ -659,8 +670,11 @@ class Memories:
         *,
         mode: int = memory_pb2.SEARCH_MODE_HYBRID,
         query_embedding: Sequence[float] = (),
-    ) -> list[FusedHit]:
-        """Ranked hits for a query: every lane filtered by scope, status and time first."""
+    ) -> Recalled:
+        """Ranked hits for a query: every lane filtered by scope, status and time first.
+
+        A configured reranker then reorders the fused top N (outside the transaction).
+        """
         query = check.query("query", query_text)
         f = row_filter(filter_)
         t = time_coords(time, default_any_valid=False)
@@ -705,7 +719,28 @@ class Memories:
                 semantic = await retrieval.semantic_lane(
                     conn, vis, vector, f, t, n, self.params, model=model
                 )
-        return retrieval.fuse(lexical, semantic, limit, self.params, exact=exact)
+        depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
+        fused = retrieval.fuse(lexical, semantic, depth, self.params, exact=exact)
+        return await self.rerank(query, fused, limit)
+
+    async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
+        """The reranker's order for the top N, the rest after them in fused order.
+
+        Like a failing embedder, a failing reranker never fails a search: the fused order
+        is returned, and the ranking says so.
+        """
+        if self.reranker is None or not hits:
+            return Recalled(hits[:limit], memory_pb2.RANKING_FUSED)
+        head = hits[: self.reranker.top_n]
+        try:
+            scores = await self.reranker.rerank(query, [h.row["content"] for h in head])
+        except RerankerError as exc:
+            _log.warning("reranking failed; fused order returned", error=str(exc))
+            return Recalled(hits[:limit], memory_pb2.RANKING_FUSED_RERANKER_UNAVAILABLE)
+        for hit, score in zip(head, scores, strict=True):
+            hit.rerank_score = score
+        head = sorted(head, key=lambda h: -h.rerank_score)  # stable: ties keep fused order
+        return Recalled((head + hits[len(head) :])[:limit], memory_pb2.RANKING_RERANKED)
 
     @property
     def embedding_model(self) -> str | None:

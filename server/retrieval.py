@@ -15,7 +15,9 @@ own statement, before the LIMIT, so a crowded bucket cannot starve it.
   plus small bounded boosts for importance and recency that reorder near-ties but cannot
   overturn a clearly better match.
 
-The weights were tuned on the LoCoMo dev split only; see README, Retrieval.
+The weights were tuned on the LoCoMo dev split only; ``brain-eval locomo --folds``
+re-chooses them leave-one-conversation-out to show how much of that tuning carries over
+(see README, Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class RetrievalParams:
     # Terms in more visible rows than this are common: counted no further, and they do
     # not pull candidates in (see lexical_lane). Buckets below it get exact BM25.
     lexical_df_cap: int = 2000
+    # How a lane's hits count: "minmax" (scores scaled to 0..1) or "rrf" (1/(rrf_k + rank),
+    # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
+    fusion: str = "minmax"
+    rrf_k: int = 60
 
 
 # Text search configuration -> the generated tsvector column that holds it.
@@ -80,6 +86,7 @@ class FusedHit:
     semantic_rank: int = 0
     lexical_score: float = 0.0
     semantic_similarity: float = 0.0
+    rerank_score: float = 0.0  # set when a reranker ordered the hit
 
 
 async def lexical_lane(
@@ -227,6 +234,10 @@ def _key(row: asyncpg.Record) -> Any:
     return (row["memory_id"], row["version"])
 
 
+def _reciprocal(hits: Sequence[LaneHit], k: int) -> list[float]:
+    return [(k + 1) / (k + rank) for rank in range(1, len(hits) + 1)]
+
+
 def _minmax(hits: Sequence[LaneHit]) -> list[float]:
     if not hits:
         return []
@@ -284,7 +295,8 @@ def fuse(
         ("semantic", semantic, params.semantic_weight),
     )
     for kind, hits, weight in lanes:
-        for rank, (hit, norm) in enumerate(zip(hits, _minmax(hits), strict=True), start=1):
+        norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)
+        for rank, (hit, norm) in enumerate(zip(hits, norms, strict=True), start=1):
             item = fused.setdefault(_key(hit.row), FusedHit(row=hit.row, score=0.0))
             item.score += weight * norm
             if kind == "lexical":

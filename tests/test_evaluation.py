@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -11,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from brain.server.crossval import best_candidate, candidate_grid, describe, leave_one_out
 from brain.server.evaluation import (
     KS,
+    NEVER_SAID,
     DataError,
     evidence_ids,
     load_locomo,
@@ -22,6 +26,7 @@ from brain.server.evaluation import (
     session_time,
     summarise,
 )
+from brain.server.retrieval import RetrievalParams
 
 from .conftest import BrainServer
 
@@ -225,7 +230,9 @@ def test_json_report_against_a_target_has_every_key(
     tiny_file: Path, brain_server: BrainServer
 ) -> None:
     """--json --target prints one object with every metric key, per category too."""
-    key = brain_server.mint_key("eval-target", "eval")
+    key = brain_server.mint_key(
+        "eval-target", "eval", permissions="memories:read,memories:write,memories:forget"
+    )
     done = run_cli(
         "--data", str(tiny_file), "--json", "--target", brain_server.target, "--api-key", key
     )
@@ -242,6 +249,9 @@ def test_json_report_against_a_target_has_every_key(
     assert recalls == sorted(recalls) and recalls[-1] >= 0.7
     assert sorted(report["per_category"]) == ["1", "2", "3", "4"]
     assert report["per_category"]["4"]["questions"] == 1
+    assert report["silence"]["adversarial"]["asked"] == 1
+    assert report["lifecycle"]["leaked"] == 0
+    assert "cross_validated" not in report
 
 
 @pytest.mark.parametrize(
@@ -275,3 +285,109 @@ def test_loading_builds_turn_contents_and_skips_unasked_questions(tiny_file: Pat
     assert by_id["D2:1"].valid_from == datetime(2023, 6, 19, 10, 4, tzinfo=UTC)
     assert [q.category for q in conv.questions] == [4, 1, 1, 2, 3]
     assert conv.questions[1].evidence == {"D1:4", "D2:3"}
+
+
+async def test_silence_and_lifecycle_checks_on_the_tiny_file(tiny_file: Path) -> None:
+    """The checks count by hand: what should be silent, and what was superseded or forgotten.
+
+    Lexically, the adversarial question shares "Bob" and "parrot" with turns, and two
+    never-said questions share "of" with the caption (exact-form lane), so they answer; the
+    other six find nothing. The lifecycle sample is D1:2 (superseded), D2:3 (forgotten) and
+    D2:1 (superseded): the two replacements come back, the old rows never do, although
+    each is also searched for by its own text.
+    """
+    result = await run_locomo(load_locomo(tiny_file), embedder="none")
+
+    silence = result.silence
+    assert (silence.adversarial_asked, silence.adversarial_silent) == (1, 0)
+    assert (silence.never_said_asked, silence.never_said_silent) == (len(NEVER_SAID), 6)
+    life = result.lifecycle
+    assert (life.superseded, life.forgotten, life.searches) == (2, 1, 6)
+    assert life.replacements_found == 2  # the positive control
+    assert life.leaked == 0
+    assert result.overall.recall[10] == pytest.approx(0.7)  # asked before any change
+    assert result.rankings == {"RANKING_FUSED": 5}
+
+
+async def test_an_unreachable_reranker_is_reported_not_hidden(tiny_file: Path) -> None:
+    """With a reranker nobody serves, every search with hits says it fell back.
+
+    The figures stay the fused ones; the question with no hit had nothing to rerank.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again before the run: nothing listens there
+    options = {"reranker_url": f"http://127.0.0.1:{port}", "reranker_model": "m"}
+    result = await run_locomo(load_locomo(tiny_file), embedder="none", embedder_options=options)
+
+    assert result.rankings == {"RANKING_FUSED_RERANKER_UNAVAILABLE": 4, "RANKING_FUSED": 1}
+    assert result.overall.recall[10] == pytest.approx(0.7)  # the fused order, unharmed
+
+
+async def test_folds_choose_on_the_other_conversations(tiny_file: Path) -> None:
+    """--folds scores each conversation with a candidate chosen on the others.
+
+    Two copies of the tiny conversation rank alike under every candidate, so every fold
+    keeps the shipped parameters (ties go to them) and the figures equal the plain run.
+    """
+    (conv,) = load_locomo(tiny_file)
+    twins = [conv, dataclasses.replace(conv, sample_id="tiny-2")]
+    result = await run_locomo(twins, embedder="none", folds=True)
+
+    cv = result.cross_validation
+    assert cv is not None
+    assert cv.candidates == len(candidate_grid(semantic=False))
+    assert cv.chosen == [("tiny-1", "shipped"), ("tiny-2", "shipped")]
+    assert cv.overall.questions == 10
+    assert cv.overall.recall[10] == pytest.approx(0.7)
+    assert cv.in_sample.recall[10] == pytest.approx(0.7)
+    assert cv.in_sample_candidate == "shipped"
+    assert len(result.search_ms) == 10  # latency from the shipped pass only
+
+
+@dataclasses.dataclass(frozen=True)
+class R10:
+    """A question score with only recall@10 set (the cutoff the folds choose by)."""
+
+    r10: float
+
+    @property
+    def recall(self) -> tuple[float, ...]:
+        return (0.0, 0.0, self.r10, 0.0)
+
+
+def test_leave_one_out_chooses_without_the_held_out_conversation() -> None:
+    """Each fold picks by the other conversations' pooled recall, never the held-out one.
+
+    Candidate 1 is perfect on conversation 0 and poor elsewhere; candidate 0 is steady.
+    On all three the steady one wins (0.5 vs 0.4). Held out 0: the others give 0.5 vs 0.1,
+    so steady; held out 1 or 2: the others give 0.5 vs 0.55, so candidate 1.
+    """
+    at = KS.index(10)
+    steady = [[R10(0.5)], [R10(0.5)], [R10(0.5)]]
+    spiky = [[R10(1.0)], [R10(0.1)], [R10(0.1)]]
+    scores = [steady, spiky]
+    assert best_candidate(scores, [0, 1, 2], at) == 0
+    folds = leave_one_out(scores, at)
+    assert [(f.held_out, f.chosen) for f in folds] == [(0, 0), (1, 1), (2, 1)]
+    assert best_candidate([steady, steady], [0, 1, 2], at) == 0  # ties go to the earlier
+    with pytest.raises(ValueError, match="two conversations"):
+        leave_one_out([[[R10(1.0)]]], at)
+
+
+def test_the_grid_starts_with_the_shipped_parameters_and_has_no_duplicates() -> None:
+    """Ties favour what ships; without an embedder only lexical settings vary."""
+    for semantic in (False, True):
+        grid = candidate_grid(semantic)
+        assert grid[0] == RetrievalParams()
+        assert len(set(grid)) == len(grid) > 1
+    assert {(p.semantic_weight, p.feedback_weight) for p in candidate_grid(False)} == {(0.4, 0.5)}
+    assert describe(RetrievalParams()) == "shipped"
+    assert describe(RetrievalParams(exact_weight=0.0)) == "exact_weight=0.0"
+
+
+def test_folds_with_a_target_exits_2(tiny_file: Path) -> None:
+    """--folds swaps the private server's parameters, so a --target is refused up front."""
+    done = run_cli("--data", str(tiny_file), "--folds", "--target", "127.0.0.1:1", "--api-key", "x")
+    assert done.returncode == 2
+    assert "--folds needs the private server" in done.stderr

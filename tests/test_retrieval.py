@@ -84,6 +84,20 @@ def test_each_lane_spans_its_weight() -> None:
     assert {h.row["memory_id"]: round(h.score, 6) for h in fused}["e1"] == params.exact_weight
 
 
+def test_reciprocal_rank_fusion_uses_ranks_not_score_gaps() -> None:
+    """With rrf a lane's rank r adds weight * (k + 1) / (k + r), however far apart the scores."""
+    params = RetrievalParams(importance_boost=0, recency_boost=0, fusion="rrf", rrf_k=60)
+    semantic = [LaneHit(row("top"), 0.9), LaneHit(row("close"), 0.89), LaneHit(row("far"), 0.1)]
+    hits = fuse([], semantic, 3, params, NOW)
+    w = params.semantic_weight
+    assert [round(h.score, 6) for h in hits] == [
+        round(w, 6), round(w * 61 / 62, 6), round(w * 61 / 63, 6)
+    ]  # fmt: skip
+    # Min-max would put "far" at 0; by rank it is barely behind "close".
+    minmax = fuse([], semantic, 3, RetrievalParams(importance_boost=0, recency_boost=0), NOW)
+    assert round(minmax[2].score, 6) == 0.0
+
+
 async def test_unrelated_query_returns_nothing(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:

@@ -73,6 +73,32 @@ SEARCH_MODE_LEXICAL: SearchMode.ValueType  # 2
 SEARCH_MODE_SEMANTIC: SearchMode.ValueType  # 3
 Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015
 
+class _Ranking:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RankingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Ranking.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RANKING_UNSPECIFIED: _Ranking.ValueType  # 0
+    RANKING_FUSED: _Ranking.ValueType  # 1
+    """The lanes fused; no reranker is configured, or no hit to rerank."""
+    RANKING_RERANKED: _Ranking.ValueType  # 2
+    """The fused top N reordered by the configured reranker."""
+    RANKING_FUSED_RERANKER_UNAVAILABLE: _Ranking.ValueType  # 3
+    """A reranker is configured but failed or timed out: the fused order is returned."""
+
+class Ranking(_Ranking, metaclass=_RankingEnumTypeWrapper):
+    """How the hits of a search were ordered."""
+
+RANKING_UNSPECIFIED: Ranking.ValueType  # 0
+RANKING_FUSED: Ranking.ValueType  # 1
+"""The lanes fused; no reranker is configured, or no hit to rerank."""
+RANKING_RERANKED: Ranking.ValueType  # 2
+"""The fused top N reordered by the configured reranker."""
+RANKING_FUSED_RERANKER_UNAVAILABLE: Ranking.ValueType  # 3
+"""A reranker is configured but failed or timed out: the fused order is returned."""
+Global___Ranking: _TypeAlias = Ranking  # noqa: Y015
+
 class _ChangeKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -372,6 +398,7 @@ class SearchHit(_message.Message):
     SEMANTIC_RANK_FIELD_NUMBER: _builtins.int
     LEXICAL_SCORE_FIELD_NUMBER: _builtins.int
     SEMANTIC_SIMILARITY_FIELD_NUMBER: _builtins.int
+    RERANK_SCORE_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """Fused score; higher is better."""
     lexical_rank: _builtins.int
@@ -379,6 +406,8 @@ class SearchHit(_message.Message):
     semantic_rank: _builtins.int
     lexical_score: _builtins.float
     semantic_similarity: _builtins.float
+    rerank_score: _builtins.float
+    """The configured reranker's relevance score; 0 when the hit was not reranked."""
     @_builtins.property
     def memory(self) -> _common_pb2.Memory: ...
     def __init__(
@@ -390,10 +419,11 @@ class SearchHit(_message.Message):
         semantic_rank: _builtins.int = ...,
         lexical_score: _builtins.float = ...,
         semantic_similarity: _builtins.float = ...,
+        rerank_score: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "memory", b"memory", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "memory", b"memory", "rerank_score", b"rerank_score", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -404,16 +434,19 @@ class SearchMemoriesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HITS_FIELD_NUMBER: _builtins.int
+    RANKING_FIELD_NUMBER: _builtins.int
+    ranking: Global___Ranking.ValueType
     @_builtins.property
     def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]: ...
     def __init__(
         self,
         *,
         hits: _abc.Iterable[Global___SearchHit] | None = ...,
+        ranking: Global___Ranking.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits", "ranking", b"ranking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -34,8 +34,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def SearchMemories(
         self, request: memory_pb2.SearchMemoriesRequest, context: Ctx
     ) -> memory_pb2.SearchMemoriesResponse:
-        hits = await self.memories.search(caller(), request, timeout_ms(context))
+        found = await self.memories.search(caller(), request, timeout_ms(context))
         return memory_pb2.SearchMemoriesResponse(
+            ranking=found.ranking,  # type: ignore[arg-type]
             hits=[
                 memory_pb2.SearchHit(
                     memory=convert.memory(h.row),
@@ -44,9 +45,10 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                     semantic_rank=h.semantic_rank,
                     lexical_score=h.lexical_score,
                     semantic_similarity=h.semantic_similarity,
+                    rerank_score=h.rerank_score,
                 )
-                for h in hits
-            ]
+                for h in found.hits
+            ],
         )
 
     @unary
