@@ -30,7 +30,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from brain.authz import Caller
+from brain.authz import Caller, RequestScope
 from brain.v1 import audit_pb2
 
 from . import convert
@@ -348,12 +348,15 @@ class AuditLog:
         self.statement_timeout_ms = statement_timeout_ms
 
     @staticmethod
-    def confinement(caller: Caller) -> Visibility | None:
-        """Audit reads follow confinement: a confined key sees the events of the memories
-        it may see; the whole tenant's log needs a key confined to nothing."""
-        if not caller.key.confinement.is_confined:
-            return None
-        return Visibility.of(caller)
+    def visibility(caller: Caller) -> Visibility:
+        """Audit reads follow confinement and labels: a key sees the events of the memories
+        it may see (labels and proposals bind as on every read). A key confined to nothing
+        reads across namespaces whatever scope the request names, and also the tenant
+        events (keys, policies); a confined key stays within the request's scope."""
+        v = Visibility.of(caller)
+        if caller.key.confinement.is_confined:
+            return v
+        return dataclasses.replace(v, scope=RequestScope())
 
     async def list_events(
         self, caller: Caller, req: audit_pb2.ListAuditEventsRequest, timeout_ms: int | None
@@ -369,10 +372,13 @@ class AuditLog:
             principal=check.text("principal", req.principal),
             since=check.timestamp(req.since, req.HasField("since")),
         )
+        tenant_wide = not caller.key.confinement.is_confined
         async with self.db.caller_tx(
             caller, timeout_ms=timeout_ms, cap_ms=self.statement_timeout_ms, readonly=True
         ) as conn:
-            rows = await sql.list_events(conn, caller.tenant_id, query, self.confinement(caller))
+            rows = await sql.list_events(
+                conn, caller.tenant_id, query, self.visibility(caller), tenant_wide
+            )
         if len(rows) > size:
             return rows[:size], self.tokens.encode_seq(rows[size - 1]["seq"])
         return rows, ""

@@ -240,6 +240,28 @@ class Memories:
             )
         return requested
 
+    def relabel_check(
+        self, caller: Caller, current: asyncpg.Record, requested: list[str]
+    ) -> list[str]:
+        """The labels an update may set. A key grants only labels it holds (keeping one
+        the memory already has is no grant) and likewise revokes only those: dropping a
+        label it does not hold would take the memory from readers it cannot speak for.
+        The messages name no label the key does not hold."""
+        held, present = caller.key.labels, set(current["labels"])
+        requested = requested or self.labels(caller, [])
+        extra = set(requested) - held - present
+        if extra:
+            raise PermissionDenied(
+                f"patch.labels: this key cannot grant label(s) {sorted(extra)}; "
+                f"it holds {sorted(held)}"
+            )
+        if not present - held <= set(requested):
+            raise PermissionDenied(
+                "patch.labels: this key cannot remove labels it does not hold; keep the "
+                "memory's other labels, or ask a key that holds them"
+            )
+        return requested
+
     def new_memory(
         self, caller: Caller, draft: common_pb2.MemoryDraft, *, status: str, change: str
     ) -> sql.NewMemory:
@@ -479,9 +501,8 @@ class Memories:
         if "metadata" in paths:
             changes["metadata"] = check.metadata("patch.metadata", dict(patch.metadata))
         if "labels" in paths:
-            changes["labels"] = self.labels(
-                caller, check.names("patch.labels", patch.labels, limit=check.MAX_LABELS)
-            )
+            # Checked against the memory's labels once it is locked (relabel_check).
+            changes["labels"] = check.names("patch.labels", patch.labels, limit=check.MAX_LABELS)
         if "confidence" in paths:
             changes["confidence"] = check.unit_interval(
                 "patch.confidence", patch.confidence if patch.HasField("confidence") else 1.0
@@ -508,6 +529,8 @@ class Memories:
             if current is None:
                 raise memory_not_found()
             self.require_write_power("id", current)
+            if "labels" in changes:
+                changes["labels"] = self.relabel_check(caller, current, changes["labels"])
             await self.refuse_unreviewed_change(conn, caller, current["namespace"], "id")
             if req.expected_version and current["version"] != req.expected_version:
                 raise Conflict(

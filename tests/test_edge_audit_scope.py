@@ -1,8 +1,9 @@
-"""Audit reads respect confinement (issue 11, class 7).
+"""Audit reads respect confinement and labels (issue 11, class 7).
 
-A confined key with audit:read lists only events about memories it may see (every
-memory the event names); tenant events (keys, tenants, namespace policies) and events
-about anyone else's memories need a key confined to nothing. The chain still verifies.
+A key with audit:read lists only events about memories it may see (every memory the
+event names; labels bind unconfined keys too); tenant events (keys, tenants, namespace
+policies) and events about anyone else's memories need a key confined to nothing. The
+chain still verifies.
 """
 
 from __future__ import annotations
@@ -112,3 +113,25 @@ async def test_audit_events_of_erased_memories_stay_within_confinement(
         "/brain.v1.MemoryService/ForgetMemory",
     ]
     assert await events(bob) == []
+
+
+async def test_unconfined_audit_key_lists_no_events_of_memories_its_labels_hide(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Labels bind audit reads too: an unconfined `team` auditor does not learn the ids (or
+    who touched them, when) of `hr` memories, by listing or by the memory_id filter; it
+    does see its own label's events, and an auditor holding both labels sees both."""
+    tenant = unique("t")
+    team_auditor = Api(channel, brain_server.mint_key(tenant, "aud", permissions=AUDITOR))
+    full_auditor = Api(channel, brain_server.mint_key(tenant, "aud2", permissions=AUDITOR,
+                                                      labels=("team", "hr")))  # fmt: skip
+    hr = Api(channel, brain_server.mint_key(tenant, "hr", permissions=AUDITOR, labels=("hr",)))
+    hidden = (await hr.save("Payroll moves to the 25th", labels=["hr"])).memory.id
+    shown = (await team_auditor.save("Standup is at 9:30")).memory.id
+
+    seen = ids(await events(team_auditor))
+    assert shown in seen  # positive control
+    assert hidden not in seen
+    assert not await events(team_auditor, memory_id=hidden)
+    assert [e.memory_ids for e in await events(team_auditor, memory_id=shown)]
+    assert {shown, hidden} <= ids(await events(full_auditor))

@@ -249,3 +249,34 @@ async def test_write_power_matrix_matches_the_reference_model(
                     assert versions(brain_server, target) == 1, where
                 outcomes += 1
     assert outcomes == len(MATRIX_KEYS) * len(MATRIX_BUCKETS) * 3
+
+
+async def test_update_cannot_strip_labels_the_key_does_not_hold(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A `team` key may relabel a `[team, hr]` memory only while keeping `hr`: dropping a
+    label it does not hold would take the memory from readers it cannot speak for. It may
+    still add and drop labels it holds."""
+    tenant = unique("t")
+    both = Api(channel, brain_server.mint_key(tenant, "lead", labels=("team", "hr", "ops")))
+    team = Api(channel, brain_server.mint_key(tenant, "dev", labels=("team", "ops")))
+    hr = Api(channel, brain_server.mint_key(tenant, "hr", labels=("hr",)))
+    shared = (await both.save("Offsite is in Lisbon in May", labels=["team", "hr"])).memory.id
+
+    err = await rpc_error(team.update(shared, ["labels"], labels=["team"]))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "patch.labels" in (err.details() or "")
+    assert "hr" not in (err.details() or "").replace("patch", "")
+    assert versions(brain_server, shared) == 1
+    assert (await hr.get(shared)).content == "Offsite is in Lisbon in May"
+
+    # Positive control: labels the key holds come and go, the foreign one stays.
+    added = await team.update(shared, ["labels"], labels=["team", "ops", "hr"])
+    assert sorted(added.labels) == ["hr", "ops", "team"]
+    dropped = await team.update(shared, ["labels"], labels=["ops", "hr"])
+    assert sorted(dropped.labels) == ["hr", "ops"]
+    assert (await hr.get(shared)).content == "Offsite is in Lisbon in May"
+    # A key holding the label may drop it.
+    narrowed = await both.update(shared, ["labels"], labels=["ops"])
+    assert list(narrowed.labels) == ["ops"]
+    assert (await rpc_error(hr.get(shared))).code() == grpc.StatusCode.NOT_FOUND

@@ -32,25 +32,27 @@ class EventQuery:
 
 
 async def list_events(
-    conn: asyncpg.Connection, tenant_id: str, q: EventQuery, confined_to: Visibility | None = None
+    conn: asyncpg.Connection, tenant_id: str, q: EventQuery, v: Visibility, tenant_wide: bool
 ) -> list[asyncpg.Record]:
     """Events of one tenant after ``q.after_seq``, oldest first, at most ``q.limit``.
 
-    With ``confined_to`` (a confined key), only events about memories and nothing else,
-    every one of which that key may see: a memory's bucket never changes, so the ids an
-    event names say what it covers. Tenant events (keys, policies) need an unconfined key.
+    An event about memories is listed only when ``v`` may see every memory it names (a
+    memory's bucket never changes, so the ids say what it covers; labels and proposals
+    bind as on every read). Tenant events (keys, policies), which name no memory, only
+    when ``tenant_wide`` (a key confined to nothing).
     """
     p = Params(tenant_id, q.after_seq)
     clauses = ["tenant_id = $1::uuid", "seq > $2"]
-    if confined_to is not None:
-        clauses.append(
-            f"""cardinality(memory_ids) > 0 AND NOT EXISTS (
+    every_memory_visible = f"""NOT EXISTS (
                 SELECT 1 FROM unnest(memory_ids) AS u (id)
                 WHERE NOT EXISTS (
                     SELECT 1 FROM memories m
                     WHERE m.tenant_id = audit_events.tenant_id AND m.memory_id = u.id
-                      AND m.retired_at IS NULL AND {visibility_predicate(confined_to, p)}))"""
-        )
+                      AND m.retired_at IS NULL AND {visibility_predicate(v, p)}))"""
+    if tenant_wide:
+        clauses.append(f"(cardinality(memory_ids) = 0 OR {every_memory_visible})")
+    else:
+        clauses.append(f"cardinality(memory_ids) > 0 AND {every_memory_visible}")
     if q.memory_id is not None:
         clauses.append(f"memory_ids @> ARRAY[{p.add(q.memory_id)}::uuid]")
     if q.principal:
