@@ -245,12 +245,17 @@ async def test_a_deadlock_between_writers_is_aborted_not_internal(pg_cluster: Pg
     assert sorted(type(r).__name__ for r in results) == ["Conflict", "NoneType"], results
 
 
-async def waiting_for_advisory_locks(conn: Any, n: int) -> None:
-    """Return once ``n`` backends wait on an advisory lock (polled, no fixed sleep)."""
-    while await conn.fetchval(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-    ) < n:
+async def waiting_for_advisory_locks(holder: Any, n: int) -> None:
+    """Return once ``n`` backends wait on a lock ``holder`` holds (polled, bounded)."""
+    for _ in range(500):
+        blocked = await holder.fetchval(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+        )
+        if blocked >= n:
+            return
         await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {n} writers queued behind the held lock")
 
 
 async def test_approval_waiting_on_a_target_behind_an_update_is_not_internal(
