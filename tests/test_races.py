@@ -13,7 +13,9 @@ from typing import Any
 
 import asyncpg
 import grpc
+import pytest
 
+from brain.server.errors import Unavailable
 from brain.server.storage import memories as sql
 from brain.server.storage.db import Database
 from brain.v1 import common_pb2, review_pb2
@@ -322,3 +324,29 @@ async def test_approval_waiting_on_a_target_behind_an_update_is_not_internal(
     assert_contiguous(rows)
     assert [r["status"] for r in rows] == ["active", "active", "superseded"]
     assert (await writer.get(candidate)).status == common_pb2.MEMORY_STATUS_ACTIVE
+
+
+async def test_any_error_on_a_connection_killed_under_a_transaction_is_unavailable(
+    pg_cluster: PgCluster,
+) -> None:
+    """When the backend under a transaction is killed, whatever error surfaces is Unavailable
+    (the check ran on the connection after its release and raised InterfaceError instead)."""
+    db = await Database.connect(pg_cluster.app_dsn, max_size=1)
+    killer = await asyncpg.connect(pg_cluster.owner_dsn)
+    try:
+        with pytest.raises(Unavailable):
+            async with db.tenant_tx(str(uuid.uuid4())) as conn:
+                pid = await conn.fetchval("SELECT pg_backend_pid()")
+                assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
+                for _ in range(500):  # until the client notices the connection is gone
+                    if conn.is_closed():
+                        break
+                    await asyncio.sleep(0.02)
+                raise ValueError("a failure that is not the database's own error")
+        # Positive control: an error on a live connection is not mistaken for an outage.
+        with pytest.raises(ValueError):
+            async with db.tenant_tx(str(uuid.uuid4())):
+                raise ValueError("the caller's own failure")
+    finally:
+        await killer.close()
+        await db.close()
