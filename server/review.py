@@ -259,6 +259,10 @@ class Review:
                     await review_sql.readmit_tombstone(conn, tombstone, caller.principal)
             # Approval is the review itself: the reviewer's visibility, not write scope.
             targets = await m.lock_targets(conn, vis, sorted(current["supersedes"]), direct=False)
+            # Transaction time is read again now the targets are locked: a target changed
+            # while this waited has a version recorded after the first reading.
+            at = await sql.clock(conn)
+            reviewed = {**reviewed, "reviewed_at": at}
             row = await sql.new_version(
                 conn,
                 current,

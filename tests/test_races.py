@@ -11,8 +11,11 @@ import asyncio
 import uuid
 from typing import Any
 
+import asyncpg
 import grpc
+import pytest
 
+from brain.server.errors import Unavailable
 from brain.server.storage import memories as sql
 from brain.server.storage.db import Database
 from brain.v1 import common_pb2, review_pb2
@@ -242,3 +245,108 @@ async def test_a_deadlock_between_writers_is_aborted_not_internal(pg_cluster: Pg
     finally:
         await db.close()
     assert sorted(type(r).__name__ for r in results) == ["Conflict", "NoneType"], results
+
+
+async def waiting_for_advisory_locks(holder: Any, n: int) -> None:
+    """Return once ``n`` backends wait on a lock ``holder`` holds (polled, bounded)."""
+    for _ in range(500):
+        blocked = await holder.fetchval(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+        )
+        if blocked >= n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {n} writers queued behind the held lock")
+
+
+async def test_approval_waiting_on_a_target_behind_an_update_is_not_internal(
+    brain_server: BrainServer, pg_cluster: PgCluster, channel: grpc.aio.Channel
+) -> None:
+    """An approval whose superseded target is changed while it waits for the target's lock
+    supersedes the new version (it read its clock too early and broke recorded <= retired,
+    answering INTERNAL)."""
+    tenant = unique("t")
+    writer = Api(channel, brain_server.mint_key(tenant, "alice"))
+    proposer = Api(channel, brain_server.mint_key(
+        tenant, "agent:proposer", permissions="memories:read,memories:propose"
+    ))  # fmt: skip
+    reviewer = Api(channel, brain_server.mint_key(
+        tenant, "reviewer", permissions="memories:read,memories:review"
+    ))  # fmt: skip
+    tag = unique("target")
+    target = (await writer.save(f"{tag} the old fact")).memory.id
+    candidate = (
+        await proposer.review.ProposeMemory(
+            review_pb2.ProposeMemoryRequest(
+                scope=proposer.scope(),
+                memory=common_pb2.MemoryDraft(content=f"{tag} the new fact"),
+                supersedes=[target],
+                reason="it changed",
+            ),
+            metadata=proposer.md,
+        )
+    ).candidate.id
+    (tenant_id,) = brain_server.sql(
+        "SELECT DISTINCT tenant_id::text FROM memories WHERE memory_id = $1::uuid", target
+    )[0]
+    holder = await asyncpg.connect(pg_cluster.owner_dsn)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            f"memory\x1f{tenant_id}\x1f{target}",
+        )
+        # The update queues first, the approval (clock already read) second.
+        update = asyncio.ensure_future(writer.update(target, ["tags"], tags=["edited"]))
+        await waiting_for_advisory_locks(holder, 1)
+        approve = asyncio.ensure_future(
+            outcome(
+                reviewer.review.ReviewCandidate(
+                    review_pb2.ReviewCandidateRequest(
+                        scope=reviewer.scope(),
+                        id=candidate,
+                        decision=review_pb2.REVIEW_DECISION_APPROVE,
+                        reason="checked",
+                    ),
+                    metadata=reviewer.md,
+                )
+            )
+        )
+        await waiting_for_advisory_locks(holder, 2)
+        await tx.rollback()
+        assert (await update).version == 2
+        assert await approve == grpc.StatusCode.OK
+    finally:
+        await holder.close()
+    rows = versions(brain_server, target)
+    assert_contiguous(rows)
+    assert [r["status"] for r in rows] == ["active", "active", "superseded"]
+    assert (await writer.get(candidate)).status == common_pb2.MEMORY_STATUS_ACTIVE
+
+
+async def test_any_error_on_a_connection_killed_under_a_transaction_is_unavailable(
+    pg_cluster: PgCluster,
+) -> None:
+    """When the backend under a transaction is killed, whatever error surfaces is Unavailable
+    (the check ran on the connection after its release and raised InterfaceError instead)."""
+    db = await Database.connect(pg_cluster.app_dsn, max_size=1)
+    killer = await asyncpg.connect(pg_cluster.owner_dsn)
+    try:
+        with pytest.raises(Unavailable):
+            async with db.tenant_tx(str(uuid.uuid4())) as conn:
+                pid = await conn.fetchval("SELECT pg_backend_pid()")
+                assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
+                for _ in range(500):  # until the client notices the connection is gone
+                    if conn.is_closed():
+                        break
+                    await asyncio.sleep(0.02)
+                raise ValueError("a failure that is not the database's own error")
+        # Positive control: an error on a live connection is not mistaken for an outage.
+        with pytest.raises(ValueError):
+            async with db.tenant_tx(str(uuid.uuid4())):
+                raise ValueError("the caller's own failure")
+    finally:
+        await killer.close()
+        await db.close()

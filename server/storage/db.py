@@ -16,7 +16,6 @@ from typing import Any
 
 import asyncpg
 import structlog
-from asyncpg.pool import PoolConnectionProxy
 from pgvector.asyncpg import register_vector
 
 from brain.authz import Caller, Confinement, KeyRecord, KeyStoreUnavailable, Permission
@@ -176,54 +175,56 @@ class Database:
         pool = self.pool
         if replica and readonly and self.replica is not None:
             pool = await self._read_pool(key_id)
-        used: PoolConnectionProxy[Any] | None = None
+        died_under = False  # read before release: a released proxy refuses every call
         auditing = False
         try:
             name = "replica" if pool is self.replica else "primary"
             async with metrics.acquire(pool, name) as conn:
-                used = conn
-                async with conn.transaction(readonly=readonly):
-                    await conn.execute(
-                        """SELECT set_config('brain.tenant_id', $1, true),
-                                  set_config('brain.key_id', $2, true),
-                                  set_config('brain.principal', $3, true),
-                                  set_config('brain.method', $4, true),
-                                  set_config('statement_timeout', $5, true),
-                                  set_config('brain.labels', $6, true),
-                                  set_config('brain.confine_user_id', $7, true),
-                                  set_config('brain.confine_namespaces', $8, true),
-                                  set_config('brain.confine_session_id', $9, true),
-                                  set_config('brain.may_review', $10, true)""",
-                        tenant_id,
-                        key_id,
-                        principal,
-                        method,
-                        str(max(1, timeout_ms)),
-                        _pg_array(labels),
-                        confinement.user_id or "",
-                        _pg_array(confinement.namespaces) if confinement.namespaces else "",
-                        confinement.session_id or "",
-                        "on" if may_review else "",
-                    )
-                    yield conn
-                    auditing = not readonly and await metrics.audit_pending(conn)
-                if auditing:  # committed
-                    metrics.AUDIT_EVENTS.inc()
-                if not readonly and key_id and self.replica is not None:
-                    # After commit: the position a replica must reach to show this write.
-                    self._written[key_id] = await conn.fetchval(
-                        "SELECT pg_current_wal_insert_lsn()::text"
-                    )
+                try:
+                    async with conn.transaction(readonly=readonly):
+                        await conn.execute(
+                            """SELECT set_config('brain.tenant_id', $1, true),
+                                      set_config('brain.key_id', $2, true),
+                                      set_config('brain.principal', $3, true),
+                                      set_config('brain.method', $4, true),
+                                      set_config('statement_timeout', $5, true),
+                                      set_config('brain.labels', $6, true),
+                                      set_config('brain.confine_user_id', $7, true),
+                                      set_config('brain.confine_namespaces', $8, true),
+                                      set_config('brain.confine_session_id', $9, true),
+                                      set_config('brain.may_review', $10, true)""",
+                            tenant_id,
+                            key_id,
+                            principal,
+                            method,
+                            str(max(1, timeout_ms)),
+                            _pg_array(labels),
+                            confinement.user_id or "",
+                            _pg_array(confinement.namespaces) if confinement.namespaces else "",
+                            confinement.session_id or "",
+                            "on" if may_review else "",
+                        )
+                        yield conn
+                        auditing = not readonly and await metrics.audit_pending(conn)
+                    if auditing:  # committed
+                        metrics.AUDIT_EVENTS.inc()
+                    if not readonly and key_id and self.replica is not None:
+                        # After commit: the position a replica must reach to show this write.
+                        self._written[key_id] = await conn.fetchval(
+                            "SELECT pg_current_wal_insert_lsn()::text"
+                        )
+                except BaseException:
+                    died_under = conn.is_closed()
+                    raise
         except BrainError:
             raise
         except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
             raise Conflict(
                 "a concurrent change to the same memories won; read them again and retry"
             ) from exc
-            raise
         except Exception as exc:
             translated = outage(exc)
-            if translated is None and used is not None and used.is_closed():
+            if translated is None and died_under:
                 # Whatever failed, it failed because the connection died under it.
                 translated = Unavailable(UNAVAILABLE_MESSAGE)
             if translated is None:
