@@ -20,6 +20,7 @@ It holds no business logic; row visibility is enforced in SQL by the storage lay
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -40,6 +41,7 @@ from ._scope import NestedScope, RequestScope, ScopeViolation, check_scope
 
 UNAUTHENTICATED_MESSAGE = "missing, malformed, unknown, expired or revoked API key"
 UNAVAILABLE_MESSAGE = "the key store (database) is unavailable; retry shortly"
+STUCK_MESSAGE = "the database did not answer in time; retry shortly"
 _log = structlog.get_logger("brain.rpc")
 # Statuses that mean the server (or its database) failed, not the caller.
 SERVER_FAULTS = frozenset(
@@ -140,6 +142,7 @@ class AuthorizationInterceptor(Interceptor):
         touch_every_seconds: float = 60.0,
         check_request: Callable[[Any], str | None] | None = None,
         observer: CallObserver | None = None,
+        max_call_seconds: float | None = None,
     ) -> None:
         self._resolve_key = resolve_key
         self._pepper = pepper
@@ -151,6 +154,9 @@ class AuthorizationInterceptor(Interceptor):
         self._touched: dict[str, float] = {}
         self._check_request = check_request
         self._observer = observer
+        # A unary call whose client set no deadline is answered UNAVAILABLE after this long
+        # (a frozen database enforces no statement timeout; the call must not wait forever).
+        self._max_call_seconds = max_call_seconds
 
     async def intercept_service(
         self,
@@ -320,7 +326,30 @@ class AuthorizationInterceptor(Interceptor):
                     _unbind(bound)
                     self._done(method, caller, code, started)
 
-        return wrapper
+        limit = self._max_call_seconds
+        if limit is None:
+            return wrapper
+
+        async def capped(request: Any, context: Ctx) -> Any:
+            if context.time_remaining() is not None:
+                return await wrapper(request, context)  # the client's deadline governs
+            call = asyncio.ensure_future(wrapper(request, context))
+            try:
+                done, _ = await asyncio.wait({call}, timeout=limit)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            if call in done:
+                return call.result()
+            # Stuck on a database that neither answers nor fails: answer now, and let the
+            # abandoned call unwind in the background whenever the database comes back.
+            call.add_done_callback(_abandoned)
+            call.cancel()
+            _log.warning("rpc abandoned", method=method, after_seconds=limit)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, STUCK_MESSAGE)
+            raise AssertionError("unreachable: abort raises")
+
+        return capped
 
     def _wrap_stream(
         self, behavior: Callable[..., AsyncIterator[Any]], method: str, cls: MethodClass
@@ -343,6 +372,12 @@ class AuthorizationInterceptor(Interceptor):
                     self._done(method, caller, code, started)
 
         return wrapper
+
+
+def _abandoned(call: asyncio.Future[Any]) -> None:
+    """Retrieve an abandoned call's outcome so it is not reported as never retrieved."""
+    if not call.cancelled():
+        call.exception()
 
 
 def _bind(caller: Caller) -> tuple[Token[Caller | None], Mapping[str, Token[Any]]]:

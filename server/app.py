@@ -189,6 +189,8 @@ async def _serve(
         touch_key=db.touch_key,
         check_request=validation.malformed,
         observer=metrics.RpcObserver(),
+        # Past its statement timeout a call is stuck, not slow (a frozen database).
+        max_call_seconds=settings.statement_timeout_ms / 1000 + 5,
     )
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),

@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 import grpc
+import psutil
 import pytest
 import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -101,6 +102,7 @@ def outage(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) ->
         rate_limit=1000.0,
         rate_burst=1000,
         health_interval_seconds=0.2,
+        statement_timeout_ms=1000,  # a call with no deadline is abandoned after 1 + 5 s
         dev_key_file=root / "key",
     )
     running = loop_thread.run(start_server(settings))
@@ -211,3 +213,34 @@ def test_disk_full_is_resource_exhausted_with_a_clear_message(outage: Outage) ->
     finally:
         outage.owner_sql("DROP TRIGGER test_disk_full ON memories; DROP FUNCTION test_disk_full();")
     assert outage.save("saved once space is back").memory.content == "saved once space is back"
+
+
+def test_a_frozen_database_answers_unavailable_instead_of_never(outage: Outage) -> None:
+    """PostgreSQL stopped with SIGSTOP is alive but silent and enforces no statement timeout:
+    a call whose client set no deadline is answered UNAVAILABLE once it is stuck past the
+    statement timeout (not held forever), health turns NOT_SERVING, and after SIGCONT the
+    same server answers again."""
+    outage.running.supervisor.hold_restarts = False
+    eventually(lambda: outage.status() == SERVING)
+    before = outage.save("written before the freeze").memory.id
+    pg = outage.running.embedded_pg
+    assert pg is not None
+    pid = pg.postmaster_pid()
+    assert pid is not None
+    postmaster = psutil.Process(pid)
+    frozen = [postmaster, *postmaster.children(recursive=True)]
+    for proc in frozen:
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        no_deadline = memory_pb2.GetMemoryRequest(
+            scope=common_pb2.Scope(namespace="ops"), id=before
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            outage.memories.GetMemory(no_deadline, metadata=outage.md)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        eventually(lambda: outage.status() == NOT_SERVING)
+    finally:
+        for proc in frozen:
+            proc.send_signal(signal.SIGCONT)
+    eventually(lambda: outage.status() == SERVING)
+    assert outage.get(before).content == "written before the freeze"
