@@ -113,6 +113,9 @@ async def test_audit_events_of_erased_memories_stay_within_confinement(
         "/brain.v1.MemoryService/ForgetMemory",
     ]
     assert await events(bob) == []
+    # Positive control: bob's own writes do reach bob, and still none of alice's.
+    mine = (await bob.save("Bob's desk is on floor 3")).memory.id
+    assert ids(await events(bob)) == {mine}
 
 
 async def test_unconfined_audit_key_lists_no_events_of_memories_its_labels_hide(

@@ -331,6 +331,13 @@ def test_capture_proposes_what_the_user_asked_to_remember(
     assert not any(other in content for content in found)
     with BrainClient(brain_server.target, key, scope=Scope(user_id="ida", namespace=ns)) as c:
         assert list(c.search(marker).hits) == []  # candidates are never recalled
+        # Positive control: the same search finds an admitted memory of the same scope.
+        writer = brain_server.mint_key(tenant, "ida", user="ida", namespaces=(ns,))
+        with BrainClient(
+            brain_server.target, writer, scope=Scope(user_id="ida", namespace=ns)
+        ) as w:
+            own = w.save(f"The {marker} dashboard is on the wiki").memory.id
+        assert [h.memory.id for h in c.search(marker).hits] == [own]
 
     again = run_capture(brain_env(brain_server.target, key), payload)
     assert again.returncode == 0
