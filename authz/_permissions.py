@@ -59,6 +59,10 @@ METHOD_CLASSES: dict[str, MethodClass] = {
     "/brain.v1.ReviewService/WithdrawCandidate": MethodClass.PROPOSE,
     "/brain.v1.AuditService/ListAuditEvents": MethodClass.AUDIT,
     "/brain.v1.IdentityService/WhoAmI": MethodClass.ROWLESS,
+    # The graph is read out of memories (visible exactly when an asserting memory is), so
+    # reading it is reading memories: no separate permission.
+    "/brain.v1.GraphService/LookupEntity": MethodClass.READ,
+    "/brain.v1.GraphService/ListNeighbours": MethodClass.READ,
 }
 
 

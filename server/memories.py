@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 from brain.authz import Caller, Permission
 from brain.v1 import common_pb2, memory_pb2
 
-from . import context, convert, cursors, quotas, retrieval
+from . import context, convert, cursors, graph, quotas, retrieval
 from . import validation as check
 from .convert import PROTO_TO_STATUS
 from .embedders import Embedder, EmbedderError, NoEmbedder
@@ -55,6 +55,8 @@ UPDATABLE_FIELDS = frozenset(
     {"content", "kind", "tags", "metadata", "labels", "confidence", "importance",
      "valid_from", "valid_to", "expires_at"}
 )  # fmt: skip
+# Not a patch field: the request's `graph` replaces what the memory asserts (issue 19).
+GRAPH_PATH = "graph"
 
 if TYPE_CHECKING:
     from .review import Review
@@ -384,14 +386,20 @@ class Memories:
         caller: Caller,
         new: sql.NewMemory,
         targets: list[asyncpg.Record],
+        assertions: graph.Assertions = graph.NOTHING,
     ) -> asyncpg.Record:
-        """Insert ``new`` and mark ``targets`` superseded by it, at one transaction time."""
+        """Insert ``new`` and mark ``targets`` superseded by it, at one transaction time;
+        the new memory's graph assertions take over from theirs."""
         await quotas.reserve_memories(conn, adding=1 - len(targets))
         memory_id = cursors.uuid7()
         at = await sql.clock(conn)
         new = replace(new, supersedes=[t["memory_id"] for t in targets])
         row = await sql.insert_memory(conn, caller.tenant_id, new, memory_id, at)
         await self.mark_superseded(conn, caller, targets, memory_id, at)
+        await graph.assert_graph(
+            conn, self.visibility(caller), caller.tenant_id, memory_id, assertions, at,
+            pending=False,
+        )  # fmt: skip
         return row
 
     @staticmethod
@@ -402,8 +410,10 @@ class Memories:
         replacement: uuid.UUID,
         at: datetime,
     ) -> None:
-        """Close each locked target with a version that names its replacement."""
+        """Close each locked target with a version that names its replacement, and retire
+        what it asserted in the graph."""
         for target in targets:
+            await graph.retire(conn, target["tenant_id"], target["memory_id"], at)
             await sql.new_version(
                 conn,
                 target,
@@ -423,6 +433,7 @@ class Memories:
         self, caller: Caller, req: memory_pb2.SaveMemoryRequest, timeout_ms: int | None = None
     ) -> memory_pb2.SaveMemoryResponse:
         new = self.new_memory(caller, req.memory, status="active", change="save")
+        assertions = graph.parse_draft("graph", req.graph, new.valid_from, new.valid_to)
         new.embedding, new.embedding_model = await self.embed_content(new.content)
         supersedes = self.supersede_ids(req.supersedes)
         idem = check.text("idempotency_key", req.idempotency_key, limit=128)
@@ -436,7 +447,9 @@ class Memories:
             if self.review is not None and await self.review.review_required(
                 conn, caller, new.namespace
             ):
-                response = await self.review.save_as_candidate(conn, caller, new, supersedes)
+                response = await self.review.save_as_candidate(
+                    conn, caller, new, supersedes, assertions
+                )
                 await self.remember(conn, caller, idem, response.memory.id)
                 return response
             await sql.lock_value(conn, caller.tenant_id, new)
@@ -455,7 +468,7 @@ class Memories:
                 )
             else:
                 targets = await self.lock_targets(conn, vis, supersedes)
-                row = await self.insert_new(conn, caller, new, targets)
+                row = await self.insert_new(conn, caller, new, targets, assertions)
                 response = memory_pb2.SaveMemoryResponse(
                     memory=convert.memory(row), outcome=memory_pb2.SAVE_OUTCOME_CREATED
                 )
@@ -480,11 +493,12 @@ class Memories:
         paths = set(req.update_mask.paths)
         if not paths:
             raise InvalidArgument("update_mask", "name at least one field to change")
-        unknown = paths - UPDATABLE_FIELDS
+        unknown = paths - UPDATABLE_FIELDS - {GRAPH_PATH}
         if unknown:
             raise InvalidArgument(
                 "update_mask",
-                f"cannot update {sorted(unknown)}; updatable: {sorted(UPDATABLE_FIELDS)}",
+                f"cannot update {sorted(unknown)}; updatable: "
+                f"{sorted(UPDATABLE_FIELDS | {GRAPH_PATH})}",
             )
         patch = req.patch
         changes: dict[str, Any] = {}
@@ -555,6 +569,11 @@ class Memories:
                 change="update", changed_by=caller.principal, changed_by_key=caller.key.key_id
             )
             row = await sql.new_version(conn, current, at, changes, shown_to=vis)
+            if GRAPH_PATH in paths:
+                assertions = graph.parse_draft("graph", req.graph, valid_from, valid_to)
+                await graph.replace_graph(
+                    conn, vis, current["tenant_id"], current["memory_id"], assertions, at
+                )
             # The row holds fields this request did not set: a key without read sees a receipt.
             response = memory_pb2.UpdateMemoryResponse(
                 memory=convert.shown(row, caller.has(Permission.READ.value))
@@ -591,6 +610,7 @@ class Memories:
                 )
             }
             await sql.erase_all_versions(conn, current["tenant_id"], current["memory_id"])
+            await graph.erase(conn, current["tenant_id"], current["memory_id"])
             at = await sql.clock(conn)
             await sql.new_version(
                 conn,
@@ -725,6 +745,7 @@ class Memories:
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             lexical: list[retrieval.LaneHit] = []
             exact: list[retrieval.LaneHit] = []
+            graph_hits: list[retrieval.LaneHit] = []
             if mode != memory_pb2.SEARCH_MODE_SEMANTIC:
                 size = await retrieval.corpus_size(conn, vis, f, t)
                 lexical = await retrieval.lexical_lane(
@@ -733,6 +754,7 @@ class Memories:
                 exact = await retrieval.lexical_lane(
                     conn, vis, query, f, t, n, self.params, config="simple", corpus_size=size
                 )
+                graph_hits = await retrieval.graph_lane(conn, vis, query, f, t, n, self.params)
             semantic: list[retrieval.LaneHit] = []
             if vector is not None:
                 if mode == memory_pb2.SEARCH_MODE_HYBRID:
@@ -743,7 +765,7 @@ class Memories:
                     conn, vis, vector, f, t, n, self.params, model=model
                 )
         depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
-        fused = retrieval.fuse(lexical, semantic, depth, self.params, exact=exact)
+        fused = retrieval.fuse(lexical, semantic, depth, self.params, exact=exact, graph=graph_hits)
         return await self.rerank(query, fused, limit)
 
     async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:

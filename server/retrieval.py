@@ -31,6 +31,8 @@ from typing import Any
 import asyncpg
 
 from . import metrics
+from .graph import query_names
+from .storage import graph as graph_sql
 from .storage.memories import (
     RowFilter,
     TimeCoords,
@@ -66,6 +68,10 @@ class RetrievalParams:
     # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
     fusion: str = "minmax"
     rrf_k: int = 60
+    # The entity graph lane (issue 19): memories mentioning entities the query names, and
+    # (weighted down) their one-hop neighbours. 0 switches the lane off.
+    graph_weight: float = 0.3
+    graph_neighbour_weight: float = 0.5
 
 
 # Text search configuration -> the generated tsvector column that holds it.
@@ -230,6 +236,26 @@ async def semantic_lane(
     return [LaneHit(row=r, score=float(r["similarity"])) for r in rows]
 
 
+async def graph_lane(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+) -> list[LaneHit]:
+    """Memories about the entities the query names (see `storage.graph.graph_lane`)."""
+    names = query_names(query)
+    if not names or params.graph_weight <= 0:
+        return []
+    with metrics.lane("graph"):
+        rows = await graph_sql.graph_lane(
+            conn, v, names, f, t, limit, params.graph_neighbour_weight
+        )
+    return [LaneHit(row=r, score=float(r["score"])) for r in rows]
+
+
 def _key(row: asyncpg.Record) -> Any:
     return (row["memory_id"], row["version"])
 
@@ -285,6 +311,7 @@ def fuse(
     params: RetrievalParams,
     now: datetime | None = None,
     exact: Sequence[LaneHit] = (),
+    graph: Sequence[LaneHit] = (),
 ) -> list[FusedHit]:
     """Combine the lanes into one ranking (see the module docstring)."""
     now = now or datetime.now(UTC)
@@ -293,6 +320,7 @@ def fuse(
         ("lexical", lexical, params.lexical_weight),
         ("exact", exact, params.exact_weight),
         ("semantic", semantic, params.semantic_weight),
+        ("graph", graph, params.graph_weight),
     )
     for kind, hits, weight in lanes:
         norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)

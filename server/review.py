@@ -17,7 +17,7 @@ import asyncpg
 from brain.authz import Caller, Permission
 from brain.v1 import memory_pb2, review_pb2
 
-from . import convert, cursors, quotas
+from . import convert, cursors, graph, quotas
 from . import validation as check
 from .errors import (
     FailedPrecondition,
@@ -55,10 +55,13 @@ class Review:
         caller: Caller,
         new: sql.NewMemory,
         supersedes: list[uuid.UUID],
+        assertions: graph.Assertions = graph.NOTHING,
     ) -> memory_pb2.SaveMemoryResponse:
         """SaveMemory in a review-required namespace: store a candidate and say so."""
         candidate = replace(new, proposal_reason=REVIEW_REQUIRED_REASON)
-        row, created = await self.propose_in_tx(conn, caller, candidate, supersedes, None)
+        row, created = await self.propose_in_tx(
+            conn, caller, candidate, supersedes, None, assertions
+        )
         outcome = (
             memory_pb2.SAVE_OUTCOME_PROPOSED if created else memory_pb2.SAVE_OUTCOME_DEDUPLICATED
         )
@@ -71,8 +74,11 @@ class Review:
         new: sql.NewMemory,
         supersedes: list[uuid.UUID],
         review_within: timedelta | None,
+        assertions: graph.Assertions = graph.NOTHING,
     ) -> tuple[asyncpg.Record, bool]:
-        """Store ``new`` as a candidate; (row, created). Checks tombstones and limits."""
+        """Store ``new`` as a candidate; (row, created). Checks tombstones and limits.
+
+        Its graph assertions are stored pending: they join the graph only on approval."""
         vis = self.memories.visibility(caller)
         await sql.lock_value(conn, caller.tenant_id, new)
         await self.memories.refuse_tombstoned(
@@ -123,7 +129,11 @@ class Review:
             supersedes=list(supersedes),
             candidate_expires_at=at + ttl,
         )
-        row = await sql.insert_memory(conn, caller.tenant_id, candidate, cursors.uuid7(), at)
+        memory_id = cursors.uuid7()
+        row = await sql.insert_memory(conn, caller.tenant_id, candidate, memory_id, at)
+        await graph.assert_graph(
+            conn, vis, caller.tenant_id, memory_id, assertions, at, pending=True
+        )
         return row, True
 
     async def review_required(
@@ -140,6 +150,7 @@ class Review:
     ) -> review_pb2.ProposeMemoryResponse:
         m = self.memories
         new = m.new_memory(caller, req.memory, status="candidate", change="propose")
+        assertions = graph.parse_draft("graph", req.graph, new.valid_from, new.valid_to)
         new.embedding, new.embedding_model = await m.embed_content(new.content)
         reason = check.text("reason", req.reason, limit=1000).strip()
         if not reason:
@@ -156,7 +167,9 @@ class Review:
             replayed = await m.replay(conn, caller, idem, req)
             if replayed is not None:
                 return review_pb2.ProposeMemoryResponse(candidate=replayed)
-            row, _ = await self.propose_in_tx(conn, caller, new, supersedes, review_within)
+            row, _ = await self.propose_in_tx(
+                conn, caller, new, supersedes, review_within, assertions
+            )
             response = review_pb2.ProposeMemoryResponse(candidate=convert.memory(row))
             await m.remember(conn, caller, idem, response.candidate.id)
         return response
@@ -271,6 +284,7 @@ class Review:
                 shown_to=vis,
             )
             await m.mark_superseded(conn, caller, targets, current["memory_id"], at)
+            await graph.approve(conn, vis, current["tenant_id"], current["memory_id"], at)
         return review_pb2.ReviewCandidateResponse(
             memory=convert.shown(row, caller.has(Permission.READ.value))
         )

@@ -24,69 +24,70 @@ _sym_db = _symbol_database.Default()
 
 
 from . import common_pb2 as brain_dot_v1_dot_common__pb2
+from . import graph_pb2 as brain_dot_v1_dot_graph__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rain/v1/memory.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x01\n\x11SaveMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12%\n\x06memory\x18\x02 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12\x12\n\nsupersedes\x18\x03 \x03(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"^\n\x12SaveMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12&\n\x07outcome\x18\x02 \x01(\x0e\x32\x15.brain.v1.SaveOutcome\"b\n\x10GetMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\"\n\x04time\x18\x03 \x01(\x0b\x32\x14.brain.v1.TimeTravel\"5\n\x11GetMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"\xcb\x01\n\x13UpdateMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12$\n\x05patch\x18\x03 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12/\n\x0bupdate_mask\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x18\n\x10\x65xpected_version\x18\x05 \x01(\x05\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\"8\n\x14UpdateMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"Q\n\x13\x46orgetMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"8\n\x14\x46orgetMemoryResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0ctombstone_id\x18\x02 \x01(\t\"\xde\x01\n\x15SearchMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12&\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x05 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\"\n\x04mode\x18\x06 \x01(\x0e\x32\x14.brain.v1.SearchMode\x12\x17\n\x0fquery_embedding\x18\x07 \x03(\x02\"\xb3\x01\n\tSearchHit\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x14\n\x0clexical_rank\x18\x03 \x01(\x05\x12\x15\n\rsemantic_rank\x18\x04 \x01(\x05\x12\x15\n\rlexical_score\x18\x05 \x01(\x02\x12\x1b\n\x13semantic_similarity\x18\x06 \x01(\x02\x12\x14\n\x0crerank_score\x18\x07 \x01(\x02\"_\n\x16SearchMemoriesResponse\x12!\n\x04hits\x18\x01 \x03(\x0b\x32\x13.brain.v1.SearchHit\x12\"\n\x07ranking\x18\x02 \x01(\x0e\x32\x11.brain.v1.Ranking\"\xa8\x01\n\x13ListMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x03 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"S\n\x14ListMemoriesResponse\x12\"\n\x08memories\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x17GetMemoryHistoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\">\n\x18GetMemoryHistoryResponse\x12\"\n\x08versions\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\"\x88\x01\n\x15\x45xportMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\x17\n\x0finclude_history\x18\x04 \x01(\x08\"J\n\x16\x45xportMemoriesResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\"n\n\x14WatchMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\"\x9d\x01\n\x15WatchMemoriesResponse\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.brain.v1.ChangeKind\x12 \n\x06memory\x18\x02 \x01(\x0b\x32\x10.brain.v1.Memory\x12.\n\nchanged_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x63ursor\x18\x04 \x01(\t\"\xbc\x01\n\x13\x42uildContextRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x03 \x01(\x05\x12&\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x05 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\x14\n\x0cmax_memories\x18\x06 \x01(\x05\"\xcf\x01\n\x0b\x43ontextItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.brain.v1.MemoryStatus\x12.\n\nvalid_from\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08valid_to\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x07 \x01(\t\"s\n\x14\x42uildContextResponse\x12\x0f\n\x07\x63ontext\x18\x01 \x01(\t\x12$\n\x05items\x18\x02 \x03(\x0b\x32\x15.brain.v1.ContextItem\x12\x13\n\x0btokens_used\x18\x03 \x01(\x05\x12\x0f\n\x07omitted\x18\x04 \x01(\x05*\x9a\x01\n\x0bSaveOutcome\x12\x1c\n\x18SAVE_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14SAVE_OUTCOME_CREATED\x10\x01\x12\x1d\n\x19SAVE_OUTCOME_DEDUPLICATED\x10\x02\x12\x19\n\x15SAVE_OUTCOME_PROPOSED\x10\x03\x12\x19\n\x15SAVE_OUTCOME_REPLAYED\x10\x04*t\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x02\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x03*s\n\x07Ranking\x12\x17\n\x13RANKING_UNSPECIFIED\x10\x00\x12\x11\n\rRANKING_FUSED\x10\x01\x12\x14\n\x10RANKING_RERANKED\x10\x02\x12&\n\"RANKING_FUSED_RERANKER_UNAVAILABLE\x10\x03*\xfb\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43HANGE_KIND_CREATED\x10\x01\x12\x17\n\x13\x43HANGE_KIND_UPDATED\x10\x02\x12\x1a\n\x16\x43HANGE_KIND_SUPERSEDED\x10\x03\x12\x19\n\x15\x43HANGE_KIND_FORGOTTEN\x10\x04\x12\x18\n\x14\x43HANGE_KIND_PROPOSED\x10\x05\x12\x18\n\x14\x43HANGE_KIND_APPROVED\x10\x06\x12\x18\n\x14\x43HANGE_KIND_REJECTED\x10\x07\x12\x19\n\x15\x43HANGE_KIND_WITHDRAWN\x10\x08\x32\xb5\x06\n\rMemoryService\x12G\n\nSaveMemory\x12\x1b.brain.v1.SaveMemoryRequest\x1a\x1c.brain.v1.SaveMemoryResponse\x12\x44\n\tGetMemory\x12\x1a.brain.v1.GetMemoryRequest\x1a\x1b.brain.v1.GetMemoryResponse\x12M\n\x0cUpdateMemory\x12\x1d.brain.v1.UpdateMemoryRequest\x1a\x1e.brain.v1.UpdateMemoryResponse\x12M\n\x0c\x46orgetMemory\x12\x1d.brain.v1.ForgetMemoryRequest\x1a\x1e.brain.v1.ForgetMemoryResponse\x12S\n\x0eSearchMemories\x12\x1f.brain.v1.SearchMemoriesRequest\x1a .brain.v1.SearchMemoriesResponse\x12M\n\x0cListMemories\x12\x1d.brain.v1.ListMemoriesRequest\x1a\x1e.brain.v1.ListMemoriesResponse\x12Y\n\x10GetMemoryHistory\x12!.brain.v1.GetMemoryHistoryRequest\x1a\".brain.v1.GetMemoryHistoryResponse\x12U\n\x0e\x45xportMemories\x12\x1f.brain.v1.ExportMemoriesRequest\x1a .brain.v1.ExportMemoriesResponse0\x01\x12R\n\rWatchMemories\x12\x1e.brain.v1.WatchMemoriesRequest\x1a\x1f.brain.v1.WatchMemoriesResponse0\x01\x12M\n\x0c\x42uildContext\x12\x1d.brain.v1.BuildContextRequest\x1a\x1e.brain.v1.BuildContextResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rain/v1/memory.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x14\x62rain/v1/graph.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x01\n\x11SaveMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12%\n\x06memory\x18\x02 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12\x12\n\nsupersedes\x18\x03 \x03(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"^\n\x12SaveMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12&\n\x07outcome\x18\x02 \x01(\x0e\x32\x15.brain.v1.SaveOutcome\"b\n\x10GetMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\"\n\x04time\x18\x03 \x01(\x0b\x32\x14.brain.v1.TimeTravel\"5\n\x11GetMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"\xf0\x01\n\x13UpdateMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12$\n\x05patch\x18\x03 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12/\n\x0bupdate_mask\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x18\n\x10\x65xpected_version\x18\x05 \x01(\x05\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"8\n\x14UpdateMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"Q\n\x13\x46orgetMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"8\n\x14\x46orgetMemoryResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0ctombstone_id\x18\x02 \x01(\t\"\xde\x01\n\x15SearchMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12&\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x05 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\"\n\x04mode\x18\x06 \x01(\x0e\x32\x14.brain.v1.SearchMode\x12\x17\n\x0fquery_embedding\x18\x07 \x03(\x02\"\xb3\x01\n\tSearchHit\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x14\n\x0clexical_rank\x18\x03 \x01(\x05\x12\x15\n\rsemantic_rank\x18\x04 \x01(\x05\x12\x15\n\rlexical_score\x18\x05 \x01(\x02\x12\x1b\n\x13semantic_similarity\x18\x06 \x01(\x02\x12\x14\n\x0crerank_score\x18\x07 \x01(\x02\"_\n\x16SearchMemoriesResponse\x12!\n\x04hits\x18\x01 \x03(\x0b\x32\x13.brain.v1.SearchHit\x12\"\n\x07ranking\x18\x02 \x01(\x0e\x32\x11.brain.v1.Ranking\"\xa8\x01\n\x13ListMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x03 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"S\n\x14ListMemoriesResponse\x12\"\n\x08memories\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x17GetMemoryHistoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\">\n\x18GetMemoryHistoryResponse\x12\"\n\x08versions\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\"\x88\x01\n\x15\x45xportMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\x17\n\x0finclude_history\x18\x04 \x01(\x08\"J\n\x16\x45xportMemoriesResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\"n\n\x14WatchMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\"\x9d\x01\n\x15WatchMemoriesResponse\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.brain.v1.ChangeKind\x12 \n\x06memory\x18\x02 \x01(\x0b\x32\x10.brain.v1.Memory\x12.\n\nchanged_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x63ursor\x18\x04 \x01(\t\"\xbc\x01\n\x13\x42uildContextRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x03 \x01(\x05\x12&\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x05 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\x14\n\x0cmax_memories\x18\x06 \x01(\x05\"\xcf\x01\n\x0b\x43ontextItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.brain.v1.MemoryStatus\x12.\n\nvalid_from\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08valid_to\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x07 \x01(\t\"s\n\x14\x42uildContextResponse\x12\x0f\n\x07\x63ontext\x18\x01 \x01(\t\x12$\n\x05items\x18\x02 \x03(\x0b\x32\x15.brain.v1.ContextItem\x12\x13\n\x0btokens_used\x18\x03 \x01(\x05\x12\x0f\n\x07omitted\x18\x04 \x01(\x05*\x9a\x01\n\x0bSaveOutcome\x12\x1c\n\x18SAVE_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14SAVE_OUTCOME_CREATED\x10\x01\x12\x1d\n\x19SAVE_OUTCOME_DEDUPLICATED\x10\x02\x12\x19\n\x15SAVE_OUTCOME_PROPOSED\x10\x03\x12\x19\n\x15SAVE_OUTCOME_REPLAYED\x10\x04*t\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x02\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x03*s\n\x07Ranking\x12\x17\n\x13RANKING_UNSPECIFIED\x10\x00\x12\x11\n\rRANKING_FUSED\x10\x01\x12\x14\n\x10RANKING_RERANKED\x10\x02\x12&\n\"RANKING_FUSED_RERANKER_UNAVAILABLE\x10\x03*\xfb\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43HANGE_KIND_CREATED\x10\x01\x12\x17\n\x13\x43HANGE_KIND_UPDATED\x10\x02\x12\x1a\n\x16\x43HANGE_KIND_SUPERSEDED\x10\x03\x12\x19\n\x15\x43HANGE_KIND_FORGOTTEN\x10\x04\x12\x18\n\x14\x43HANGE_KIND_PROPOSED\x10\x05\x12\x18\n\x14\x43HANGE_KIND_APPROVED\x10\x06\x12\x18\n\x14\x43HANGE_KIND_REJECTED\x10\x07\x12\x19\n\x15\x43HANGE_KIND_WITHDRAWN\x10\x08\x32\xb5\x06\n\rMemoryService\x12G\n\nSaveMemory\x12\x1b.brain.v1.SaveMemoryRequest\x1a\x1c.brain.v1.SaveMemoryResponse\x12\x44\n\tGetMemory\x12\x1a.brain.v1.GetMemoryRequest\x1a\x1b.brain.v1.GetMemoryResponse\x12M\n\x0cUpdateMemory\x12\x1d.brain.v1.UpdateMemoryRequest\x1a\x1e.brain.v1.UpdateMemoryResponse\x12M\n\x0c\x46orgetMemory\x12\x1d.brain.v1.ForgetMemoryRequest\x1a\x1e.brain.v1.ForgetMemoryResponse\x12S\n\x0eSearchMemories\x12\x1f.brain.v1.SearchMemoriesRequest\x1a .brain.v1.SearchMemoriesResponse\x12M\n\x0cListMemories\x12\x1d.brain.v1.ListMemoriesRequest\x1a\x1e.brain.v1.ListMemoriesResponse\x12Y\n\x10GetMemoryHistory\x12!.brain.v1.GetMemoryHistoryRequest\x1a\".brain.v1.GetMemoryHistoryResponse\x12U\n\x0e\x45xportMemories\x12\x1f.brain.v1.ExportMemoriesRequest\x1a .brain.v1.ExportMemoriesResponse0\x01\x12R\n\rWatchMemories\x12\x1e.brain.v1.WatchMemoriesRequest\x1a\x1f.brain.v1.WatchMemoriesResponse0\x01\x12M\n\x0c\x42uildContext\x12\x1d.brain.v1.BuildContextRequest\x1a\x1e.brain.v1.BuildContextResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'brain.v1.memory_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SAVEOUTCOME']._serialized_start=2820
-  _globals['_SAVEOUTCOME']._serialized_end=2974
-  _globals['_SEARCHMODE']._serialized_start=2976
-  _globals['_SEARCHMODE']._serialized_end=3092
-  _globals['_RANKING']._serialized_start=3094
-  _globals['_RANKING']._serialized_end=3209
-  _globals['_CHANGEKIND']._serialized_start=3212
-  _globals['_CHANGEKIND']._serialized_end=3463
-  _globals['_SAVEMEMORYREQUEST']._serialized_start=126
-  _globals['_SAVEMEMORYREQUEST']._serialized_end=261
-  _globals['_SAVEMEMORYRESPONSE']._serialized_start=263
-  _globals['_SAVEMEMORYRESPONSE']._serialized_end=357
-  _globals['_GETMEMORYREQUEST']._serialized_start=359
-  _globals['_GETMEMORYREQUEST']._serialized_end=457
-  _globals['_GETMEMORYRESPONSE']._serialized_start=459
-  _globals['_GETMEMORYRESPONSE']._serialized_end=512
-  _globals['_UPDATEMEMORYREQUEST']._serialized_start=515
-  _globals['_UPDATEMEMORYREQUEST']._serialized_end=718
-  _globals['_UPDATEMEMORYRESPONSE']._serialized_start=720
-  _globals['_UPDATEMEMORYRESPONSE']._serialized_end=776
-  _globals['_FORGETMEMORYREQUEST']._serialized_start=778
-  _globals['_FORGETMEMORYREQUEST']._serialized_end=859
-  _globals['_FORGETMEMORYRESPONSE']._serialized_start=861
-  _globals['_FORGETMEMORYRESPONSE']._serialized_end=917
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=920
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=1142
-  _globals['_SEARCHHIT']._serialized_start=1145
-  _globals['_SEARCHHIT']._serialized_end=1324
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=1326
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=1421
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=1424
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=1592
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1594
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1677
-  _globals['_GETMEMORYHISTORYREQUEST']._serialized_start=1679
-  _globals['_GETMEMORYHISTORYREQUEST']._serialized_end=1748
-  _globals['_GETMEMORYHISTORYRESPONSE']._serialized_start=1750
-  _globals['_GETMEMORYHISTORYRESPONSE']._serialized_end=1812
-  _globals['_EXPORTMEMORIESREQUEST']._serialized_start=1815
-  _globals['_EXPORTMEMORIESREQUEST']._serialized_end=1951
-  _globals['_EXPORTMEMORIESRESPONSE']._serialized_start=1953
-  _globals['_EXPORTMEMORIESRESPONSE']._serialized_end=2027
-  _globals['_WATCHMEMORIESREQUEST']._serialized_start=2029
-  _globals['_WATCHMEMORIESREQUEST']._serialized_end=2139
-  _globals['_WATCHMEMORIESRESPONSE']._serialized_start=2142
-  _globals['_WATCHMEMORIESRESPONSE']._serialized_end=2299
-  _globals['_BUILDCONTEXTREQUEST']._serialized_start=2302
-  _globals['_BUILDCONTEXTREQUEST']._serialized_end=2490
-  _globals['_CONTEXTITEM']._serialized_start=2493
-  _globals['_CONTEXTITEM']._serialized_end=2700
-  _globals['_BUILDCONTEXTRESPONSE']._serialized_start=2702
-  _globals['_BUILDCONTEXTRESPONSE']._serialized_end=2817
-  _globals['_MEMORYSERVICE']._serialized_start=3466
-  _globals['_MEMORYSERVICE']._serialized_end=4287
+  _globals['_SAVEOUTCOME']._serialized_start=2916
+  _globals['_SAVEOUTCOME']._serialized_end=3070
+  _globals['_SEARCHMODE']._serialized_start=3072
+  _globals['_SEARCHMODE']._serialized_end=3188
+  _globals['_RANKING']._serialized_start=3190
+  _globals['_RANKING']._serialized_end=3305
+  _globals['_CHANGEKIND']._serialized_start=3308
+  _globals['_CHANGEKIND']._serialized_end=3559
+  _globals['_SAVEMEMORYREQUEST']._serialized_start=148
+  _globals['_SAVEMEMORYREQUEST']._serialized_end=320
+  _globals['_SAVEMEMORYRESPONSE']._serialized_start=322
+  _globals['_SAVEMEMORYRESPONSE']._serialized_end=416
+  _globals['_GETMEMORYREQUEST']._serialized_start=418
+  _globals['_GETMEMORYREQUEST']._serialized_end=516
+  _globals['_GETMEMORYRESPONSE']._serialized_start=518
+  _globals['_GETMEMORYRESPONSE']._serialized_end=571
+  _globals['_UPDATEMEMORYREQUEST']._serialized_start=574
+  _globals['_UPDATEMEMORYREQUEST']._serialized_end=814
+  _globals['_UPDATEMEMORYRESPONSE']._serialized_start=816
+  _globals['_UPDATEMEMORYRESPONSE']._serialized_end=872
+  _globals['_FORGETMEMORYREQUEST']._serialized_start=874
+  _globals['_FORGETMEMORYREQUEST']._serialized_end=955
+  _globals['_FORGETMEMORYRESPONSE']._serialized_start=957
+  _globals['_FORGETMEMORYRESPONSE']._serialized_end=1013
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=1016
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=1238
+  _globals['_SEARCHHIT']._serialized_start=1241
+  _globals['_SEARCHHIT']._serialized_end=1420
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=1422
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=1517
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=1520
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=1688
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1690
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1773
+  _globals['_GETMEMORYHISTORYREQUEST']._serialized_start=1775
+  _globals['_GETMEMORYHISTORYREQUEST']._serialized_end=1844
+  _globals['_GETMEMORYHISTORYRESPONSE']._serialized_start=1846
+  _globals['_GETMEMORYHISTORYRESPONSE']._serialized_end=1908
+  _globals['_EXPORTMEMORIESREQUEST']._serialized_start=1911
+  _globals['_EXPORTMEMORIESREQUEST']._serialized_end=2047
+  _globals['_EXPORTMEMORIESRESPONSE']._serialized_start=2049
+  _globals['_EXPORTMEMORIESRESPONSE']._serialized_end=2123
+  _globals['_WATCHMEMORIESREQUEST']._serialized_start=2125
+  _globals['_WATCHMEMORIESREQUEST']._serialized_end=2235
+  _globals['_WATCHMEMORIESRESPONSE']._serialized_start=2238
+  _globals['_WATCHMEMORIESRESPONSE']._serialized_end=2395
+  _globals['_BUILDCONTEXTREQUEST']._serialized_start=2398
+  _globals['_BUILDCONTEXTREQUEST']._serialized_end=2586
+  _globals['_CONTEXTITEM']._serialized_start=2589
+  _globals['_CONTEXTITEM']._serialized_end=2796
+  _globals['_BUILDCONTEXTRESPONSE']._serialized_start=2798
+  _globals['_BUILDCONTEXTRESPONSE']._serialized_end=2913
+  _globals['_MEMORYSERVICE']._serialized_start=3562
+  _globals['_MEMORYSERVICE']._serialized_end=4383
 # @@protoc_insertion_point(module_scope)

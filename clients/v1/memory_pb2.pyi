@@ -5,6 +5,7 @@ isort:skip_file
 """
 
 from . import common_pb2 as _common_pb2
+from . import graph_pb2 as _graph_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
@@ -136,6 +137,7 @@ class SaveMemoryRequest(_message.Message):
     MEMORY_FIELD_NUMBER: _builtins.int
     SUPERSEDES_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    GRAPH_FIELD_NUMBER: _builtins.int
     idempotency_key: _builtins.str
     """Same key + same body returns the first result; same key + another body is ALREADY_EXISTS."""
     @_builtins.property
@@ -146,6 +148,10 @@ class SaveMemoryRequest(_message.Message):
     def supersedes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Memories this one replaces; each is marked SUPERSEDED in the same transaction."""
 
+    @_builtins.property
+    def graph(self) -> _graph_pb2.GraphDraft:
+        """Entities and relations the memory asserts (issue 19; see graph.proto)."""
+
     def __init__(
         self,
         *,
@@ -153,10 +159,11 @@ class SaveMemoryRequest(_message.Message):
         memory: _common_pb2.MemoryDraft | None = ...,
         supersedes: _abc.Iterable[_builtins.str] | None = ...,
         idempotency_key: _builtins.str = ...,
+        graph: _graph_pb2.GraphDraft | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "scope", b"scope"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["graph", b"graph", "memory", b"memory", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "memory", b"memory", "scope", b"scope", "supersedes", b"supersedes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["graph", b"graph", "idempotency_key", b"idempotency_key", "memory", b"memory", "scope", b"scope", "supersedes", b"supersedes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -242,6 +249,7 @@ class UpdateMemoryRequest(_message.Message):
     UPDATE_MASK_FIELD_NUMBER: _builtins.int
     EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    GRAPH_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     expected_version: _builtins.int
     """When set, the update fails with ABORTED unless this is the current version."""
@@ -256,6 +264,10 @@ class UpdateMemoryRequest(_message.Message):
 
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask: ...
+    @_builtins.property
+    def graph(self) -> _graph_pb2.GraphDraft:
+        """With "graph" in update_mask: replaces what the memory asserts (issue 19)."""
+
     def __init__(
         self,
         *,
@@ -265,10 +277,11 @@ class UpdateMemoryRequest(_message.Message):
         update_mask: _field_mask_pb2.FieldMask | None = ...,
         expected_version: _builtins.int = ...,
         idempotency_key: _builtins.str = ...,
+        graph: _graph_pb2.GraphDraft | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["patch", b"patch", "scope", b"scope", "update_mask", b"update_mask"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["graph", b"graph", "patch", b"patch", "scope", b"scope", "update_mask", b"update_mask"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_version", b"expected_version", "id", b"id", "idempotency_key", b"idempotency_key", "patch", b"patch", "scope", b"scope", "update_mask", b"update_mask"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_version", b"expected_version", "graph", b"graph", "id", b"id", "idempotency_key", b"idempotency_key", "patch", b"patch", "scope", b"scope", "update_mask", b"update_mask"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,34 +24,35 @@ _sym_db = _symbol_database.Default()
 
 
 from . import common_pb2 as brain_dot_v1_dot_common__pb2
+from . import graph_pb2 as brain_dot_v1_dot_graph__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rain/v1/review.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\xcc\x01\n\x14ProposeMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12%\n\x06memory\x18\x02 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12\x12\n\nsupersedes\x18\x03 \x03(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x30\n\rreview_within\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\"<\n\x15ProposeMemoryResponse\x12#\n\tcandidate\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"s\n\x15ListCandidatesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x13\n\x0bproposed_by\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"W\n\x16ListCandidatesResponse\x12$\n\ncandidates\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x01\n\x16ReviewCandidateRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12*\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x18.brain.v1.ReviewDecision\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x1a\n\x12readmit_tombstoned\x18\x05 \x01(\x08\";\n\x17ReviewCandidateResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"V\n\x18WithdrawCandidateRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"=\n\x19WithdrawCandidateResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory*j\n\x0eReviewDecision\x12\x1f\n\x1bREVIEW_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n\x17REVIEW_DECISION_APPROVE\x10\x01\x12\x1a\n\x16REVIEW_DECISION_REJECT\x10\x02\x32\xec\x02\n\rReviewService\x12P\n\rProposeMemory\x12\x1e.brain.v1.ProposeMemoryRequest\x1a\x1f.brain.v1.ProposeMemoryResponse\x12S\n\x0eListCandidates\x12\x1f.brain.v1.ListCandidatesRequest\x1a .brain.v1.ListCandidatesResponse\x12V\n\x0fReviewCandidate\x12 .brain.v1.ReviewCandidateRequest\x1a!.brain.v1.ReviewCandidateResponse\x12\\\n\x11WithdrawCandidate\x12\".brain.v1.WithdrawCandidateRequest\x1a#.brain.v1.WithdrawCandidateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rain/v1/review.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x14\x62rain/v1/graph.proto\x1a\x1egoogle/protobuf/duration.proto\"\xf1\x01\n\x14ProposeMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12%\n\x06memory\x18\x02 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12\x12\n\nsupersedes\x18\x03 \x03(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x30\n\rreview_within\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"<\n\x15ProposeMemoryResponse\x12#\n\tcandidate\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"s\n\x15ListCandidatesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x13\n\x0bproposed_by\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"W\n\x16ListCandidatesResponse\x12$\n\ncandidates\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x01\n\x16ReviewCandidateRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12*\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x18.brain.v1.ReviewDecision\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x1a\n\x12readmit_tombstoned\x18\x05 \x01(\x08\";\n\x17ReviewCandidateResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"V\n\x18WithdrawCandidateRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"=\n\x19WithdrawCandidateResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory*j\n\x0eReviewDecision\x12\x1f\n\x1bREVIEW_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n\x17REVIEW_DECISION_APPROVE\x10\x01\x12\x1a\n\x16REVIEW_DECISION_REJECT\x10\x02\x32\xec\x02\n\rReviewService\x12P\n\rProposeMemory\x12\x1e.brain.v1.ProposeMemoryRequest\x1a\x1f.brain.v1.ProposeMemoryResponse\x12S\n\x0eListCandidates\x12\x1f.brain.v1.ListCandidatesRequest\x1a .brain.v1.ListCandidatesResponse\x12V\n\x0fReviewCandidate\x12 .brain.v1.ReviewCandidateRequest\x1a!.brain.v1.ReviewCandidateResponse\x12\\\n\x11WithdrawCandidate\x12\".brain.v1.WithdrawCandidateRequest\x1a#.brain.v1.WithdrawCandidateResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'brain.v1.review_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REVIEWDECISION']._serialized_start=936
-  _globals['_REVIEWDECISION']._serialized_end=1042
-  _globals['_PROPOSEMEMORYREQUEST']._serialized_start=91
-  _globals['_PROPOSEMEMORYREQUEST']._serialized_end=295
-  _globals['_PROPOSEMEMORYRESPONSE']._serialized_start=297
-  _globals['_PROPOSEMEMORYRESPONSE']._serialized_end=357
-  _globals['_LISTCANDIDATESREQUEST']._serialized_start=359
-  _globals['_LISTCANDIDATESREQUEST']._serialized_end=474
-  _globals['_LISTCANDIDATESRESPONSE']._serialized_start=476
-  _globals['_LISTCANDIDATESRESPONSE']._serialized_end=563
-  _globals['_REVIEWCANDIDATEREQUEST']._serialized_start=566
-  _globals['_REVIEWCANDIDATEREQUEST']._serialized_end=722
-  _globals['_REVIEWCANDIDATERESPONSE']._serialized_start=724
-  _globals['_REVIEWCANDIDATERESPONSE']._serialized_end=783
-  _globals['_WITHDRAWCANDIDATEREQUEST']._serialized_start=785
-  _globals['_WITHDRAWCANDIDATEREQUEST']._serialized_end=871
-  _globals['_WITHDRAWCANDIDATERESPONSE']._serialized_start=873
-  _globals['_WITHDRAWCANDIDATERESPONSE']._serialized_end=934
-  _globals['_REVIEWSERVICE']._serialized_start=1045
-  _globals['_REVIEWSERVICE']._serialized_end=1409
+  _globals['_REVIEWDECISION']._serialized_start=995
+  _globals['_REVIEWDECISION']._serialized_end=1101
+  _globals['_PROPOSEMEMORYREQUEST']._serialized_start=113
+  _globals['_PROPOSEMEMORYREQUEST']._serialized_end=354
+  _globals['_PROPOSEMEMORYRESPONSE']._serialized_start=356
+  _globals['_PROPOSEMEMORYRESPONSE']._serialized_end=416
+  _globals['_LISTCANDIDATESREQUEST']._serialized_start=418
+  _globals['_LISTCANDIDATESREQUEST']._serialized_end=533
+  _globals['_LISTCANDIDATESRESPONSE']._serialized_start=535
+  _globals['_LISTCANDIDATESRESPONSE']._serialized_end=622
+  _globals['_REVIEWCANDIDATEREQUEST']._serialized_start=625
+  _globals['_REVIEWCANDIDATEREQUEST']._serialized_end=781
+  _globals['_REVIEWCANDIDATERESPONSE']._serialized_start=783
+  _globals['_REVIEWCANDIDATERESPONSE']._serialized_end=842
+  _globals['_WITHDRAWCANDIDATEREQUEST']._serialized_start=844
+  _globals['_WITHDRAWCANDIDATEREQUEST']._serialized_end=930
+  _globals['_WITHDRAWCANDIDATERESPONSE']._serialized_start=932
+  _globals['_WITHDRAWCANDIDATERESPONSE']._serialized_end=993
+  _globals['_REVIEWSERVICE']._serialized_start=1104
+  _globals['_REVIEWSERVICE']._serialized_end=1468
 # @@protoc_insertion_point(module_scope)

@@ -5,6 +5,7 @@ isort:skip_file
 """
 
 from . import common_pb2 as _common_pb2
+from . import graph_pb2 as _graph_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
@@ -49,6 +50,7 @@ class ProposeMemoryRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     REVIEW_WITHIN_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    GRAPH_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """Why the agent believes this should be remembered."""
     idempotency_key: _builtins.str
@@ -62,6 +64,10 @@ class ProposeMemoryRequest(_message.Message):
     def review_within(self) -> _duration_pb2.Duration:
         """How long the candidate stays reviewable. Default 7 days, capped by the server."""
 
+    @_builtins.property
+    def graph(self) -> _graph_pb2.GraphDraft:
+        """Entities and relations; they join the graph only when the candidate is approved."""
+
     def __init__(
         self,
         *,
@@ -71,10 +77,11 @@ class ProposeMemoryRequest(_message.Message):
         reason: _builtins.str = ...,
         review_within: _duration_pb2.Duration | None = ...,
         idempotency_key: _builtins.str = ...,
+        graph: _graph_pb2.GraphDraft | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "review_within", b"review_within", "scope", b"scope"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["graph", b"graph", "memory", b"memory", "review_within", b"review_within", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "memory", b"memory", "reason", b"reason", "review_within", b"review_within", "scope", b"scope", "supersedes", b"supersedes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["graph", b"graph", "idempotency_key", b"idempotency_key", "memory", b"memory", "reason", b"reason", "review_within", b"review_within", "scope", b"scope", "supersedes", b"supersedes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

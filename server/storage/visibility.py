@@ -154,3 +154,19 @@ def write_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
     if c.session_id is not None:
         clauses.append(f"{a}.session_id = {p.add(c.session_id)}")
     return "(" + " AND ".join(clauses) + ")"
+
+
+def asserting_memory_visible(v: Visibility, p: Params, alias: str) -> str:
+    """SQL boolean over a graph row ``alias`` (a mention or a relation: ``tenant_id``,
+    ``memory_id``): the memory that asserted it is visible to ``v`` now.
+
+    A mention or relation is a side record of its memory, like a link: shown exactly when
+    the memory's current version passes ``visibility_predicate`` (and has not expired), so
+    nothing about an entity known only from invisible memories reaches a caller."""
+    a = alias
+    return (
+        f"EXISTS (SELECT 1 FROM memories am WHERE am.tenant_id = {a}.tenant_id "
+        f"AND am.memory_id = {a}.memory_id AND am.retired_at IS NULL "
+        f"AND (am.expires_at IS NULL OR am.expires_at > now()) "
+        f"AND {visibility_predicate(v, p, 'am')})"
+    )

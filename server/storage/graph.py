@@ -1,0 +1,387 @@
+"""SQL for the entity graph (migration 0030). Every read embeds the visibility of the
+memories that assert what it returns (``asserting_memory_visible``), before any LIMIT."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from .memories import RowFilter, TimeCoords, filter_predicate, memory_columns, time_predicate
+from .visibility import (
+    Params,
+    Visibility,
+    asserting_memory_visible,
+    visibility_predicate,
+    write_predicate,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMention:
+    name_norm: str
+    name: str
+    type: str
+    aliases: tuple[str, ...]
+    alias_norms: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NewRelation:
+    subject: str  # normalised entity names
+    predicate: str
+    object: str
+    cardinality: str  # 'one' | 'many'
+    valid_from: datetime
+    valid_to: datetime | None
+
+
+def mention_time(t: TimeCoords, p: Params, alias: str) -> str:
+    """Transaction time only: a mention has no valid time of its own."""
+    a = alias
+    if t.as_of is None:
+        return f"{a}.retired_at IS NULL AND NOT {a}.pending"
+    at = p.add(t.as_of)
+    return (
+        f"NOT {a}.pending AND {a}.recorded_at <= {at} "
+        f"AND ({a}.retired_at IS NULL OR {a}.retired_at > {at})"
+    )
+
+
+def relation_time(t: TimeCoords, p: Params, alias: str) -> str:
+    return f"NOT {alias}.pending AND {time_predicate(t, p, alias)}"
+
+
+# -- writes ------------------------------------------------------------------------
+
+
+async def entity_ids(conn: asyncpg.Connection, names: Sequence[str]) -> dict[str, uuid.UUID]:
+    """Ids of these normalised names in the caller's tenant (created when missing)."""
+    rows = await conn.fetch("SELECT * FROM brain_graph_entities($1::text[])", sorted(set(names)))
+    return {r["name_norm"]: r["entity_id"] for r in rows}
+
+
+async def insert_mentions(
+    conn: asyncpg.Connection,
+    tenant_id: Any,
+    memory_id: uuid.UUID,
+    mentions: Sequence[NewMention],
+    ids: dict[str, uuid.UUID],
+    at: datetime,
+    pending: bool,
+) -> None:
+    await conn.executemany(
+        """INSERT INTO graph_mentions (tenant_id, mention_id, memory_id, entity_id, name, type,
+                                       aliases, alias_norms, pending, recorded_at)
+           VALUES ($1::uuid, gen_random_uuid(), $2, $3, $4, $5, $6, $7, $8, $9)""",
+        [
+            (str(tenant_id), memory_id, ids[m.name_norm], m.name, m.type, list(m.aliases),
+             list(m.alias_norms), pending, at)
+            for m in mentions
+        ],
+    )  # fmt: skip
+
+
+async def insert_relations(
+    conn: asyncpg.Connection,
+    tenant_id: Any,
+    memory_id: uuid.UUID,
+    relations: Sequence[NewRelation],
+    ids: dict[str, uuid.UUID],
+    at: datetime,
+    pending: bool,
+) -> None:
+    await conn.executemany(
+        """INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id, predicate,
+                                        object_id, cardinality, valid_from, valid_to, pending,
+                                        recorded_at)
+           VALUES ($1::uuid, gen_random_uuid(), $2, $3, $4, $5, $6, $7, $8, $9, $10)""",
+        [
+            (str(tenant_id), memory_id, ids[r.subject], r.predicate, ids[r.object],
+             r.cardinality, r.valid_from, r.valid_to, pending, at)
+            for r in relations
+        ],
+    )  # fmt: skip
+
+
+async def close_predecessors(
+    conn: asyncpg.Connection, v: Visibility, memory_id: uuid.UUID, at: datetime
+) -> int:
+    """For each single-valued relation ``memory_id`` now asserts, close the valid time of
+    the earlier current facts of the same subject and predicate with another object.
+
+    Only facts of memories the writer can see and may change directly are closed (a write
+    never reaches across a wall). Closing is bitemporal: the old row is retired at ``at``
+    and a copy recorded whose valid time ends where the new fact's begins, so ``as_of``
+    before ``at`` still shows the fact open-ended."""
+    p = Params(memory_id, at)
+    rows = await conn.fetch(
+        f"""WITH new AS (
+                SELECT n.tenant_id, n.subject_id, n.predicate, n.object_id, n.valid_from
+                FROM graph_relations n
+                WHERE n.memory_id = $1 AND n.cardinality = 'one' AND n.retired_at IS NULL
+                  AND NOT n.pending),
+            closing AS (
+                SELECT DISTINCT ON (o.tenant_id, o.relation_id) o.tenant_id, o.relation_id,
+                       nw.valid_from AS ends
+                FROM graph_relations o
+                JOIN new nw ON o.tenant_id = nw.tenant_id AND o.subject_id = nw.subject_id
+                           AND o.predicate = nw.predicate AND o.object_id <> nw.object_id
+                WHERE o.memory_id <> $1 AND o.retired_at IS NULL AND NOT o.pending
+                  AND o.valid_from < nw.valid_from
+                  AND (o.valid_to IS NULL OR o.valid_to > nw.valid_from)
+                  AND EXISTS (SELECT 1 FROM memories m
+                              WHERE m.tenant_id = o.tenant_id AND m.memory_id = o.memory_id
+                                AND m.retired_at IS NULL AND {visibility_predicate(v, p)}
+                                AND {write_predicate(v, p)})
+                ORDER BY o.tenant_id, o.relation_id, nw.valid_from),
+            retired AS (
+                UPDATE graph_relations o SET retired_at = $2
+                FROM closing c
+                WHERE o.tenant_id = c.tenant_id AND o.relation_id = c.relation_id
+                RETURNING o.*, c.ends)
+            INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id,
+                                         predicate, object_id, cardinality, valid_from,
+                                         valid_to, pending, recorded_at)
+            SELECT r.tenant_id, gen_random_uuid(), r.memory_id, r.subject_id, r.predicate,
+                   r.object_id, r.cardinality, r.valid_from, r.ends, false, $2
+            FROM retired r
+            RETURNING relation_id""",
+        *p.values,
+    )
+    return len(rows)
+
+
+async def retire_memory(
+    conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid.UUID, at: datetime
+) -> None:
+    """The memory's current graph rows stop being believed at ``at`` (supersede, update)."""
+    for table in ("graph_mentions", "graph_relations"):
+        await conn.execute(
+            f"""UPDATE {table} SET retired_at = $3
+                WHERE tenant_id = $1 AND memory_id = $2 AND retired_at IS NULL""",
+            tenant_id,
+            memory_id,
+            at,
+        )
+
+
+async def activate_memory(
+    conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid.UUID, at: datetime
+) -> None:
+    """An approved proposal's rows join the graph, believed from the approval on."""
+    for table in ("graph_mentions", "graph_relations"):
+        await conn.execute(
+            f"""UPDATE {table} SET pending = false, recorded_at = $3
+                WHERE tenant_id = $1 AND memory_id = $2 AND pending AND retired_at IS NULL""",
+            tenant_id,
+            memory_id,
+            at,
+        )
+
+
+async def erase_memory(conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid.UUID) -> None:
+    """Forget: delete every graph row the memory asserted, in every version, then every
+    entity no memory asserts any more (its name with it)."""
+    entities: set[uuid.UUID] = set()
+    rows = await conn.fetch(
+        "DELETE FROM graph_relations WHERE tenant_id = $1 AND memory_id = $2 "
+        "RETURNING subject_id, object_id",
+        tenant_id,
+        memory_id,
+    )
+    for r in rows:
+        entities.update((r["subject_id"], r["object_id"]))
+    rows = await conn.fetch(
+        "DELETE FROM graph_mentions WHERE tenant_id = $1 AND memory_id = $2 RETURNING entity_id",
+        tenant_id,
+        memory_id,
+    )
+    entities.update(r["entity_id"] for r in rows)
+    if entities:
+        await conn.execute("SELECT brain_graph_drop_orphans($1::uuid[])", sorted(entities))
+
+
+# -- reads -------------------------------------------------------------------------
+
+
+async def find_entity(
+    conn: asyncpg.Connection, v: Visibility, name_norm: str, t: TimeCoords
+) -> uuid.UUID | None:
+    """The entity a visible mention gives this name or alias (a name match first)."""
+    p = Params(name_norm)
+    value: uuid.UUID | None = await conn.fetchval(
+        f"""SELECT x.entity_id FROM graph_mentions x
+            JOIN graph_entities e ON e.tenant_id = x.tenant_id AND e.entity_id = x.entity_id
+            WHERE (e.name_norm = $1 OR x.alias_norms @> ARRAY[$1]::text[])
+              AND {mention_time(t, p, "x")} AND {asserting_memory_visible(v, p, "x")}
+            ORDER BY (e.name_norm = $1) DESC, x.recorded_at DESC, x.entity_id
+            LIMIT 1""",
+        *p.values,
+    )
+    return value
+
+
+async def summaries(
+    conn: asyncpg.Connection, v: Visibility, entity_ids: Sequence[uuid.UUID], t: TimeCoords
+) -> dict[uuid.UUID, asyncpg.Record]:
+    """Name, types, aliases, mention count and degree of each entity, over visible
+    mentions and relations at ``t`` only."""
+    p = Params(list(entity_ids))
+    rows = await conn.fetch(
+        f"""WITH seen AS (
+                SELECT x.* FROM graph_mentions x
+                WHERE x.entity_id = ANY($1::uuid[]) AND {mention_time(t, p, "x")}
+                  AND {asserting_memory_visible(v, p, "x")}),
+            named AS (
+                SELECT DISTINCT ON (entity_id) entity_id, name FROM seen
+                ORDER BY entity_id, recorded_at DESC, name),
+            rel AS (
+                SELECT e.id AS entity_id, count(r.*) AS degree
+                FROM unnest($1::uuid[]) AS e (id)
+                JOIN graph_relations r ON (r.subject_id = e.id OR r.object_id = e.id)
+                WHERE {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}
+                GROUP BY e.id)
+            SELECT s.entity_id, n.name,
+                   array_remove(array_agg(DISTINCT s.type), '') AS types,
+                   ARRAY(SELECT DISTINCT a FROM seen s2, unnest(s2.aliases) a
+                         WHERE s2.entity_id = s.entity_id ORDER BY a) AS aliases,
+                   count(DISTINCT s.memory_id) AS mention_count,
+                   COALESCE(max(rel.degree), 0) AS degree
+            FROM seen s JOIN named n USING (entity_id)
+            LEFT JOIN rel USING (entity_id)
+            GROUP BY s.entity_id, n.name""",
+        *p.values,
+    )
+    return {r["entity_id"]: r for r in rows}
+
+
+_RELATION_COLUMNS = """r.relation_id, r.memory_id, r.subject_id, r.predicate, r.object_id,
+    r.cardinality, r.valid_from, r.valid_to, r.recorded_at, r.retired_at,
+    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = r.tenant_id
+       AND y.memory_id = r.memory_id AND y.entity_id = r.subject_id
+     ORDER BY y.recorded_at DESC LIMIT 1) AS subject_name,
+    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = r.tenant_id
+       AND y.memory_id = r.memory_id AND y.entity_id = r.object_id
+     ORDER BY y.recorded_at DESC LIMIT 1) AS object_name"""
+
+
+async def relations_of(
+    conn: asyncpg.Connection, v: Visibility, entity_id: uuid.UUID, t: TimeCoords, limit: int
+) -> list[asyncpg.Record]:
+    """Visible relations of one entity at ``t``, newest valid time first. Endpoint names
+    come from the asserting memory's own mentions."""
+    p = Params(entity_id)
+    return list(
+        await conn.fetch(
+            f"""SELECT {_RELATION_COLUMNS} FROM graph_relations r
+                WHERE (r.subject_id = $1 OR r.object_id = $1)
+                  AND {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}
+                ORDER BY r.valid_from DESC, r.recorded_at DESC, r.relation_id
+                LIMIT {p.add(limit)}""",
+            *p.values,
+        )
+    )
+
+
+async def neighbours(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    start: uuid.UUID,
+    depth: int,
+    t: TimeCoords,
+    limit: int,
+) -> list[asyncpg.Record]:
+    """Entities within ``depth`` hops over visible relations at ``t``, nearest first.
+
+    Every step of the walk re-applies visibility and time, so a hop through an invisible
+    relation never happens; the LIMIT comes after."""
+    p = Params(start, depth)
+    tenant = p.add(v.tenant_id)
+    rows = await conn.fetch(
+        f"""WITH RECURSIVE walk (entity_id, depth, relation_id, path) AS (
+                SELECT $1::uuid, 0, NULL::uuid, ARRAY[$1::uuid]
+                UNION ALL
+                SELECT nxt.id, w.depth + 1, r.relation_id, w.path || nxt.id
+                FROM walk w
+                JOIN graph_relations r ON r.tenant_id = {tenant}::uuid
+                     AND (r.subject_id = w.entity_id OR r.object_id = w.entity_id),
+                LATERAL (SELECT CASE WHEN r.subject_id = w.entity_id
+                                     THEN r.object_id ELSE r.subject_id END AS id) nxt
+                WHERE w.depth < $2 AND NOT nxt.id = ANY (w.path)
+                  AND {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}),
+            nearest AS (
+                SELECT DISTINCT ON (entity_id) entity_id, depth, relation_id FROM walk
+                WHERE depth > 0 ORDER BY entity_id, depth, relation_id)
+            SELECT n.entity_id, n.depth, {_RELATION_COLUMNS}
+            FROM nearest n JOIN graph_relations r
+                 ON r.tenant_id = {tenant}::uuid AND r.relation_id = n.relation_id
+            ORDER BY n.depth, n.entity_id
+            LIMIT {p.add(limit)}""",
+        *p.values,
+    )
+    return list(rows)
+
+
+async def graph_lane(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    names: Sequence[str],
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    neighbour_weight: float,
+) -> list[asyncpg.Record]:
+    """Memories mentioning the entities named in a query (by name or alias) or their
+    one-hop neighbours, best first, with a ``score``.
+
+    Seeds, hops and memories are all filtered by the caller's visibility (and the search's
+    status, time and filters) inside the statement, before its LIMIT: an entity mentioned
+    mostly in other buckets cannot crowd out this caller's rows. A memory scores the sum,
+    over the entities it mentions, of 1 (a named entity) or ``neighbour_weight`` (a
+    neighbour) divided by ln(1 + the entity's visible mentions), so rare entities count
+    more than ones mentioned everywhere."""
+    p = Params(sorted(set(names)))
+    tenant = p.add(v.tenant_id)
+    rows = await conn.fetch(
+        f"""WITH seeds AS (
+                SELECT DISTINCT x.entity_id FROM graph_mentions x
+                JOIN graph_entities e ON e.tenant_id = x.tenant_id AND e.entity_id = x.entity_id
+                WHERE x.tenant_id = {tenant}::uuid
+                  AND (e.name_norm = ANY ($1::text[]) OR x.alias_norms && $1::text[])
+                  AND {mention_time(t, p, "x")} AND {asserting_memory_visible(v, p, "x")}),
+            reach AS (
+                SELECT entity_id, 1.0::float8 AS weight FROM seeds
+                UNION ALL
+                SELECT CASE WHEN r.subject_id = s.entity_id THEN r.object_id
+                            ELSE r.subject_id END, {p.add(neighbour_weight)}::float8
+                FROM seeds s JOIN graph_relations r ON r.tenant_id = {tenant}::uuid
+                     AND (r.subject_id = s.entity_id OR r.object_id = s.entity_id)
+                WHERE {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}),
+            ents AS (SELECT entity_id, max(weight) AS weight FROM reach GROUP BY entity_id),
+            hits AS (
+                SELECT m.tenant_id, m.memory_id, m.version, x.entity_id, en.weight
+                FROM ents en
+                JOIN graph_mentions x ON x.tenant_id = {tenant}::uuid
+                     AND x.entity_id = en.entity_id AND {mention_time(t, p, "x")}
+                JOIN memories m ON m.tenant_id = x.tenant_id AND m.memory_id = x.memory_id
+                WHERE {visibility_predicate(v, p)} AND {time_predicate(t, p)}
+                  AND {filter_predicate(f, p)}),
+            df AS (SELECT entity_id, count(DISTINCT memory_id) AS n FROM hits GROUP BY entity_id),
+            scored AS (
+                SELECT h.tenant_id, h.memory_id, h.version,
+                       sum(h.weight / ln(1 + df.n + 1)) AS score
+                FROM hits h JOIN df USING (entity_id)
+                GROUP BY h.tenant_id, h.memory_id, h.version
+                ORDER BY score DESC, h.memory_id DESC
+                LIMIT {p.add(limit)})
+        SELECT {memory_columns(v, p)}, s.score
+        FROM scored s JOIN memories m USING (tenant_id, memory_id, version)
+        ORDER BY s.score DESC, m.memory_id DESC""",
+        *p.values,
+    )
+    return list(rows)

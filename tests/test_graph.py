@@ -1,0 +1,213 @@
+"""The entity graph (issue 19): writes, time travel, review, supersede and bad input."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import grpc
+
+from brain.v1 import common_pb2, graph_pb2, memory_pb2
+
+from .conftest import BrainServer, unique
+from .graph_helpers import (
+    draft,
+    facts,
+    lookup_call,
+    names,
+    neighbours_call,
+    propose,
+    save,
+    update_graph,
+)
+from .helpers import Api, rpc_error, ts
+from .test_review import decide
+
+WRITER = "memories:read,memories:write,memories:forget,memories:propose"
+
+
+def new_api(server: BrainServer, channel: grpc.aio.Channel, **kw: str) -> Api:
+    tenant = unique("graph")
+    return Api(channel, server.mint_key(tenant, "writer", permissions=WRITER), **kw)
+
+
+async def test_lookup_by_name_and_alias_with_relations_and_neighbours(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """An entity is found by name or alias whatever the case and spacing; it carries its
+    types, aliases, counts and relations, and neighbours are reached up to depth 3."""
+    api = new_api(brain_server, channel)
+    await save(
+        api,
+        "Robert leads the Falcon project with Ann",
+        draft(
+            [("Robert Smith", "person", ["Bob"]), ("Falcon", "project", [])],
+            [("Bob", "leads", "Falcon"), ("Robert Smith", "works_with", "Ann")],
+        ),
+    )
+    await save(api, "Ann mentors Carl", draft([], [("Ann", "mentors", "Carl")]))
+    await save(api, "Carl reports to Dana", draft([], [("Carl", "reports_to", "Dana")]))
+    await save(api, "Dana knows Eve", draft([], [("Dana", "knows", "Eve")]))
+
+    by_alias = await lookup_call(api, "  BOB ")
+    by_name = await lookup_call(api, "robert   smith")
+    assert by_alias.entity.id == by_name.entity.id
+    e = by_name.entity
+    assert (e.name, list(e.types), list(e.aliases)) == ("Robert Smith", ["person"], ["Bob"])
+    assert (e.mention_count, e.degree) == (1, 2)
+    assert facts(by_name) == {
+        ("robert smith", "leads", "falcon"),
+        ("robert smith", "works_with", "ann"),
+    }
+    assert names(await neighbours_call(api, "bob")) == {"falcon": 1, "ann": 1}
+    assert names(await neighbours_call(api, "bob", depth=3)) == {
+        "falcon": 1, "ann": 1, "carl": 2, "dana": 3,
+    }  # fmt: skip
+    ann = (await lookup_call(api, "Ann")).entity
+    assert (ann.mention_count, ann.degree) == (2, 2)
+
+
+async def test_single_valued_relation_closes_the_previous_fact_in_valid_time(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A new object of a CARDINALITY_ONE relation ends the old fact's valid time where the
+    new one begins; the old fact stays in history (valid_at, and as_of before the change
+    shows it open-ended); a many-valued predicate keeps both."""
+    api = new_api(brain_server, channel)
+    t1 = datetime(2024, 1, 1, tzinfo=UTC)
+    t2 = datetime(2025, 1, 1, tzinfo=UTC)
+    await save(
+        api, "Ann lives in Paris", draft([], [("Ann", "lives_in", "Paris")], one=["lives_in"],
+                                          valid_from=t1),
+    )  # fmt: skip
+    await save(api, "Ann likes Paris", draft([], [("Ann", "likes", "Paris")], valid_from=t1))
+    before = datetime.now(UTC)
+    await save(
+        api, "Ann moved to Berlin", draft([], [("Ann", "lives_in", "Berlin")], one=["lives_in"],
+                                           valid_from=t2),
+    )  # fmt: skip
+    await save(api, "Ann likes Berlin", draft([], [("Ann", "likes", "Berlin")], valid_from=t2))
+
+    now = await lookup_call(api, "ann")
+    assert facts(now) == {
+        ("ann", "lives_in", "berlin"), ("ann", "likes", "berlin"), ("ann", "likes", "paris"),
+    }  # fmt: skip
+    assert now.entity.degree == 3
+    then = await lookup_call(api, "ann", valid_at=ts(t1 + timedelta(days=30)))
+    assert facts(then) == {("ann", "lives_in", "paris"), ("ann", "likes", "paris")}
+    every = await lookup_call(api, "ann", any_valid_time=True)
+    paris = [r for r in every.relations if r.object.name == "Paris" and r.predicate == "lives_in"]
+    assert len(paris) == 1 and paris[0].valid_to.ToDatetime(tzinfo=UTC) == t2
+    believed = await lookup_call(api, "ann", as_of=ts(before), any_valid_time=True)
+    old = [r for r in believed.relations if r.predicate == "lives_in"]
+    assert [r.object.name for r in old] == ["Paris"] and not old[0].HasField("valid_to")
+
+
+async def test_update_replaces_and_supersede_retires_assertions_in_transaction_time(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """UpdateMemory with "graph" in the mask replaces what the memory asserts and a
+    supersede retires the old memory's assertions for the new one's; as_of before each
+    change still shows what was believed then."""
+    api = new_api(brain_server, channel)
+    saved = (await save(api, "Ann works on Kite", draft([], [("Ann", "works_on", "Kite")]))).memory
+    before_update = datetime.now(UTC)
+    await update_graph(api, saved.id, draft([], [("Ann", "works_on", "Comet")]))
+    assert facts(await lookup_call(api, "ann")) == {("ann", "works_on", "comet")}
+    assert facts(await lookup_call(api, "ann", as_of=ts(before_update))) == {
+        ("ann", "works_on", "kite")
+    }
+    assert (await rpc_error(lookup_call(api, "kite"))).code() == grpc.StatusCode.NOT_FOUND
+    before_supersede = datetime.now(UTC)
+    await save(
+        api, "Ann works on Nova now", draft([], [("Ann", "works_on", "Nova")]),
+        supersedes=[saved.id],
+    )  # fmt: skip
+    assert facts(await lookup_call(api, "ann")) == {("ann", "works_on", "nova")}
+    assert facts(await lookup_call(api, "ann", as_of=ts(before_supersede))) == {
+        ("ann", "works_on", "comet")
+    }
+
+
+async def test_proposed_relations_join_the_graph_only_when_approved(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A proposal's entities and relations are not in the graph, even for the proposer
+    and a reviewer, until a reviewer approves it; then they are, for both."""
+    tenant = unique("graph-review")
+    proposer = Api(channel, brain_server.mint_key(tenant, "agent", permissions=WRITER))
+    reviewer = Api(
+        channel,
+        brain_server.mint_key(tenant, "carol", permissions="memories:read,memories:review"),
+    )
+    await save(proposer, "Ann exists", draft(["Ann"]))  # positive control for lookups
+    candidate = await propose(proposer, "Ann manages Zed", draft([], [("Ann", "manages", "Zed")]))
+    for api in (proposer, reviewer):
+        assert facts(await lookup_call(api, "ann")) == set()
+        assert (await rpc_error(lookup_call(api, "zed"))).code() == grpc.StatusCode.NOT_FOUND
+    await decide(reviewer, candidate.id, approve=True)
+    for api in (proposer, reviewer):
+        assert facts(await lookup_call(api, "ann")) == {("ann", "manages", "zed")}
+
+
+async def test_bad_graph_input_is_invalid_argument_naming_the_field_and_writes_nothing(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Every malformed part of a GraphDraft, and of a graph read, is INVALID_ARGUMENT
+    naming its field, and no memory or entity is left behind."""
+    api = new_api(brain_server, channel)
+    token = secrets.token_hex(4)
+    bad = {
+        "graph.entities[0].name": draft([""]),
+        "graph.relations[0].predicate": draft([], [(f"a{token}", "Lives In", "b")]),
+        "graph.relations[0].object": draft([], [(f"a{token}", "is", f"A{token}")]),
+        "graph.relations[0].subject": draft([], [("a\x00", "is", "b")]),
+        "graph.entities[1]": draft([("x", "", ["y"]), (f"y{token}", "", ["x"])]),
+        "graph.relations[0].cardinality": graph_pb2.GraphDraft(
+            relations=[graph_pb2.RelationDraft(subject="a", predicate="p", object="b",
+                                               cardinality=7)]  # type: ignore[arg-type]
+        ),
+    }  # fmt: skip
+    for field, g in bad.items():
+        err = await rpc_error(save(api, f"content {token}", g))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (field, err.details())
+        assert err.details().startswith(field), (field, err.details())
+    listed = await api.memories.ListMemories(
+        memory_pb2.ListMemoriesRequest(scope=api.scope()), metadata=api.md
+    )
+    assert list(listed.memories) == []
+    assert (await rpc_error(lookup_call(api, f"a{token}"))).code() == grpc.StatusCode.NOT_FOUND
+    await save(api, f"content {token}", draft([], [(f"a{token}", "is", "b")]))  # control
+    assert (await lookup_call(api, f"a{token}")).entity.degree == 1
+    for call, field in (
+        (neighbours_call(api, f"a{token}", depth=4), "depth"),
+        (lookup_call(api, ""), "name"),
+    ):
+        err = await rpc_error(call)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.details().startswith(field)
+
+
+async def test_graph_lane_finds_memories_naming_the_query_entities_and_their_neighbours(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A query naming an entity (by name or alias) recalls memories that mention it and
+    its one-hop neighbours even when no word of the query is in their text."""
+    api = new_api(brain_server, channel)
+    token = secrets.token_hex(3)
+    quasar = f"Quasar{token}"
+    direct = (await save(api, "she moved there last spring", draft([(quasar, "", ["qz"])]))).memory
+    linked = (
+        await save(api, "the harbour office opened", draft([], [(quasar, "owns", "Harbour")]))
+    ).memory
+    neighbour = (await save(api, "its roof leaks badly", draft(["Harbour"]))).memory
+    unrelated = (await save(api, "nothing to see here", draft(["Elsewhere"]))).memory
+    found = await api.search(f"what about {quasar.lower()}?", mode=memory_pb2.SEARCH_MODE_LEXICAL)
+    assert {direct.id, linked.id, neighbour.id} <= set(found)
+    assert unrelated.id not in found
+    assert set(await api.search("qz", mode=memory_pb2.SEARCH_MODE_LEXICAL)) >= {direct.id}
+    context = await api.memories.BuildContext(
+        memory_pb2.BuildContextRequest(scope=api.scope(), query=quasar), metadata=api.md
+    )
+    assert "she moved there last spring" in context.context
+    assert common_pb2.MEMORY_STATUS_ACTIVE  # the import is used by other graph tests
