@@ -172,3 +172,43 @@ async def test_replay_of_a_memory_the_key_no_longer_sees_answers_like_a_random_i
     hidden = await outcome(saver.memories.SaveMemory(req, metadata=saver.md))
     assert hidden == await outcome(get_call(saver, RANDOM_ID))
     assert hidden[0] == grpc.StatusCode.NOT_FOUND
+
+
+async def test_forget_erases_the_graph_the_memory_alone_asserted(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Issue 19: before the forget the entity, its alias and type, and the relation are in
+    the graph tables and found by lookup; after it no table holds them, the entity answers
+    like a name never used, and an entity another memory still asserts keeps that
+    memory's relation only."""
+    from .graph_helpers import draft, facts, lookup_call
+    from .graph_helpers import save as save_graph
+
+    token = secrets.token_hex(6)
+    needles = {"entity": f"kestrel{token}", "alias": f"kes{token}", "type": f"raptor{token}"}
+    owner = Api(channel, brain_server.mint_key(unique("edge-g"), "owner", permissions=OWNER))
+    cliff = f"Cliff{token}"
+    forgotten = await save_graph(
+        owner, "a bird nests on the cliff",
+        draft([(needles["entity"], needles["type"], [needles["alias"]])],
+              [(needles["entity"], "nests_on", cliff)]),
+    )  # fmt: skip
+    await save_graph(owner, "the cliff faces the sea", draft([], [(cliff, "faces", "Sea")]))
+
+    before = holders(brain_server, needles)
+    assert "graph_entities.name_norm" in before["entity"]
+    assert "graph_mentions.name" in before["entity"]
+    assert "graph_mentions.aliases" in before["alias"]
+    assert "graph_mentions.type" in before["type"]
+    assert (await lookup_call(owner, needles["alias"])).entity.degree == 1
+    assert (await lookup_call(owner, cliff)).entity.degree == 2
+
+    await owner.forget(forgotten.memory.id)
+
+    assert holders(brain_server, needles) == {name: set() for name in needles}
+    unknown = await outcome(lookup_call(owner, f"never{token}"))
+    assert unknown[0] == grpc.StatusCode.NOT_FOUND
+    assert await outcome(lookup_call(owner, needles["entity"])) == unknown
+    kept = await lookup_call(owner, cliff)
+    assert facts(kept) == {(cliff.lower(), "faces", "sea")}
+    assert (kept.entity.mention_count, kept.entity.degree) == (1, 1)

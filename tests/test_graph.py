@@ -211,3 +211,45 @@ async def test_graph_lane_finds_memories_naming_the_query_entities_and_their_nei
     )
     assert "she moved there last spring" in context.context
     assert common_pb2.MEMORY_STATUS_ACTIVE  # the import is used by other graph tests
+
+
+async def test_graph_lane_is_not_starved_by_an_entity_popular_in_other_buckets(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A bucket whose entity is mentioned 10,000 times in other buckets still gets its k
+    memories about it from the graph lane (their text shares no word with the query): the
+    lane filters by visibility inside its SQL, before its LIMIT."""
+    tenant = unique("graph-crowd")
+    api = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER),
+              namespace="quiet")  # fmt: skip
+    popular = f"Popular{secrets.token_hex(3)}"
+    own = {(await save(api, f"note number {i}", draft([popular]))).memory.id for i in range(5)}
+    brain_server.sql(
+        """WITH t AS (SELECT tenant_id FROM tenants WHERE name = $1),
+           e AS (SELECT x.entity_id, x.tenant_id FROM graph_entities x JOIN t USING (tenant_id)
+                 WHERE x.name_norm = lower($2)),
+           m AS (INSERT INTO memories (tenant_id, memory_id, version, namespace, content,
+                                       labels, status, valid_from, created_by, changed_by,
+                                       changed_by_key, change)
+                 SELECT t.tenant_id, gen_random_uuid(), 1, 'crowd-' || (g % 7),
+                        'crowded row ' || g, '{team}', 'active', now(), 'seed', 'seed',
+                        'seed', 'save'
+                 FROM t, generate_series(1, 10000) g
+                 RETURNING tenant_id, memory_id)
+           INSERT INTO graph_mentions (tenant_id, mention_id, memory_id, entity_id, name,
+                                       recorded_at)
+           SELECT m.tenant_id, gen_random_uuid(), m.memory_id, e.entity_id, $2, now()
+           FROM m JOIN e USING (tenant_id)""",
+        tenant,
+        popular,
+    )
+    crowd = brain_server.sql(
+        """SELECT count(*) FROM graph_mentions x JOIN tenants t USING (tenant_id)
+           WHERE t.name = $1""",
+        tenant,
+    )
+    assert crowd[0][0] == 10_005
+    found = await api.search(popular, limit=5, mode=memory_pb2.SEARCH_MODE_LEXICAL)
+    assert set(found) == own
+    entity = (await lookup_call(api, popular)).entity
+    assert entity.mention_count == 5  # counts are over visible memories only
