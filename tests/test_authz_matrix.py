@@ -24,6 +24,8 @@ from brain.authz import ALL_PERMISSIONS, METHOD_CLASSES, REQUIRED_PERMISSION
 from brain.v1 import (
     audit_pb2,
     common_pb2,
+    graph_pb2,
+    graph_pb2_grpc,
     identity_pb2,
     identity_pb2_grpc,
     memory_pb2,
@@ -33,6 +35,7 @@ from brain.v1 import (
 from .conftest import BrainServer, unique
 from .helpers import Api
 
+GRAPH_ENTITY = "Matrix Entity"
 MATRIX = json.loads((Path(__file__).parent / "data" / "authz_matrix.json").read_text())
 FULL = ",".join(sorted(ALL_PERMISSIONS))
 NS = "assistant"
@@ -100,6 +103,18 @@ async def build_world(server: BrainServer, channel: grpc.aio.Channel) -> World:
             f"matrix fact {name}", scope=common_pb2.Scope(**scope), tags=["world"]
         )
         w.ids[name] = saved.memory.id
+    # Alice's entity (issue 19): the graph reads look it up.
+    await w.full_a.memories.SaveMemory(
+        memory_pb2.SaveMemoryRequest(
+            scope=common_pb2.Scope(namespace=NS, user_id="alice"),
+            memory=common_pb2.MemoryDraft(content="matrix graph fact"),
+            graph=graph_pb2.GraphDraft(
+                relations=[graph_pb2.RelationDraft(subject=GRAPH_ENTITY, predicate="knows",
+                                                   object="Matrix Other")]
+            ),
+        ),
+        metadata=w.full_a.md,
+    )  # fmt: skip
     for name, api, scope in [
         ("alice_cand", w.proposer, {"namespace": NS, "user_id": "alice"}),
         ("bob_cand", w.proposer, {"namespace": NS, "user_id": "bob"}),
@@ -261,6 +276,14 @@ async def run_rpc(method: str, call: Call) -> tuple[grpc.StatusCode, list[str] |
             case "ListAuditEvents":
                 await api.audit.ListAuditEvents(
                     audit_pb2.ListAuditEventsRequest(scope=scope), metadata=md
+                )
+            case "LookupEntity":
+                await graph_pb2_grpc.GraphServiceStub(api.channel).LookupEntity(
+                    graph_pb2.LookupEntityRequest(scope=scope, name=GRAPH_ENTITY), metadata=md
+                )
+            case "ListNeighbours":
+                await graph_pb2_grpc.GraphServiceStub(api.channel).ListNeighbours(
+                    graph_pb2.ListNeighboursRequest(scope=scope, name=GRAPH_ENTITY), metadata=md
                 )
             case "WhoAmI":
                 stub = identity_pb2_grpc.IdentityServiceStub(api.channel)

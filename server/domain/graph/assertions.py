@@ -1,0 +1,149 @@
+"""Validation of a memory's GraphDraft, and the entity names a query may mean."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from brain.server.domain import validation as check
+from brain.server.errors import InvalidArgument, NotFound
+from brain.server.storage import graph as sql
+from brain.v1 import graph_pb2
+
+MAX_ENTITIES = 64
+MAX_RELATIONS = 64
+MAX_ALIASES = 16
+MAX_NAME_CHARS = 200
+MAX_DEPTH = 3
+DEFAULT_LIMIT = 50
+# Query n-grams tried as entity names by the graph lane.
+MAX_QUERY_WORDS = 4
+MAX_QUERY_NAMES = 256
+ENTITY_NOT_FOUND = "entity not found"
+_PREDICATE = re.compile(r"^[a-z0-9][a-z0-9_:.\-]{0,63}$")
+_WORD = re.compile(r"[\w][\w&.\-]*")
+_POSSESSIVE = re.compile("['\u2019]s\\b")
+CARDINALITY = {
+    graph_pb2.CARDINALITY_UNSPECIFIED: "many",
+    graph_pb2.CARDINALITY_MANY: "many",
+    graph_pb2.CARDINALITY_ONE: "one",
+}
+CARDINALITY_TO_PROTO = {"many": graph_pb2.CARDINALITY_MANY, "one": graph_pb2.CARDINALITY_ONE}
+
+
+def entity_not_found() -> NotFound:
+    """The one NOT_FOUND for an entity: identical for unknown and invisible names."""
+    return NotFound(ENTITY_NOT_FOUND)
+
+
+@dataclass(frozen=True)
+class Assertions:
+    """A validated GraphDraft: the mentions and relations one memory asserts."""
+
+    mentions: list[sql.NewMention] = field(default_factory=list)
+    relations: list[sql.NewRelation] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.mentions)
+
+
+NOTHING = Assertions()
+
+
+def normalise_name(field_name: str, value: str) -> str:
+    check.text(field_name, value, limit=MAX_NAME_CHARS)
+    norm = check.normalise(value)
+    if not norm:
+        raise InvalidArgument(field_name, "must not be empty")
+    return norm
+
+
+def parse_draft(
+    prefix: str, draft: graph_pb2.GraphDraft, valid_from: datetime, valid_to: datetime | None
+) -> Assertions:
+    """Validate a GraphDraft (every failure names its field); relations default to the
+    memory's valid time."""
+    if len(draft.entities) > MAX_ENTITIES:
+        raise InvalidArgument(f"{prefix}.entities", f"at most {MAX_ENTITIES} entities")
+    if len(draft.relations) > MAX_RELATIONS:
+        raise InvalidArgument(f"{prefix}.relations", f"at most {MAX_RELATIONS} relations")
+    mentions: dict[str, sql.NewMention] = {}
+    names: dict[str, str] = {}  # any normalised name or alias -> the entity's name
+    for i, e in enumerate(draft.entities):
+        at = f"{prefix}.entities[{i}]"
+        norm = normalise_name(f"{at}.name", e.name)
+        if len(e.aliases) > MAX_ALIASES:
+            raise InvalidArgument(f"{at}.aliases", f"at most {MAX_ALIASES} aliases")
+        aliases = [a.strip() for a in e.aliases]
+        alias_norms = [normalise_name(f"{at}.aliases", a) for a in e.aliases]
+        for n in (norm, *alias_norms):
+            if names.get(n, norm) != norm:
+                raise InvalidArgument(at, f"'{n}' already names another entity of this draft")
+            names[n] = norm
+        kind = check.text(f"{at}.type", e.type, limit=64).strip()
+        earlier = mentions.get(norm)
+        if earlier is not None:  # the same entity twice: merge
+            aliases = [*earlier.aliases, *aliases]
+            alias_norms = [*earlier.alias_norms, *alias_norms]
+            kind = kind or earlier.type
+        alias_norms_set = sorted(set(alias_norms) - {norm})
+        mentions[norm] = sql.NewMention(
+            name_norm=norm,
+            name=e.name.strip(),
+            type=kind,
+            aliases=tuple(sorted({a for a in aliases if check.normalise(a) != norm})),
+            alias_norms=tuple(alias_norms_set),
+        )
+    relations = []
+    for i, r in enumerate(draft.relations):
+        at = f"{prefix}.relations[{i}]"
+        ends = []
+        for side, value in (("subject", r.subject), ("object", r.object)):
+            norm = normalise_name(f"{at}.{side}", value)
+            norm = names.get(norm, norm)
+            if norm not in mentions:  # mentioned implicitly
+                mentions[norm] = sql.NewMention(norm, value.strip(), "", (), ())
+                names[norm] = norm
+            ends.append(norm)
+        if ends[0] == ends[1]:
+            raise InvalidArgument(f"{at}.object", "must name another entity than the subject")
+        predicate = check.text(f"{at}.predicate", r.predicate, limit=64)
+        if not _PREDICATE.match(predicate):
+            raise InvalidArgument(
+                f"{at}.predicate",
+                "must be 1-64 lower-case letters, digits and _ : . - (such as lives_in)",
+            )
+        if r.cardinality not in CARDINALITY:
+            raise InvalidArgument(f"{at}.cardinality", f"unknown cardinality {r.cardinality}")
+        starts = check.timestamp(r.valid_from, r.HasField("valid_from")) or valid_from
+        ends_at = check.timestamp(r.valid_to, r.HasField("valid_to"))
+        if not r.HasField("valid_from") and not r.HasField("valid_to"):
+            ends_at = valid_to
+        if ends_at is not None and ends_at < starts:
+            raise InvalidArgument(f"{at}.valid_to", "must not be before valid_from")
+        relations.append(
+            sql.NewRelation(
+                subject=ends[0],
+                predicate=predicate,
+                object=ends[1],
+                cardinality=CARDINALITY[r.cardinality],
+                valid_from=starts,
+                valid_to=ends_at,
+            )
+        )
+    return Assertions(mentions=list(mentions.values()), relations=relations)
+
+
+def query_names(query: str) -> list[str]:
+    """Candidate entity names in a query: its word n-grams (up to four words), normalised
+    like entity names, possessives dropped."""
+    text = _POSSESSIVE.sub("", check.normalise(query))
+    words = [w.strip(".-") for w in _WORD.findall(text) if w.strip(".-")]
+    out: dict[str, None] = {}
+    for n in range(1, MAX_QUERY_WORDS + 1):
+        for i in range(len(words) - n + 1):
+            out[" ".join(words[i : i + n])] = None
+            if len(out) >= MAX_QUERY_NAMES:
+                return list(out)
+    return list(out)

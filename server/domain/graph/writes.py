@@ -1,0 +1,59 @@
+"""The graph's side of memory writes, inside the memory's own transaction."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from brain.server.domain.graph.assertions import Assertions
+from brain.server.storage import graph as sql
+from brain.server.storage.visibility import Visibility
+
+
+async def assert_graph(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    tenant_id: Any,
+    memory_id: uuid.UUID,
+    assertions: Assertions,
+    at: datetime,
+    *,
+    pending: bool,
+) -> None:
+    """Attach ``assertions`` to the memory; unless pending, close single-valued
+    predecessors."""
+    if not assertions:
+        return
+    ids = await sql.entity_ids(conn, [m.name_norm for m in assertions.mentions])
+    await sql.insert_mentions(conn, tenant_id, memory_id, assertions.mentions, ids, at, pending)
+    await sql.insert_relations(conn, tenant_id, memory_id, assertions.relations, ids, at, pending)
+    if not pending:
+        await sql.close_predecessors(conn, v, memory_id, at)
+
+
+async def replace_graph(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    tenant_id: Any,
+    memory_id: uuid.UUID,
+    assertions: Assertions,
+    at: datetime,
+) -> None:
+    """UpdateMemory of ``graph``: the old assertions retire, the new ones take over."""
+    await sql.retire_memory(conn, tenant_id, memory_id, at)
+    await assert_graph(conn, v, tenant_id, memory_id, assertions, at, pending=False)
+
+
+async def approve(
+    conn: asyncpg.Connection, v: Visibility, tenant_id: Any, memory_id: uuid.UUID, at: datetime
+) -> None:
+    """An approved proposal's assertions join the graph now."""
+    await sql.activate_memory(conn, tenant_id, memory_id, at)
+    await sql.close_predecessors(conn, v, memory_id, at)
+
+
+retire = sql.retire_memory
+erase = sql.erase_memory
