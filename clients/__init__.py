@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         DraftFields,
         RetryPolicy,
         Scope,
+        graph_draft,
         time_travel,
     )
     from brain.clients.errors import (
@@ -53,6 +54,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",
+    "graph_draft",
     "time_travel",
 ]
 _FROM_CLIENT = frozenset(
@@ -63,6 +65,7 @@ _FROM_CLIENT = frozenset(
         "DraftFields",
         "RetryPolicy",
         "Scope",
+        "graph_draft",
         "time_travel",
     }
 )

@@ -55,6 +55,8 @@ from brain.v1 import (
     audit_pb2,
     audit_pb2_grpc,
     common_pb2,
+    graph_pb2,
+    graph_pb2_grpc,
     identity_pb2,
     identity_pb2_grpc,
     memory_pb2,
@@ -70,6 +72,7 @@ __all__ = [
     "DraftFields",
     "RetryPolicy",
     "Scope",
+    "graph_draft",
     "time_travel",
 ]
 
@@ -167,6 +170,39 @@ def time_travel(
     return t
 
 
+EntityLike: TypeAlias = "str | tuple[str, str] | tuple[str, str, Sequence[str]]"
+
+
+def graph_draft(
+    entities: Iterable[EntityLike] = (),
+    relations: Iterable[tuple[str, str, str]] = (),
+    *,
+    single_valued: Iterable[str] = (),
+) -> graph_pb2.GraphDraft:
+    """What a memory asserts about the entity graph, for `save`, `update` and `propose`.
+
+    Entities are names, (name, type) or (name, type, aliases); relations are (subject,
+    predicate, object) by entity name or alias. Predicates in ``single_valued`` hold one
+    object at a time: a new object closes the previous one's valid time."""
+    one = set(single_valued)
+    out = graph_pb2.GraphDraft()
+    for e in entities:
+        if isinstance(e, str):
+            out.entities.add(name=e)
+        else:
+            out.entities.add(name=e[0], type=e[1], aliases=list(e[2]) if len(e) > 2 else [])
+    for subject, predicate, obj in relations:
+        out.relations.add(
+            subject=subject,
+            predicate=predicate,
+            object=obj,
+            cardinality=graph_pb2.CARDINALITY_ONE
+            if predicate in one
+            else graph_pb2.CARDINALITY_MANY,
+        )
+    return out
+
+
 def _draft(content: str | None, fields: DraftFields) -> common_pb2.MemoryDraft:
     d = common_pb2.MemoryDraft(
         content=content or "",
@@ -245,13 +281,19 @@ class _Requests:
         self.scope = scope
 
     def save(
-        self, content: str, supersedes: Iterable[str], idempotency_key: str, fields: DraftFields
+        self,
+        content: str,
+        supersedes: Iterable[str],
+        idempotency_key: str,
+        fields: DraftFields,
+        graph: graph_pb2.GraphDraft | None = None,
     ) -> memory_pb2.SaveMemoryRequest:
         return memory_pb2.SaveMemoryRequest(
             scope=self.scope,
             memory=_draft(content, fields),
             supersedes=list(supersedes),
             idempotency_key=idempotency_key,
+            graph=graph,
         )
 
     def update(
@@ -261,8 +303,10 @@ class _Requests:
         idempotency_key: str,
         fields: DraftFields,
         content: str | None,
+        graph: graph_pb2.GraphDraft | None = None,
     ) -> memory_pb2.UpdateMemoryRequest:
         paths = sorted(fields) + (["content"] if content is not None else [])
+        paths += ["graph"] if graph is not None else []
         if not paths:
             raise ValueError("update needs at least one field to change")
         return memory_pb2.UpdateMemoryRequest(
@@ -272,6 +316,7 @@ class _Requests:
             update_mask=FieldMask(paths=paths),
             expected_version=expected_version,
             idempotency_key=idempotency_key,
+            graph=graph,
         )
 
     def propose(
@@ -282,6 +327,7 @@ class _Requests:
         review_within: timedelta | None,
         idempotency_key: str,
         fields: DraftFields,
+        graph: graph_pb2.GraphDraft | None = None,
     ) -> review_pb2.ProposeMemoryRequest:
         request = review_pb2.ProposeMemoryRequest(
             scope=self.scope,
@@ -289,10 +335,25 @@ class _Requests:
             supersedes=list(supersedes),
             reason=reason,
             idempotency_key=idempotency_key,
+            graph=graph,
         )
         if review_within is not None:
             request.review_within.CopyFrom(_duration(review_within))
         return request
+
+    def lookup_entity(
+        self, name: str, time: common_pb2.TimeTravel | None, relation_limit: int
+    ) -> graph_pb2.LookupEntityRequest:
+        return graph_pb2.LookupEntityRequest(
+            scope=self.scope, name=name, time=time, relation_limit=relation_limit
+        )
+
+    def neighbours(
+        self, name: str, depth: int, time: common_pb2.TimeTravel | None, limit: int
+    ) -> graph_pb2.ListNeighboursRequest:
+        return graph_pb2.ListNeighboursRequest(
+            scope=self.scope, name=name, depth=depth, time=time, limit=limit
+        )
 
     def review(
         self, id: str, decision: Decision, reason: str, readmit_tombstoned: bool
@@ -420,6 +481,7 @@ class BrainClient(_Base):
         self._review = review_pb2_grpc.ReviewServiceStub(channel)
         self._audit = audit_pb2_grpc.AuditServiceStub(channel)
         self._identity = identity_pb2_grpc.IdentityServiceStub(channel)
+        self._graph = graph_pb2_grpc.GraphServiceStub(channel)
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
@@ -513,12 +575,14 @@ class BrainClient(_Base):
         *,
         supersedes: Iterable[str] = (),
         idempotency_key: str | None = None,
+        graph: graph_pb2.GraphDraft | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> memory_pb2.SaveMemoryResponse:
-        """Store a memory; retried with one idempotency key (fresh unless given)."""
+        """Store a memory (and what it asserts in the entity graph, see `graph_draft`);
+        retried with one idempotency key (fresh unless given)."""
         request = self._requests.save(
-            content, supersedes, _idempotency_key(idempotency_key), fields
+            content, supersedes, _idempotency_key(idempotency_key), fields, graph
         )
         return self._unary(
             "SaveMemory",
@@ -544,12 +608,14 @@ class BrainClient(_Base):
         content: str | None = None,
         expected_version: int = 0,
         idempotency_key: str | None = None,
+        graph: graph_pb2.GraphDraft | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> memory_pb2.UpdateMemoryResponse:
-        """Write a new version with the given fields changed (the update mask is derived)."""
+        """Write a new version with the given fields changed (the update mask is derived;
+        ``graph`` replaces what the memory asserts in the entity graph)."""
         request = self._requests.update(
-            id, expected_version, _idempotency_key(idempotency_key), fields, content
+            id, expected_version, _idempotency_key(idempotency_key), fields, content, graph
         )
         return self._unary(
             "UpdateMemory",
@@ -697,13 +763,16 @@ class BrainClient(_Base):
         supersedes: Iterable[str] = (),
         review_within: timedelta | None = None,
         idempotency_key: str | None = None,
+        graph: graph_pb2.GraphDraft | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> review_pb2.ProposeMemoryResponse:
-        """Store a candidate awaiting human review; retried with one idempotency key."""
+        """Store a candidate awaiting human review (its graph joins on approval); retried
+        with one idempotency key."""
         request = self._requests.propose(
-            content, reason, supersedes, review_within, _idempotency_key(idempotency_key), fields
-        )
+            content, reason, supersedes, review_within, _idempotency_key(idempotency_key),
+            fields, graph,
+        )  # fmt: skip
         return self._unary(
             "ProposeMemory",
             self._review.ProposeMemory,
@@ -772,6 +841,39 @@ class BrainClient(_Base):
             "ListAuditEvents", self._audit.ListAuditEvents, request, lambda p: p.events, timeout
         )
 
+    # -- GraphService ----------------------------------------------------------------------
+
+    def lookup_entity(
+        self,
+        name: str,
+        *,
+        time: common_pb2.TimeTravel | None = None,
+        relation_limit: int = 0,
+        timeout: float | None = None,
+    ) -> graph_pb2.LookupEntityResponse:
+        """An entity by name or alias and its relations (NotFound unless a memory the key
+        can see asserts it)."""
+        request = self._requests.lookup_entity(name, time, relation_limit)
+        return self._unary(
+            "LookupEntity", self._graph.LookupEntity, request, idempotent=True, timeout=timeout
+        )
+
+    def neighbours(
+        self,
+        name: str,
+        *,
+        depth: int = 1,
+        time: common_pb2.TimeTravel | None = None,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> graph_pb2.ListNeighboursResponse:
+        """Entities within ``depth`` (1-3) hops of one entity over relations the key can see."""
+        request = self._requests.neighbours(name, depth, time, limit)
+        return self._unary(
+            "ListNeighbours", self._graph.ListNeighbours, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
+
     def whoami(self, *, timeout: float | None = None) -> identity_pb2.WhoAmIResponse:
         """Who the key is: tenant, principal, permissions, confinement, allowed methods."""
         request = identity_pb2.WhoAmIRequest(scope=self._scope)
@@ -814,6 +916,7 @@ class AsyncBrainClient(_Base):
         self._review = review_pb2_grpc.ReviewServiceStub(self._channel)
         self._audit = audit_pb2_grpc.AuditServiceStub(self._channel)
         self._identity = identity_pb2_grpc.IdentityServiceStub(self._channel)
+        self._graph = graph_pb2_grpc.GraphServiceStub(self._channel)
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
@@ -910,12 +1013,14 @@ class AsyncBrainClient(_Base):
         *,
         supersedes: Iterable[str] = (),
         idempotency_key: str | None = None,
+        graph: graph_pb2.GraphDraft | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> memory_pb2.SaveMemoryResponse:
-        """Store a memory; retried with one idempotency key (fresh unless given)."""
+        """Store a memory (and what it asserts in the entity graph, see `graph_draft`);
+        retried with one idempotency key (fresh unless given)."""
         request = self._requests.save(
-            content, supersedes, _idempotency_key(idempotency_key), fields
+            content, supersedes, _idempotency_key(idempotency_key), fields, graph
         )
         return await self._unary(
             "SaveMemory",
@@ -941,12 +1046,14 @@ class AsyncBrainClient(_Base):
         content: str | None = None,
         expected_version: int = 0,
         idempotency_key: str | None = None,
+        graph: graph_pb2.GraphDraft | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> memory_pb2.UpdateMemoryResponse:
-        """Write a new version with the given fields changed (the update mask is derived)."""
+        """Write a new version with the given fields changed (the update mask is derived;
+        ``graph`` replaces what the memory asserts in the entity graph)."""
         request = self._requests.update(
-            id, expected_version, _idempotency_key(idempotency_key), fields, content
+            id, expected_version, _idempotency_key(idempotency_key), fields, content, graph
         )
         return await self._unary(
             "UpdateMemory",
@@ -1094,13 +1201,16 @@ class AsyncBrainClient(_Base):
         supersedes: Iterable[str] = (),
         review_within: timedelta | None = None,
         idempotency_key: str | None = None,
+        graph: graph_pb2.GraphDraft | None = None,
         timeout: float | None = None,
         **fields: Unpack[DraftFields],
     ) -> review_pb2.ProposeMemoryResponse:
-        """Store a candidate awaiting human review; retried with one idempotency key."""
+        """Store a candidate awaiting human review (its graph joins on approval); retried
+        with one idempotency key."""
         request = self._requests.propose(
-            content, reason, supersedes, review_within, _idempotency_key(idempotency_key), fields
-        )
+            content, reason, supersedes, review_within, _idempotency_key(idempotency_key),
+            fields, graph,
+        )  # fmt: skip
         return await self._unary(
             "ProposeMemory",
             self._review.ProposeMemory,
@@ -1168,6 +1278,39 @@ class AsyncBrainClient(_Base):
         return self._pages(
             "ListAuditEvents", self._audit.ListAuditEvents, request, lambda p: p.events, timeout
         )
+
+    # -- GraphService ----------------------------------------------------------------------
+
+    async def lookup_entity(
+        self,
+        name: str,
+        *,
+        time: common_pb2.TimeTravel | None = None,
+        relation_limit: int = 0,
+        timeout: float | None = None,
+    ) -> graph_pb2.LookupEntityResponse:
+        """An entity by name or alias and its relations (NotFound unless a memory the key
+        can see asserts it)."""
+        request = self._requests.lookup_entity(name, time, relation_limit)
+        return await self._unary(
+            "LookupEntity", self._graph.LookupEntity, request, idempotent=True, timeout=timeout
+        )
+
+    async def neighbours(
+        self,
+        name: str,
+        *,
+        depth: int = 1,
+        time: common_pb2.TimeTravel | None = None,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> graph_pb2.ListNeighboursResponse:
+        """Entities within ``depth`` (1-3) hops of one entity over relations the key can see."""
+        request = self._requests.neighbours(name, depth, time, limit)
+        return await self._unary(
+            "ListNeighbours", self._graph.ListNeighbours, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
 
     async def whoami(self, *, timeout: float | None = None) -> identity_pb2.WhoAmIResponse:
         """Who the key is: tenant, principal, permissions, confinement, allowed methods."""
