@@ -44,3 +44,37 @@ async def test_async_client_reads_the_graph(brain_server: BrainServer) -> None:
         assert [(n.entity.name, n.depth) for n in hops.neighbours] == [("Eve", 1)]
         with pytest.raises(NotFound):
             await client.lookup_entity("nobody at all")
+
+
+async def test_mcp_entity_tools_answer_within_the_proxy_scope(brain_server: BrainServer) -> None:
+    """lookup_entity and entity_neighbours through the real MCP client: the proxy's user
+    finds its entity and relations; another user's proxy gets NOT_FOUND for it and still
+    finds its own (the positive control)."""
+    from .test_mcp_proxy import brain_env, call, mcp_session, text_of
+
+    tenant, ns = unique("t"), unique("ns")
+    keys = {
+        u: brain_server.mint_key(tenant, f"agent:{u}", permissions=RW, user=u, namespaces=(ns,))
+        for u in ("alice", "bob")
+    }
+    for user, fact in (("alice", ("Vega", "orbits", "Lyra")), ("bob", ("Rigel", "in", "Orion"))):
+        scope = Scope(namespace=ns, user_id=user)
+        with BrainClient(brain_server.target, keys[user], scope=scope) as client:
+            client.save(f"{fact[0]} {fact[1]} {fact[2]}", graph=graph_draft([], [fact]))
+    async with (
+        mcp_session(brain_env(brain_server.target, keys["alice"], "alice", ns)) as alice,
+        mcp_session(brain_env(brain_server.target, keys["bob"], "bob", ns)) as bob,
+    ):
+        found = await call(alice, "lookup_entity", name="vega")
+        assert not found.is_error, text_of(found)
+        assert found.structured_content["entity"]["name"] == "Vega"
+        assert [r["object"] for r in found.structured_content["relations"]] == ["Lyra"]
+        assert "Vega -orbits-> Lyra" in text_of(found)
+        near = await call(alice, "entity_neighbours", name="Lyra", depth=2)
+        assert [n["entity"]["name"] for n in near.structured_content["neighbours"]] == ["Vega"]
+        hidden = await call(bob, "lookup_entity", name="vega")
+        assert hidden.is_error and text_of(hidden).startswith("NOT_FOUND: ")
+        own = await call(bob, "lookup_entity", name="rigel")
+        assert own.structured_content["entity"]["degree"] == 1
+        bad = await call(alice, "entity_neighbours", name="vega", depth=7)
+        assert bad.is_error

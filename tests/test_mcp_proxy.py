@@ -42,6 +42,8 @@ ALL_TOOLS = {
     "propose_memory",
     "list_candidates",
     "build_context",
+    "lookup_entity",
+    "entity_neighbours",
 }
 
 
@@ -233,6 +235,8 @@ async def test_whoami_failure_at_start_is_retried_lazily(
                 "get_memory_history",
                 "list_candidates",
                 "build_context",
+                "lookup_entity",
+                "entity_neighbours",
             }
             deadline = time.monotonic() + 30
             # The channel reconnects within its backoff; until then WhoAmI still fails.

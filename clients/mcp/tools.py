@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from brain.clients.client import AsyncBrainClient, DraftFields, time_travel
-from brain.v1 import common_pb2, memory_pb2
+from brain.v1 import common_pb2, graph_pb2, memory_pb2
 
 __all__ = [
     "TOOLS",
@@ -462,6 +462,72 @@ async def _build_context(client: AsyncBrainClient, args: Mapping[str, Any]) -> T
     return response.context or "No relevant memories.", structured
 
 
+def entity_json(e: graph_pb2.Entity) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "name": e.name,
+        "types": list(e.types),
+        "aliases": list(e.aliases),
+        "mention_count": e.mention_count,
+        "degree": e.degree,
+    }
+
+
+def relation_json(r: graph_pb2.Relation) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "subject": r.subject.name,
+        "predicate": r.predicate,
+        "object": r.object.name,
+        "single_valued": r.cardinality == graph_pb2.CARDINALITY_ONE,
+        "valid_from": _iso(r.valid_from),
+        "valid_to": _iso(r.valid_to),
+        "recorded_at": _iso(r.recorded_at),
+        "memory_id": r.memory_id,
+    }
+
+
+def _fact(r: graph_pb2.Relation) -> str:
+    until = f" until {_iso(r.valid_to)}" if r.HasField("valid_to") else ""
+    return (
+        f"{r.subject.name} -{r.predicate}-> {r.object.name} "
+        f"(from {_iso(r.valid_from)}{until}; memory {r.memory_id})"
+    )
+
+
+async def _lookup_entity(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
+    response = await client.lookup_entity(
+        _text(args, "name", required=True),
+        time=_time(args),
+        relation_limit=_integer(args, "limit", low=1, high=100, default=50),
+    )
+    e = response.entity
+    aliases = f" (also {', '.join(e.aliases)})" if e.aliases else ""
+    lines = [f"{e.name}{aliases}: {e.mention_count} memories, {e.degree} relations"]
+    lines += [_fact(r) for r in response.relations]
+    structured = {
+        "entity": entity_json(e),
+        "relations": [relation_json(r) for r in response.relations],
+    }
+    return "\n".join(lines), structured
+
+
+async def _entity_neighbours(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
+    response = await client.neighbours(
+        _text(args, "name", required=True),
+        depth=_integer(args, "depth", low=1, high=3, default=1),
+        time=_time(args),
+        limit=_integer(args, "limit", low=1, high=100, default=50),
+    )
+    found = [
+        {"depth": n.depth, "entity": entity_json(n.entity), "via": relation_json(n.via)}
+        for n in response.neighbours
+    ]
+    lines = [f"{n.entity.name} (depth {n.depth}, via {_fact(n.via)})" for n in response.neighbours]
+    text = "\n".join(lines) or f"{response.entity.name} has no related entities."
+    return text, {"entity": entity_json(response.entity), "neighbours": found}
+
+
 def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
     return {
         "type": "object",
@@ -473,6 +539,35 @@ def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[st
 
 _MEMORY = "/brain.v1.MemoryService/"
 _REVIEW = "/brain.v1.ReviewService/"
+_GRAPH = "/brain.v1.GraphService/"
+_ENTITY_NAME = {"type": "string", "description": "A name or alias of the entity (any case)."}
+_ENTITY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "name": {"type": "string"},
+        "types": _STRINGS,
+        "aliases": _STRINGS,
+        "mention_count": {"type": "integer"},
+        "degree": {"type": "integer"},
+    },
+    "required": ["id", "name", "types", "aliases", "mention_count", "degree"],
+}
+_RELATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "subject": {"type": "string"},
+        "predicate": {"type": "string"},
+        "object": {"type": "string"},
+        "single_valued": {"type": "boolean"},
+        "valid_from": _OPTIONAL_TIME,
+        "valid_to": _OPTIONAL_TIME,
+        "recorded_at": _OPTIONAL_TIME,
+        "memory_id": {"type": "string"},
+    },
+    "required": ["id", "subject", "predicate", "object", "valid_from", "memory_id"],
+}
 _HISTORY_DESCRIPTION = (
     "List every version of one memory, oldest first: who changed it, when, and how."
 )
@@ -700,6 +795,63 @@ TOOLS: tuple[ToolSpec, ...] = (
             }
         ),
         _build_context,
+        read_only=True,
+    ),
+    ToolSpec(
+        "lookup_entity",
+        "Look up an entity",
+        _GRAPH + "LookupEntity",
+        "Look up a person, project, place or thing by name or alias in the shared memory's "
+        "entity graph: its aliases, how many memories mention it, and its relations (facts "
+        "such as who leads what), each with the memory that asserted it. valid_at: facts "
+        "true then; as_of: what was known then.",
+        _schema(
+            {
+                "name": _ENTITY_NAME,
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50},
+                **_READ_AT,
+            },
+            ["name"],
+        ),
+        _output(
+            {"entity": _ENTITY_SCHEMA, "relations": {"type": "array", "items": _RELATION_SCHEMA}}
+        ),
+        _lookup_entity,
+        read_only=True,
+    ),
+    ToolSpec(
+        "entity_neighbours",
+        "Entities related to an entity",
+        _GRAPH + "ListNeighbours",
+        "List the entities related to one entity, up to 3 hops away, nearest first, each with "
+        "the relation that reached it.",
+        _schema(
+            {
+                "name": _ENTITY_NAME,
+                "depth": {"type": "integer", "minimum": 1, "maximum": 3, "default": 1},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50},
+                **_READ_AT,
+            },
+            ["name"],
+        ),
+        _output(
+            {
+                "entity": _ENTITY_SCHEMA,
+                "neighbours": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "depth": {"type": "integer"},
+                            "entity": _ENTITY_SCHEMA,
+                            "via": _RELATION_SCHEMA,
+                        },
+                        "required": ["depth", "entity", "via"],
+                    },
+                },
+            }
+        ),
+        _entity_neighbours,
         read_only=True,
     ),
 )
