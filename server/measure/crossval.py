@@ -40,7 +40,8 @@ def candidate_grid(semantic: bool) -> list[RetrievalParams]:
     Without an embedder only the lexical choices matter. With one, the lane weights and
     feedback are crossed with the shipped lexical settings, and the lexical variations
     are tried with the shipped semantic ones (a full product would triple the run).
-    Reciprocal-rank fusion with the shipped weights is tried in both.
+    Reciprocal-rank fusion with the shipped weights is tried in both, and so is the
+    shipped setting without the entity graph lane.
     """
     shipped = RetrievalParams()
     grid = [shipped]
@@ -57,6 +58,7 @@ def candidate_grid(semantic: bool) -> list[RetrievalParams]:
         for k1, b in _LEXICAL[1:]:
             grid.append(replace(shipped, bm25_k1=k1, bm25_b=b))
     grid.append(replace(shipped, fusion="rrf"))  # rank-based: no score scale to trust
+    grid.append(replace(shipped, graph_weight=0.0))  # the entity graph lane off
     unique: list[RetrievalParams] = []
     for params in grid:
         if params not in unique:

@@ -49,7 +49,7 @@ from brain.authz import Confinement
 from brain.server.domain.memories import Memories
 from brain.server.domain.retrieval.lanes import RetrievalParams
 from brain.server.domain.validation import normalise
-from brain.server.measure import crossval
+from brain.server.measure import crossval, entities
 from brain.server.runtime import embedded
 from brain.server.runtime.app import StartupError, start_server
 from brain.server.runtime.bootstrap import prepare_embedded
@@ -96,6 +96,8 @@ class Turn:
     dia_id: str
     content: str
     valid_from: datetime
+    speaker: str = ""
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ def _turn(item: Any, when: datetime, where: str) -> Turn:
     caption = item.get("blip_caption")
     if isinstance(caption, str) and caption.strip():
         content += f" [image: {caption.strip()}]"
-    return Turn(dia_id=dia_id.strip(), content=content, valid_from=when)
+    return Turn(dia_id=dia_id.strip(), content=content, valid_from=when, speaker=speaker, text=text)
 
 
 def _question(item: Any, where: str) -> Question | None:
@@ -610,12 +612,14 @@ async def run_locomo(
     scratch_dir: Path | None = None,
     progress: Progress | None = None,
     folds: bool = False,
+    graph: bool = True,
 ) -> EvalResult:
     """Load every conversation, ask its questions, and score the rankings.
 
     With ``target`` (and ``api_key``) the running server there is used; otherwise a
     private one is started with ``embedder`` under ``scratch_dir`` and removed afterwards.
-    ``folds`` cross-validates the retrieval parameters (private server only).
+    ``folds`` cross-validates the retrieval parameters (private server only). ``graph``
+    attaches the entities of `entities.extract` to every turn (for the graph lane).
     """
     if folds and target is not None:
         raise ValueError("--folds needs the private server; a --target keeps its parameters")
@@ -627,11 +631,11 @@ async def run_locomo(
         if not api_key:
             raise ValueError("a target needs an API key with memories:read,write,forget")
         brain = RemoteBrain(target, api_key)
-        await _run_all(brain, conversations, k, concurrency, progress, tally, grid)
+        await _run_all(brain, conversations, k, concurrency, progress, tally, grid, graph)
         embedder = f"(as configured on {target})"
     else:
         async with private_brain(embedder, scratch_dir, embedder_options) as private:
-            await _run_all(private, conversations, k, concurrency, progress, tally, grid)
+            await _run_all(private, conversations, k, concurrency, progress, tally, grid, graph)
     return EvalResult(
         overall=summarise(tally.scores),
         per_category=by_category(tally.scores),
@@ -678,6 +682,7 @@ async def _run_all(
     progress: Progress | None,
     tally: _Tally,
     grid: Sequence[RetrievalParams],
+    graph: bool = True,
 ) -> None:
     """Load everything, ask (once per grid candidate), then the silence and lifecycle checks.
 
@@ -690,7 +695,7 @@ async def _run_all(
             label = f"[{n}/{len(conversations)}] {conv.sample_id}"
             bucket = await brain.bucket(conv.sample_id)
             started = time.perf_counter()
-            turns_of = await _load(stub, bucket, conv, concurrency, progress, label)
+            turns_of = await _load(stub, bucket, conv, concurrency, progress, label, graph)
             tally.load_seconds += time.perf_counter() - started
             tally.turns += len(conv.turns)
             loaded.append((bucket, turns_of))
@@ -725,6 +730,7 @@ async def _load(
     concurrency: int,
     progress: Progress | None,
     label: str,
+    graph: bool = True,
 ) -> dict[str, set[str]]:
     """Save every turn; returns memory id -> the dia_ids it stands for (dedupe merges).
 
@@ -742,8 +748,9 @@ async def _load(
         for turn in turns:
             draft = common_pb2.MemoryDraft(content=turn.content, metadata={"dia_id": turn.dia_id})
             draft.valid_from.FromDatetime(turn.valid_from)
+            asserted = entities.extract(turn.speaker, turn.text) if graph else None
             response = await stub.SaveMemory(
-                memory_pb2.SaveMemoryRequest(scope=bucket.scope, memory=draft),
+                memory_pb2.SaveMemoryRequest(scope=bucket.scope, memory=draft, graph=asserted),
                 metadata=bucket.metadata,
                 timeout=RPC_TIMEOUT_S,
             )
@@ -925,6 +932,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="SaveMemory calls in flight while loading (default 8); searches run one at a time",
     )
     p.add_argument(
+        "--graph",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="attach each turn's entities (speaker, capitalised names) for the graph lane "
+        "(default on; --no-graph loads text only)",
+    )
+    p.add_argument(
         "--folds",
         action="store_true",
         help="cross-validate the retrieval parameters, leaving one conversation out at a time "
@@ -960,6 +974,7 @@ def main(argv: list[str] | None = None) -> None:
                 concurrency=args.concurrency,
                 progress=Progress(sys.stderr),
                 folds=args.folds,
+                graph=args.graph,
             )
         )
     except (DataError, StartupError, ValueError) as exc:
