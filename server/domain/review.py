@@ -29,6 +29,7 @@ from brain.server.errors import (
 from brain.server.storage import memories as sql
 from brain.server.storage import review as review_sql
 from brain.v1 import memory_pb2, review_pb2
+from brain.v1.graph_pb2 import GraphDraft
 
 DEFAULT_CANDIDATE_TTL = timedelta(days=7)
 REVIEW_REQUIRED_REASON = "saved into a review-required namespace"
@@ -90,7 +91,9 @@ class Review:
             conn, vis, new.namespace, new.user_id, new.session_id, new.fingerprint,
             own_candidates_of=None if caller.has(Permission.READ.value) else caller.principal,
         )  # fmt: skip
-        if existing is not None:
+        # The same value superseding the memory that holds it (a graph added by review) is
+        # no duplicate of that memory.
+        if existing is not None and existing["memory_id"] not in supersedes:
             return existing, False
         for target_id in supersedes:  # checked now, superseded only on approval
             if await sql.lock_current(conn, vis, target_id) is None:
@@ -134,6 +137,50 @@ class Review:
             conn, vis, caller.tenant_id, memory_id, assertions, at, pending=True
         )
         return row, True
+
+    async def propose_extracted(
+        self, caller: Caller, memory_id: uuid.UUID, content: str, draft: GraphDraft, model: str
+    ) -> None:
+        """A candidate that supersedes ``memory_id`` with the same content and the graph an
+        extractor found in it: a reviewer decides whether it joins the graph. Nothing when
+        the memory changed meanwhile or nothing valid was found."""
+        m = self.memories
+        embedding, embedding_model = await m.embed_content(content)
+        vis = m.visibility(caller)
+        async with m.tx(caller) as conn:
+            current = await sql.lock_current(conn, vis, memory_id)
+            if current is None or current["status"] != "active" or current["content"] != content:
+                return
+            assertions = graph.parse_draft(
+                "graph", draft, current["valid_from"], current["valid_to"]
+            )
+            if not assertions:
+                return
+            new = sql.NewMemory(
+                namespace=current["namespace"],
+                user_id=current["user_id"],
+                session_id=current["session_id"],
+                content=content,
+                fingerprint=bytes(current["fingerprint"]),
+                kind=current["kind"],
+                tags=list(current["tags"]),
+                metadata=dict(current["metadata"]),
+                labels=list(current["labels"]),
+                status="candidate",
+                confidence=current["confidence"],
+                importance=current["importance"],
+                valid_from=current["valid_from"],
+                valid_to=current["valid_to"],
+                expires_at=current["expires_at"],
+                created_by=caller.principal,
+                changed_by_key=caller.key.key_id,
+                change="propose",
+                embedding=embedding,
+                embedding_model=embedding_model,
+                proposal_reason=f"entities and relations extracted by {model}; approve to "
+                "attach them to the memory it supersedes",
+            )
+            await self.propose_in_tx(conn, caller, new, [memory_id], None, assertions)
 
     async def review_required(
         self, conn: asyncpg.Connection, caller: Caller, namespace: str

@@ -1,9 +1,9 @@
 """A deterministic entity extractor for chat turns, for measuring the graph lane.
 
-No model: the speaker is a person; runs of capitalised words in the text are names (a
-sentence's first word only when it is not a common word); the speaker ``mentions`` each
-name the turn holds. Good enough to ask whether entities help recall on LoCoMo, and
-reproducible byte for byte.
+No model: runs of capitalised words in the text are names (a sentence's first word only
+when it is not a common word). With ``speakers`` the speaker is an entity too (a person)
+that ``mentions`` each name the turn holds. Good enough to ask whether entities help
+recall on LoCoMo, and reproducible byte for byte.
 """
 
 from __future__ import annotations
@@ -42,10 +42,14 @@ def names_in(text: str) -> list[str]:
     return list(out)[:MAX_NAMES]
 
 
-def extract(speaker: str, text: str) -> graph_pb2.GraphDraft:
-    """The speaker and the names a turn mentions, linked by ``mentions``."""
+EXTRACTORS = ("off", "names", "speakers")
+
+
+def extract(speaker: str, text: str, *, speakers: bool = False) -> graph_pb2.GraphDraft:
+    """The names a turn mentions; with ``speakers`` also its speaker, who ``mentions``
+    each of them."""
     draft = graph_pb2.GraphDraft()
-    speaker = speaker.strip()
+    speaker = speaker.strip() if speakers else ""
     if speaker:
         draft.entities.add(name=speaker, type="person")
     for name in names_in(text):

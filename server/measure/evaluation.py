@@ -612,14 +612,14 @@ async def run_locomo(
     scratch_dir: Path | None = None,
     progress: Progress | None = None,
     folds: bool = False,
-    graph: bool = True,
+    graph: str = "names",
 ) -> EvalResult:
     """Load every conversation, ask its questions, and score the rankings.
 
     With ``target`` (and ``api_key``) the running server there is used; otherwise a
     private one is started with ``embedder`` under ``scratch_dir`` and removed afterwards.
     ``folds`` cross-validates the retrieval parameters (private server only). ``graph``
-    attaches the entities of `entities.extract` to every turn (for the graph lane).
+    (`entities.EXTRACTORS`) says which entities `entities.extract` attaches to every turn.
     """
     if folds and target is not None:
         raise ValueError("--folds needs the private server; a --target keeps its parameters")
@@ -682,7 +682,7 @@ async def _run_all(
     progress: Progress | None,
     tally: _Tally,
     grid: Sequence[RetrievalParams],
-    graph: bool = True,
+    graph: str = "names",
 ) -> None:
     """Load everything, ask (once per grid candidate), then the silence and lifecycle checks.
 
@@ -730,7 +730,7 @@ async def _load(
     concurrency: int,
     progress: Progress | None,
     label: str,
-    graph: bool = True,
+    graph: str = "names",
 ) -> dict[str, set[str]]:
     """Save every turn; returns memory id -> the dia_ids it stands for (dedupe merges).
 
@@ -748,7 +748,9 @@ async def _load(
         for turn in turns:
             draft = common_pb2.MemoryDraft(content=turn.content, metadata={"dia_id": turn.dia_id})
             draft.valid_from.FromDatetime(turn.valid_from)
-            asserted = entities.extract(turn.speaker, turn.text) if graph else None
+            asserted = None
+            if graph != "off":
+                asserted = entities.extract(turn.speaker, turn.text, speakers=graph == "speakers")
             response = await stub.SaveMemory(
                 memory_pb2.SaveMemoryRequest(scope=bucket.scope, memory=draft, graph=asserted),
                 metadata=bucket.metadata,
@@ -933,10 +935,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--graph",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="attach each turn's entities (speaker, capitalised names) for the graph lane "
-        "(default on; --no-graph loads text only)",
+        choices=entities.EXTRACTORS,
+        default="names",
+        help="entities attached to each turn for the graph lane: capitalised names "
+        "(default), also the speaker, or none",
     )
     p.add_argument(
         "--folds",

@@ -21,6 +21,7 @@ from brain.authz import RateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
 from brain.server.domain import validation
 from brain.server.domain.audit import AuditLog
+from brain.server.domain.graph.extraction import ExtractorError, build_extractor
 from brain.server.domain.graph.reads import Graph
 from brain.server.domain.memories import Limits, Memories
 from brain.server.domain.retrieval.embedders import (
@@ -236,6 +237,15 @@ async def _serve(
         )
     except RerankerError as exc:
         raise StartupError(f"reranker: {exc}") from exc
+    try:
+        extractor = build_extractor(
+            settings.graph_extract_url,
+            settings.graph_extract_model,
+            api_key=settings.graph_extract_api_key,
+            timeout=settings.graph_extract_timeout_seconds,
+        )
+    except ExtractorError as exc:
+        raise StartupError(f"graph extraction: {exc}") from exc
     dimension = await db.embedding_dimension()
     if embedder.dimension not in (0, dimension):
         raise StartupError(
@@ -255,6 +265,7 @@ async def _serve(
         embedding_dimension=dimension,
         reranker=reranker,
     )
+    memories.extractor = extractor
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)
     review = Review(
         memories,

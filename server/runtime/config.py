@@ -43,6 +43,11 @@ class Settings:
     reranker_api_key: str | None = None
     reranker_timeout_seconds: float = 5.0
     reranker_top_n: int = 20
+    # Optional graph extraction (issue 19): an OpenAI-compatible chat endpoint.
+    graph_extract_url: str | None = None
+    graph_extract_model: str | None = None
+    graph_extract_api_key: str | None = None
+    graph_extract_timeout_seconds: float = 30.0
     max_candidate_ttl_days: int = 30
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
@@ -136,6 +141,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_embedder_arguments(parser)
     add_reranker_arguments(parser)
+    add_graph_extract_arguments(parser)
     parser.add_argument(
         "--dev-key-file",
         type=Path,
@@ -202,6 +208,36 @@ def add_reranker_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
+    """Optional entity/relation extraction into review candidates; key from the environment."""
+    parser.add_argument(
+        "--graph-extract-url",
+        default=_env("GRAPH_EXTRACT_URL"),
+        help="OpenAI-compatible chat endpoint root that proposes each saved memory's entities "
+        "and relations for review; unset: no extraction (BRAIN_GRAPH_EXTRACT_URL)",
+    )
+    parser.add_argument(
+        "--graph-extract-model",
+        default=_env("GRAPH_EXTRACT_MODEL"),
+        help="BRAIN_GRAPH_EXTRACT_MODEL",
+    )
+    parser.add_argument(
+        "--graph-extract-timeout",
+        type=float,
+        default=float(_env("GRAPH_EXTRACT_TIMEOUT", "30") or 30),
+        help="seconds before extraction of one memory is given up (BRAIN_GRAPH_EXTRACT_TIMEOUT)",
+    )
+
+
+def graph_extract_settings(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "graph_extract_url": args.graph_extract_url,
+        "graph_extract_model": args.graph_extract_model,
+        "graph_extract_api_key": _env("GRAPH_EXTRACT_API_KEY"),
+        "graph_extract_timeout_seconds": args.graph_extract_timeout,
+    }
+
+
 def reranker_settings(args: argparse.Namespace) -> dict[str, object]:
     """The Settings fields for the reranker; the API key comes only from the environment."""
     return {
@@ -240,4 +276,5 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         metrics_listen=args.metrics_listen,
         **embedder_settings(args),  # type: ignore[arg-type]
         **reranker_settings(args),  # type: ignore[arg-type]
+        **graph_extract_settings(args),  # type: ignore[arg-type]
     )

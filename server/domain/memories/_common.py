@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import uuid
@@ -20,6 +21,7 @@ from brain.server.domain import cursors
 from brain.server.domain import validation as check
 from brain.server.domain.convert import PROTO_TO_STATUS
 from brain.server.domain.graph.assertions import Assertions
+from brain.server.domain.graph.extraction import Extractor
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError, NoEmbedder
 from brain.server.domain.retrieval.lanes import FusedHit, RetrievalParams
 from brain.server.domain.retrieval.rerankers import Reranker
@@ -30,6 +32,7 @@ from brain.server.storage import memories as sql
 from brain.server.storage.db import Database
 from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, memory_pb2
+from brain.v1.graph_pb2 import GraphDraft
 
 DEFAULT_LABEL = "team"
 DEFAULT_KIND = "note"
@@ -131,6 +134,10 @@ class ReviewGate(Protocol):
         assertions: Assertions = ...,
     ) -> memory_pb2.SaveMemoryResponse: ...
 
+    async def propose_extracted(
+        self, caller: Caller, memory_id: uuid.UUID, content: str, draft: GraphDraft, model: str
+    ) -> None: ...
+
 
 class MemoryBase:
     """State and plumbing shared by `MemoryWrites` and `MemoryReads`."""
@@ -156,6 +163,9 @@ class MemoryBase:
         self.embedding_dimension = embedding_dimension
         # Set by Review: saves into review-required namespaces become candidates.
         self.review: ReviewGate | None = None
+        # Optional graph extraction (issue 19), run after a save commits.
+        self.extractor: Extractor | None = None
+        self.background: set[asyncio.Task[None]] = set()
 
     def tx(
         self,

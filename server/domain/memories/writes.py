@@ -8,6 +8,7 @@ that does not exist.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -15,11 +16,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import structlog
 from google.protobuf.message import Message
 
 from brain.authz import Caller, Permission
 from brain.server.domain import convert, cursors, graph, quotas
 from brain.server.domain import validation as check
+from brain.server.domain.graph.extraction import ExtractorError
 from brain.server.domain.memories._common import (
     DEFAULT_KIND,
     DEFAULT_LABEL,
@@ -32,6 +35,7 @@ from brain.server.domain.memories._common import (
 )
 from brain.server.errors import (
     AlreadyExists,
+    BrainError,
     Conflict,
     FailedPrecondition,
     InvalidArgument,
@@ -42,6 +46,8 @@ from brain.server.errors import (
 from brain.server.storage import memories as sql
 from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, memory_pb2
+
+_log = structlog.get_logger("brain.memories")
 
 
 class MemoryWrites(MemoryBase):
@@ -335,7 +341,31 @@ class MemoryWrites(MemoryBase):
                     memory=convert.memory(row), outcome=memory_pb2.SAVE_OUTCOME_CREATED
                 )
             await self.remember(conn, caller, idem, response.memory.id)
+        if response.outcome == memory_pb2.SAVE_OUTCOME_CREATED and not assertions:
+            self.extract_later(caller, uuid.UUID(response.memory.id), new.content)
         return response
+
+    def extract_later(self, caller: Caller, memory_id: uuid.UUID, content: str) -> None:
+        """With an extractor configured, propose the graph of a memory saved without one,
+        once its save has committed (never in the caller's way, never into the graph)."""
+        if self.extractor is None or self.review is None:
+            return
+        task = asyncio.create_task(self._extract(caller, memory_id, content))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def _extract(self, caller: Caller, memory_id: uuid.UUID, content: str) -> None:
+        assert self.extractor is not None and self.review is not None
+        try:
+            draft = await self.extractor.extract(content)
+            await self.review.propose_extracted(
+                caller, memory_id, content, draft, self.extractor.model
+            )
+        except ExtractorError as exc:
+            _log.warning("graph extraction failed", memory_id=str(memory_id), error=str(exc))
+        except BrainError as exc:
+            _log.warning("graph extraction not proposed", memory_id=str(memory_id),
+                         error=exc.message)  # fmt: skip
 
     async def update(
         self, caller: Caller, req: memory_pb2.UpdateMemoryRequest, timeout_ms: int | None = None

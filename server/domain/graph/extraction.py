@@ -1,0 +1,153 @@
+"""Optional extraction of entities and relations by an OpenAI-compatible chat endpoint.
+
+When configured (``--graph-extract-url``, ``--graph-extract-model``, key in
+``BRAIN_GRAPH_EXTRACT_API_KEY``), a memory saved without a graph is sent, after its save
+has committed, to ``POST {url}/v1/chat/completions``; what comes back becomes a *candidate*
+that supersedes the memory with the same content and the extracted graph, for a reviewer
+to approve or reject. Nothing reaches the graph without review. Without an endpoint
+nothing is extracted; a failing, slow or nonsensical endpoint is logged and the save it
+followed is unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import re
+import urllib.error
+import urllib.request
+from typing import Any, Protocol
+
+from brain.v1 import graph_pb2
+
+__all__ = ["Extractor", "ExtractorError", "HttpExtractor", "build_extractor", "parse_graph"]
+
+PROMPT = (
+    "Extract the named entities and the relations between them from the user's note. "
+    'Answer with one JSON object only: {"entities": [{"name": str, "type": str, '
+    '"aliases": [str]}], "relations": [{"subject": str, "predicate": str, "object": str, '
+    '"single_valued": bool}]}. Predicates are lower_snake_case verbs such as lives_in or '
+    "works_with; single_valued is true when the subject can have only one object at a time. "
+    "Use only names that occur in the note. If there is nothing, answer "
+    '{"entities": [], "relations": []}.'
+)
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+MAX_ITEMS = 32
+
+
+class ExtractorError(Exception):
+    """The endpoint could not extract; the message says what went wrong."""
+
+
+class Extractor(Protocol):
+    model: str
+
+    async def extract(self, content: str) -> graph_pb2.GraphDraft: ...
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def parse_graph(text: str) -> graph_pb2.GraphDraft:
+    """The model's JSON answer as a GraphDraft (fields it got wrong are dropped; the
+    server validates the rest like any caller's draft)."""
+    match = _FENCE.match(text.strip())
+    try:
+        data = json.loads(match.group(1) if match else text)
+    except ValueError as exc:
+        raise ExtractorError("the model's answer is not JSON") from exc
+    if not isinstance(data, dict):
+        raise ExtractorError("the model's answer is not a JSON object")
+    draft = graph_pb2.GraphDraft()
+    for item in data.get("entities") or []:
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"].strip():
+            kind = item.get("type")
+            draft.entities.add(
+                name=item["name"].strip(),
+                type=kind.strip() if isinstance(kind, str) else "",
+                aliases=_strings(item.get("aliases")),
+            )
+    for item in data.get("relations") or []:
+        if not isinstance(item, dict):
+            continue
+        parts = [item.get(k) for k in ("subject", "predicate", "object")]
+        if all(isinstance(p, str) and p.strip() for p in parts):
+            subject, predicate, obj = (str(p).strip() for p in parts)
+            single = item.get("single_valued") is True
+            draft.relations.add(
+                subject=subject,
+                predicate=re.sub(r"[^a-z0-9_:.\-]+", "_", predicate.lower()).strip("_"),
+                object=obj,
+                cardinality=graph_pb2.CARDINALITY_ONE if single else graph_pb2.CARDINALITY_MANY,
+            )
+    del draft.entities[MAX_ITEMS:]
+    del draft.relations[MAX_ITEMS:]
+    return draft
+
+
+class HttpExtractor:
+    """An OpenAI-compatible chat endpoint; ``url`` is the server root (``/v1`` accepted)."""
+
+    def __init__(
+        self, *, url: str, model: str, api_key: str | None = None, timeout: float = 30.0
+    ) -> None:
+        root = url.rstrip("/")
+        self.endpoint = (root if root.endswith("/v1") else root + "/v1") + "/chat/completions"
+        self.model = model
+        self._api_key = api_key
+        self._timeout = timeout
+
+    async def extract(self, content: str) -> graph_pb2.GraphDraft:
+        try:
+            async with asyncio.timeout(self._timeout):
+                answer = await asyncio.to_thread(self._post, content)
+        except TimeoutError as exc:
+            raise ExtractorError(
+                f"chat endpoint {self.endpoint} took longer than {self._timeout} s"
+            ) from exc
+        return parse_graph(answer)
+
+    def _post(self, content: str) -> str:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        body = {
+            "model": self.model,
+            "temperature": 0,
+            "messages": [
+                {"role": "system", "content": PROMPT},
+                {"role": "user", "content": content},
+            ],
+        }
+        request = urllib.request.Request(
+            self.endpoint, data=json.dumps(body).encode(), headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+                payload = json.loads(response.read())
+            answer = payload["choices"][0]["message"]["content"]
+        except urllib.error.HTTPError as exc:
+            raise ExtractorError(f"chat endpoint {self.endpoint} answered HTTP {exc.code}") from exc
+        except (http.client.HTTPException, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ExtractorError(f"cannot reach chat endpoint {self.endpoint}: {reason}") from exc
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ExtractorError(f"chat endpoint {self.endpoint} sent no chat completion") from exc
+        if not isinstance(answer, str):
+            raise ExtractorError(f"chat endpoint {self.endpoint} sent no message content")
+        return answer
+
+
+def build_extractor(
+    url: str | None, model: str | None, *, api_key: str | None = None, timeout: float = 30.0
+) -> HttpExtractor | None:
+    """The configured extractor, or None when no URL is set; raises `ExtractorError`."""
+    if not url:
+        return None
+    if not model:
+        raise ExtractorError("a graph extraction URL needs a model name (--graph-extract-model)")
+    if timeout <= 0:
+        raise ExtractorError("the graph extraction timeout must be positive")
+    return HttpExtractor(url=url, model=model, api_key=api_key, timeout=timeout)
