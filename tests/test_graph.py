@@ -253,3 +253,19 @@ async def test_graph_lane_is_not_starved_by_an_entity_popular_in_other_buckets(
     assert set(found) == own
     entity = (await lookup_call(api, popular)).entity
     assert entity.mention_count == 5  # counts are over visible memories only
+
+
+def test_the_evaluation_extractor_is_deterministic() -> None:
+    """brain-eval's extractor finds capitalised names past sentence openers and common
+    words, links them to the speaker, and gives the same draft every time."""
+    from brain.server.measure.entities import extract, names_in
+
+    text = "Hey Caroline! We camped at Yellowstone National Park with Mel's kids. Wow, cool."
+    assert names_in(text) == ["Caroline", "Yellowstone National Park", "Mel"]
+    first = extract("Melanie", text, speakers=True)
+    assert first == extract("Melanie", text, speakers=True)
+    assert first.entities[0].name == "Melanie"
+    assert {(r.subject, r.object) for r in first.relations} == {
+        ("Melanie", "Caroline"), ("Melanie", "Yellowstone National Park"), ("Melanie", "Mel"),
+    }  # fmt: skip
+    assert not extract("Melanie", text).relations
