@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -30,6 +30,7 @@ from brain.server.domain.retrieval.embedders import (
     InstrumentedEmbedder,
     build_embedder,
 )
+from brain.server.domain.retrieval.lanes import RetrievalParams
 from brain.server.domain.retrieval.rerankers import RerankerError, build_reranker
 from brain.server.domain.review import Review, ReviewLimits
 from brain.server.domain.watch import close_feed
@@ -264,6 +265,11 @@ async def _serve(
         embedder=embedder,
         embedding_dimension=dimension,
         reranker=reranker,
+        retrieval_params=(
+            replace(RetrievalParams(), graph_weight=settings.graph_lane_weight)
+            if settings.graph_lane_weight is not None
+            else None
+        ),
     )
     memories.extractor = extractor
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)

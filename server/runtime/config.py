@@ -48,6 +48,8 @@ class Settings:
     graph_extract_model: str | None = None
     graph_extract_api_key: str | None = None
     graph_extract_timeout_seconds: float = 30.0
+    # Weight of the entity graph lane in fusion; None: the shipped RetrievalParams value.
+    graph_lane_weight: float | None = None
     max_candidate_ttl_days: int = 30
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
@@ -227,10 +229,18 @@ def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
         default=float(_env("GRAPH_EXTRACT_TIMEOUT", "30") or 30),
         help="seconds before extraction of one memory is given up (BRAIN_GRAPH_EXTRACT_TIMEOUT)",
     )
+    parser.add_argument(
+        "--graph-lane-weight",
+        type=float,
+        default=float(_env("GRAPH_LANE_WEIGHT", "-1") or -1),
+        help="weight of the entity graph lane in search fusion, 0 = off (default: the "
+        "shipped value; BRAIN_GRAPH_LANE_WEIGHT)",
+    )
 
 
 def graph_extract_settings(args: argparse.Namespace) -> dict[str, object]:
     return {
+        "graph_lane_weight": args.graph_lane_weight if args.graph_lane_weight >= 0 else None,
         "graph_extract_url": args.graph_extract_url,
         "graph_extract_model": args.graph_extract_model,
         "graph_extract_api_key": _env("GRAPH_EXTRACT_API_KEY"),
