@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
@@ -18,7 +16,7 @@ from brain.v1 import common_pb2, graph_pb2, memory_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .graph_helpers import draft, facts, lookup_call, save
-from .helpers import Api, rpc_error
+from .helpers import Api, JsonEndpoint, rpc_error, serving
 from .test_review import candidates, decide
 
 ANSWER = {
@@ -29,56 +27,28 @@ ANSWER = {
 WRITER = "memories:read,memories:write,memories:propose"
 
 
-class FakeChatServer(ThreadingHTTPServer):
-    """Answers every chat completion with ``answer`` (or fails, per ``mode``)."""
-
-    daemon_threads = True
+class FakeChatServer(JsonEndpoint):
+    """Answers every chat completion with ``ANSWER`` (or fails, per ``mode``)."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), ChatHandler)
+        super().__init__()
         self.mode = "ok"  # ok | fenced | http_error | junk
-        self.requests: list[dict[str, Any]] = []
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class ChatHandler(BaseHTTPRequestHandler):
-    server: FakeChatServer
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(
-            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-        )
+    def answer(self, body: Any) -> tuple[int, Any] | None:
+        if self.mode == "http_error":
+            return 500, {"error": "overloaded"}
         content = json.dumps(ANSWER)
-        if self.server.mode == "fenced":
+        if self.mode == "fenced":
             content = f"```json\n{content}\n```"
-        elif self.server.mode == "junk":
+        elif self.mode == "junk":
             content = "I could not find anything, sorry."
-        payload = {"choices": [{"message": {"role": "assistant", "content": content}}]}
-        status = 500 if self.server.mode == "http_error" else 200
-        raw = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        return 200, {"choices": [{"message": {"role": "assistant", "content": content}}]}
 
 
 @pytest.fixture(scope="module")
 def chat_http() -> Iterator[FakeChatServer]:
-    server = FakeChatServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(FakeChatServer()) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

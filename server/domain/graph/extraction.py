@@ -12,13 +12,11 @@ followed is unaffected.
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import re
-import urllib.error
-import urllib.request
 from typing import Any, Protocol
 
+from brain.server.domain.endpoints import EndpointError, post_json, v1_endpoint
 from brain.v1 import graph_pb2
 
 __all__ = ["Extractor", "ExtractorError", "HttpExtractor", "build_extractor", "parse_graph"]
@@ -93,15 +91,14 @@ class HttpExtractor:
     def __init__(
         self, *, url: str, model: str, api_key: str | None = None, timeout: float = 30.0
     ) -> None:
-        root = url.rstrip("/")
-        self.endpoint = (root if root.endswith("/v1") else root + "/v1") + "/chat/completions"
+        self.endpoint = v1_endpoint(url, "chat/completions")
         self.model = model
         self._api_key = api_key
         self._timeout = timeout
 
     async def extract(self, content: str) -> graph_pb2.GraphDraft:
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout):  # the socket timeout is per read
                 answer = await asyncio.to_thread(self._post, content)
         except TimeoutError as exc:
             raise ExtractorError(
@@ -110,9 +107,6 @@ class HttpExtractor:
         return parse_graph(answer)
 
     def _post(self, content: str) -> str:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
         body = {
             "model": self.model,
             "temperature": 0,
@@ -121,19 +115,14 @@ class HttpExtractor:
                 {"role": "user", "content": content},
             ],
         }
-        request = urllib.request.Request(
-            self.endpoint, data=json.dumps(body).encode(), headers=headers
-        )
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                payload = json.loads(response.read())
+            payload = post_json(
+                self.endpoint, body, what="chat", api_key=self._api_key, timeout=self._timeout
+            )
             answer = payload["choices"][0]["message"]["content"]
-        except urllib.error.HTTPError as exc:
-            raise ExtractorError(f"chat endpoint {self.endpoint} answered HTTP {exc.code}") from exc
-        except (http.client.HTTPException, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ExtractorError(f"cannot reach chat endpoint {self.endpoint}: {reason}") from exc
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except EndpointError as exc:
+            raise ExtractorError(str(exc)) from exc
+        except (KeyError, IndexError, TypeError) as exc:
             raise ExtractorError(f"chat endpoint {self.endpoint} sent no chat completion") from exc
         if not isinstance(answer, str):
             raise ExtractorError(f"chat endpoint {self.endpoint} sent no message content")
