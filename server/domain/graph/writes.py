@@ -29,8 +29,11 @@ async def assert_graph(
         return
     ids = await sql.entity_ids(conn, [m.name_norm for m in assertions.mentions])
     await sql.insert_mentions(conn, tenant_id, memory_id, assertions.mentions, ids, at, pending)
-    await sql.insert_relations(conn, tenant_id, memory_id, assertions.relations, ids, at, pending)
-    if not pending:
+    if assertions.relations:
+        await sql.insert_relations(
+            conn, tenant_id, memory_id, assertions.relations, ids, at, pending
+        )
+    if not pending and any(r.cardinality == "one" for r in assertions.relations):
         await sql.close_predecessors(conn, v, memory_id, at)
 
 
