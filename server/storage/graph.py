@@ -213,13 +213,21 @@ async def find_entity(
     conn: asyncpg.Connection, v: Visibility, name_norm: str, t: TimeCoords
 ) -> uuid.UUID | None:
     """The entity a visible mention gives this name or alias (a name match first)."""
-    p = Params(name_norm)
+    p = Params(name_norm, v.tenant_id)
     value: uuid.UUID | None = await conn.fetchval(
-        f"""SELECT x.entity_id FROM graph_mentions x
-            JOIN graph_entities e ON e.tenant_id = x.tenant_id AND e.entity_id = x.entity_id
-            WHERE (e.name_norm = $1 OR x.alias_norms @> ARRAY[$1]::text[])
-              AND {mention_time(t, p, "x")} AND {asserting_memory_visible(v, p, "x")}
-            ORDER BY (e.name_norm = $1) DESC, x.recorded_at DESC, x.entity_id
+        f"""WITH named AS (
+                SELECT e.entity_id, true AS by_name FROM graph_entities e
+                WHERE e.tenant_id = $2::uuid AND e.name_norm = $1
+                UNION ALL
+                SELECT a.entity_id, false FROM graph_mentions a
+                WHERE a.tenant_id = $2::uuid AND a.alias_norms @> ARRAY[$1]::text[])
+            SELECT n.entity_id FROM named n
+            WHERE EXISTS (SELECT 1 FROM graph_mentions x
+                          WHERE x.tenant_id = $2::uuid AND x.entity_id = n.entity_id
+                            AND (n.by_name OR x.alias_norms @> ARRAY[$1]::text[])
+                            AND {mention_time(t, p, "x")}
+                            AND {asserting_memory_visible(v, p, "x")})
+            ORDER BY n.by_name DESC, n.entity_id
             LIMIT 1""",
         *p.values,
     )
@@ -231,11 +239,12 @@ async def summaries(
 ) -> dict[uuid.UUID, asyncpg.Record]:
     """Name, types, aliases, mention count and degree of each entity, over visible
     mentions and relations at ``t`` only."""
-    p = Params(list(entity_ids))
+    p = Params(list(entity_ids), v.tenant_id)
     rows = await conn.fetch(
         f"""WITH seen AS (
                 SELECT x.* FROM graph_mentions x
-                WHERE x.entity_id = ANY($1::uuid[]) AND {mention_time(t, p, "x")}
+                WHERE x.tenant_id = $2::uuid AND x.entity_id = ANY($1::uuid[])
+                  AND {mention_time(t, p, "x")}
                   AND {asserting_memory_visible(v, p, "x")}),
             named AS (
                 SELECT DISTINCT ON (entity_id) entity_id, name FROM seen
@@ -243,7 +252,8 @@ async def summaries(
             rel AS (
                 SELECT e.id AS entity_id, count(r.*) AS degree
                 FROM unnest($1::uuid[]) AS e (id)
-                JOIN graph_relations r ON (r.subject_id = e.id OR r.object_id = e.id)
+                JOIN graph_relations r ON r.tenant_id = $2::uuid
+                     AND (r.subject_id = e.id OR r.object_id = e.id)
                 WHERE {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}
                 GROUP BY e.id)
             SELECT s.entity_id, n.name,
@@ -275,11 +285,11 @@ async def relations_of(
 ) -> list[asyncpg.Record]:
     """Visible relations of one entity at ``t``, newest valid time first. Endpoint names
     come from the asserting memory's own mentions."""
-    p = Params(entity_id)
+    p = Params(entity_id, v.tenant_id)
     return list(
         await conn.fetch(
             f"""SELECT {_RELATION_COLUMNS} FROM graph_relations r
-                WHERE (r.subject_id = $1 OR r.object_id = $1)
+                WHERE r.tenant_id = $2::uuid AND (r.subject_id = $1 OR r.object_id = $1)
                   AND {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}
                 ORDER BY r.valid_from DESC, r.recorded_at DESC, r.relation_id
                 LIMIT {p.add(limit)}""",
@@ -348,12 +358,19 @@ async def graph_lane(
     p = Params(sorted(set(names)))
     tenant = p.add(v.tenant_id)
     rows = await conn.fetch(
-        f"""WITH seeds AS (
-                SELECT DISTINCT x.entity_id FROM graph_mentions x
-                JOIN graph_entities e ON e.tenant_id = x.tenant_id AND e.entity_id = x.entity_id
-                WHERE x.tenant_id = {tenant}::uuid
-                  AND (e.name_norm = ANY ($1::text[]) OR x.alias_norms && $1::text[])
-                  AND {mention_time(t, p, "x")} AND {asserting_memory_visible(v, p, "x")}),
+        f"""WITH named AS (
+                SELECT e.entity_id, true AS by_name FROM graph_entities e
+                WHERE e.tenant_id = {tenant}::uuid AND e.name_norm = ANY ($1::text[])
+                UNION
+                SELECT a.entity_id, false FROM graph_mentions a
+                WHERE a.tenant_id = {tenant}::uuid AND a.alias_norms && $1::text[]),
+            seeds AS (
+                SELECT DISTINCT n.entity_id FROM named n
+                WHERE EXISTS (SELECT 1 FROM graph_mentions x
+                              WHERE x.tenant_id = {tenant}::uuid AND x.entity_id = n.entity_id
+                                AND (n.by_name OR x.alias_norms && $1::text[])
+                                AND {mention_time(t, p, "x")}
+                                AND {asserting_memory_visible(v, p, "x")})),
             reach AS (
                 SELECT entity_id, 1.0::float8 AS weight FROM seeds
                 UNION ALL
