@@ -15,7 +15,7 @@ import secrets
 import grpc
 import pytest
 
-from brain.v1 import memory_pb2
+from brain.v1 import graph_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
 from .edge import outcome
@@ -156,3 +156,41 @@ async def test_graph_lane_recalls_only_visible_memories(
     lexical = memory_pb2.SEARCH_MODE_LEXICAL
     assert await bob.search(topic, mode=lexical) == [mine]
     assert set(await alice.search(topic, mode=lexical)) == {theirs, moon}
+
+
+async def test_a_single_valued_relation_closes_only_facts_the_writer_may_change(
+    walled_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Bob's new object of a single-valued relation leaves Alice's fact open (a write never
+    reaches across the wall); Alice's own new object closes it (the control)."""
+    from datetime import UTC, datetime
+
+    token = secrets.token_hex(4)
+    tenant = unique("gw-close")
+    apis = {
+        u: Api(
+            channel,
+            walled_server.mint_key(tenant, u, permissions=WRITER, user=u, namespaces=("proj",)),
+            namespace="proj",
+            user_id=u,
+        )
+        for u in ("alice", "bob")
+    }
+    ann = f"Ann{token}"
+    one = ["lives_in"]
+
+    def lives(city: str, year: int) -> graph_pb2.GraphDraft:
+        return draft([], [(ann, "lives_in", city)], one=one,
+                     valid_from=datetime(year, 1, 1, tzinfo=UTC))  # fmt: skip
+
+    await save(apis["alice"], "ann in paris", lives("Paris", 2020))
+    await save(apis["bob"], "ann in berlin", lives("Berlin", 2022))
+    alice_view = await lookup_call(apis["alice"], ann)
+    assert facts(alice_view) == {(ann.lower(), "lives_in", "paris")}
+    assert not alice_view.relations[0].HasField("valid_to")
+    assert facts(await lookup_call(apis["bob"], ann)) == {(ann.lower(), "lives_in", "berlin")}
+    await save(apis["alice"], "ann in rome", lives("Rome", 2024))
+    closed = await lookup_call(apis["alice"], ann, any_valid_time=True)
+    ends = {r.object.name: r.valid_to.ToDatetime(tzinfo=UTC) for r in closed.relations
+            if r.HasField("valid_to")}  # fmt: skip
+    assert ends == {"Paris": datetime(2024, 1, 1, tzinfo=UTC)}
