@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import grpc
+import pytest
 
 from brain.v1 import common_pb2, graph_pb2, memory_pb2
 
-from .conftest import BrainServer, unique
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .graph_helpers import (
     draft,
     facts,
@@ -24,6 +26,22 @@ from .helpers import Api, rpc_error, ts
 from .test_review import decide
 
 WRITER = "memories:read,memories:write,memories:forget,memories:propose"
+LANE_WEIGHT = 0.3  # the graph lane is off by default (see README, Retrieval); on here
+
+
+@pytest.fixture(scope="module", params=["app-filter", "rls-only"])
+def lane_server(
+    request: pytest.FixtureRequest, pg_cluster: PgCluster, loop_thread: LoopThread
+) -> Iterator[BrainServer]:
+    """A server with the graph lane on; the second one without the application's
+    visibility predicate, so row-level security alone must wall the lane."""
+    settings = server_settings(
+        pg_cluster, graph_lane_weight=LANE_WEIGHT, app_filter=request.param == "app-filter"
+    )
+    server = BrainServer(cluster=pg_cluster, loop=loop_thread, settings=settings)
+    server.start()
+    yield server
+    server.stop()
 
 
 def new_api(server: BrainServer, channel: grpc.aio.Channel, **kw: str) -> Api:
@@ -189,11 +207,16 @@ async def test_bad_graph_input_is_invalid_argument_naming_the_field_and_writes_n
 
 
 async def test_graph_lane_finds_memories_naming_the_query_entities_and_their_neighbours(
-    brain_server: BrainServer, channel: grpc.aio.Channel
+    lane_server: BrainServer,
 ) -> None:
     """A query naming an entity (by name or alias) recalls memories that mention it and
     its one-hop neighbours even when no word of the query is in their text."""
-    api = new_api(brain_server, channel)
+    async with lane_server.channel() as channel:
+        await _lane_finds(lane_server, channel)
+
+
+async def _lane_finds(lane_server: BrainServer, channel: grpc.aio.Channel) -> None:
+    api = new_api(lane_server, channel)
     token = secrets.token_hex(3)
     quasar = f"Quasar{token}"
     direct = (await save(api, "she moved there last spring", draft([(quasar, "", ["qz"])]))).memory
@@ -214,14 +237,20 @@ async def test_graph_lane_finds_memories_naming_the_query_entities_and_their_nei
 
 
 async def test_graph_lane_is_not_starved_by_an_entity_popular_in_other_buckets(
-    brain_server: BrainServer, channel: grpc.aio.Channel
+    lane_server: BrainServer,
 ) -> None:
     """A bucket whose entity is mentioned 10,000 times in other buckets still gets its k
     memories about it from the graph lane (their text shares no word with the query): the
-    lane filters by visibility inside its SQL, before its LIMIT."""
+    lane filters by visibility inside its SQL, before its LIMIT (the key is confined to
+    its namespace, so row-level security alone must hold too)."""
+    async with lane_server.channel() as channel:
+        await _not_starved(lane_server, channel)
+
+
+async def _not_starved(brain_server: BrainServer, channel: grpc.aio.Channel) -> None:
     tenant = unique("graph-crowd")
-    api = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER),
-              namespace="quiet")  # fmt: skip
+    key = brain_server.mint_key(tenant, "alice", permissions=WRITER, namespaces=("quiet",))
+    api = Api(channel, key, namespace="quiet")
     popular = f"Popular{secrets.token_hex(3)}"
     own = {(await save(api, f"note number {i}", draft([popular]))).memory.id for i in range(5)}
     brain_server.sql(
@@ -269,3 +298,36 @@ def test_the_evaluation_extractor_is_deterministic() -> None:
         ("Melanie", "Caroline"), ("Melanie", "Yellowstone National Park"), ("Melanie", "Mel"),
     }  # fmt: skip
     assert not extract("Melanie", text).relations
+
+
+async def test_graph_lane_recalls_only_visible_memories(
+    lane_server: BrainServer,
+) -> None:
+    """A query naming an entity pulls in the caller's memories about it, never another
+    user's, even through a neighbour."""
+    async with lane_server.channel() as channel:
+        await _lane_walled(lane_server, channel)
+
+
+async def _lane_walled(walled_server: BrainServer, channel: grpc.aio.Channel) -> None:
+    token = secrets.token_hex(4)
+    tenant = unique("gw-lane")
+    alice = Api(
+        channel,
+        walled_server.mint_key(tenant, "alice", permissions=WRITER, user="alice",
+                               namespaces=("proj",)),
+        namespace="proj", user_id="alice",
+    )  # fmt: skip
+    bob = Api(
+        channel,
+        walled_server.mint_key(tenant, "bob", permissions=WRITER, user="bob",
+                               namespaces=("proj",)),
+        namespace="proj", user_id="bob",
+    )  # fmt: skip
+    topic = f"Orbit{token}"
+    mine = (await save(bob, "bob's plan for next week", draft([topic]))).memory.id
+    theirs = (await save(alice, "alice's plan", draft([], [(topic, "funds", "Moon")]))).memory.id
+    moon = (await save(alice, "the launch slipped", draft(["Moon"]))).memory.id
+    lexical = memory_pb2.SEARCH_MODE_LEXICAL
+    assert await bob.search(topic, mode=lexical) == [mine]
+    assert set(await alice.search(topic, mode=lexical)) == {theirs, moon}

@@ -15,7 +15,7 @@ import secrets
 import grpc
 import pytest
 
-from brain.v1 import graph_pb2, memory_pb2
+from brain.v1 import graph_pb2
 
 from .conftest import BrainServer, unique
 from .edge import outcome
@@ -128,34 +128,6 @@ async def test_namespace_session_label_and_tenant_walls(
         assert (await lookup_call(api, own)).entity.mention_count == 1, (api.namespace, own)
     assert (await lookup_call(s1, f"SessionOnly{token}")).entity.mention_count == 1
     assert (await lookup_call(wide, f"Payroll{token}")).entity.mention_count == 1
-
-
-async def test_graph_lane_recalls_only_visible_memories(
-    walled_server: BrainServer, channel: grpc.aio.Channel
-) -> None:
-    """A query naming an entity pulls in the caller's memories about it, never another
-    user's, even through a neighbour."""
-    token = secrets.token_hex(4)
-    tenant = unique("gw-lane")
-    alice = Api(
-        channel,
-        walled_server.mint_key(tenant, "alice", permissions=WRITER, user="alice",
-                               namespaces=("proj",)),
-        namespace="proj", user_id="alice",
-    )  # fmt: skip
-    bob = Api(
-        channel,
-        walled_server.mint_key(tenant, "bob", permissions=WRITER, user="bob",
-                               namespaces=("proj",)),
-        namespace="proj", user_id="bob",
-    )  # fmt: skip
-    topic = f"Orbit{token}"
-    mine = (await save(bob, "bob's plan for next week", draft([topic]))).memory.id
-    theirs = (await save(alice, "alice's plan", draft([], [(topic, "funds", "Moon")]))).memory.id
-    moon = (await save(alice, "the launch slipped", draft(["Moon"]))).memory.id
-    lexical = memory_pb2.SEARCH_MODE_LEXICAL
-    assert await bob.search(topic, mode=lexical) == [mine]
-    assert set(await alice.search(topic, mode=lexical)) == {theirs, moon}
 
 
 async def test_a_single_valued_relation_closes_only_facts_the_writer_may_change(
