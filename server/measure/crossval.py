@@ -21,6 +21,7 @@ _LEXICAL = ((1.0, 0.0), (1.5, 0.0), (1.2, 0.75))  # BM25 (k1, b)
 _EXACT = (0.2, 0.0)
 _SEMANTIC = (0.4, 0.25, 0.6)
 _FEEDBACK = (0.5, 0.0)
+_GRAPH = (0.0, 0.3)
 
 
 class Scored(Protocol):
@@ -58,7 +59,8 @@ def candidate_grid(semantic: bool) -> list[RetrievalParams]:
         for k1, b in _LEXICAL[1:]:
             grid.append(replace(shipped, bm25_k1=k1, bm25_b=b))
     grid.append(replace(shipped, fusion="rrf"))  # rank-based: no score scale to trust
-    grid.append(replace(shipped, graph_weight=0.0))  # the entity graph lane off
+    for weight in _GRAPH:  # the entity graph lane off and on, whichever is not shipped
+        grid.append(replace(shipped, graph_weight=weight))
     unique: list[RetrievalParams] = []
     for params in grid:
         if params not in unique:

@@ -56,8 +56,10 @@ from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import (
     Settings,
     add_embedder_arguments,
+    add_graph_extract_arguments,
     add_reranker_arguments,
     embedder_settings,
+    graph_extract_settings,
     reranker_settings,
 )
 from brain.server.storage import admin
@@ -915,6 +917,7 @@ def build_parser() -> argparse.ArgumentParser:
     server_default = p.get_default("embedder")
     p.set_defaults(embedder=None, server_default_embedder=server_default)  # None: not given
     add_reranker_arguments(p)  # the private server's reranker, if a deployment brings one
+    add_graph_extract_arguments(p)  # --graph-lane-weight, as brain-server takes it
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
     p.add_argument("--target", help="host:port of a running brain-server to evaluate instead")
     p.add_argument(
@@ -959,7 +962,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.target is not None and args.folds:
         _fail("--folds needs the private server; a --target keeps its own parameters", 2)
     args.embedder = args.embedder or args.server_default_embedder
-    options = embedder_settings(args) | reranker_settings(args)
+    options = embedder_settings(args) | reranker_settings(args) | graph_extract_settings(args)
     if args.k > 100:
         _fail("--k must be at most 100 (the server's page limit)", 2)
     logs.configure("warning")

@@ -69,8 +69,10 @@ class RetrievalParams:
     fusion: str = "minmax"
     rrf_k: int = 60
     # The entity graph lane (issue 19): memories mentioning entities the query names, and
-    # (weighted down) their one-hop neighbours. 0 switches the lane off.
-    graph_weight: float = 0.3
+    # (weighted down) their one-hop neighbours. Off (0) by default: on the dev split with
+    # extracted entities it did not help (README, Retrieval); --graph-lane-weight 0.3 turns
+    # it on for deployments whose agents assert entities.
+    graph_weight: float = 0.0
     graph_neighbour_weight: float = 0.5
 
 
