@@ -19,16 +19,24 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brain.authz import RateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
-from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_pb2_grpc
+from brain.v1 import (
+    audit_pb2_grpc,
+    identity_pb2_grpc,
+    knowledge_pb2_grpc,
+    memory_pb2_grpc,
+    review_pb2_grpc,
+)
 
 from . import embedded, logs, metrics, tracing, validation
 from .audit import AuditLog
 from .config import Settings, add_server_arguments, settings_from_args
 from .embedders import Embedder, EmbedderError, build_embedder
+from .knowledge import Knowledge
 from .memories import Limits, Memories
 from .pepper import PepperError, load_pepper
 from .rerankers import RerankerError, build_reranker
 from .review import Review, ReviewLimits
+from .servicers.knowledge import KnowledgeServicer
 from .servicers.memory import MemoryServicer
 from .servicers.other import AuditServicer, IdentityServicer, ReviewServicer
 from .storage import migrate as migrations
@@ -43,6 +51,7 @@ SERVICES = (
     "brain.v1.ReviewService",
     "brain.v1.AuditService",
     "brain.v1.IdentityService",
+    "brain.v1.KnowledgeService",
 )
 
 
@@ -251,6 +260,9 @@ async def _serve(
         AuditServicer(AuditLog(db, memories.tokens, settings.statement_timeout_ms)), server
     )
     identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
+    knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(
+        KnowledgeServicer(Knowledge(memories)), server
+    )
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:

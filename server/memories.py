@@ -50,6 +50,7 @@ DEFAULT_SEARCH_LIMIT = 10
 DEFAULT_PAGE_SIZE = 50
 EXPORT_BATCH = 200
 MAX_SUPERSEDES = 100
+MAX_KNOWLEDGE_COLLECTIONS = 16
 ALL_STATUSES = tuple(PROTO_TO_STATUS.values())
 UPDATABLE_FIELDS = frozenset(
     {"content", "kind", "tags", "metadata", "labels", "confidence", "importance",
@@ -57,6 +58,7 @@ UPDATABLE_FIELDS = frozenset(
 )  # fmt: skip
 
 if TYPE_CHECKING:
+    from .knowledge import Knowledge
     from .review import Review
 
 _log = structlog.get_logger("brain.memories")
@@ -152,6 +154,8 @@ class Memories:
         self.embedding_dimension = embedding_dimension
         # Set by Review: saves into review-required namespaces become candidates.
         self.review: Review | None = None
+        # Set by Knowledge: BuildContext mixes in document chunks.
+        self.knowledge: Knowledge | None = None
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -679,8 +683,19 @@ class Memories:
         self, caller: Caller, req: memory_pb2.BuildContextRequest, timeout_ms: int | None = None
     ) -> memory_pb2.BuildContextResponse:
         token_budget, count = context.budget(req)
+        collections = check.names(
+            "knowledge_collections", req.knowledge_collections, limit=MAX_KNOWLEDGE_COLLECTIONS
+        )
         found = await self.recall(caller, req.query, count, req.filter, req.time, timeout_ms)
-        return context.pack(found.hits, token_budget)
+        chunks: list[FusedHit] = []
+        if (
+            self.knowledge is not None
+            and not req.exclude_knowledge
+            and caller.has(Permission.KNOWLEDGE_READ.value)
+        ):
+            known = await self.knowledge.recall(caller, req.query, count, collections, timeout_ms)
+            chunks = known.hits
+        return context.pack(found.hits, token_budget, chunks)
 
     async def recall(
         self,
