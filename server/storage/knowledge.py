@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from .visibility import Params, Visibility, object_visibility, write_predicate
+from brain.server.storage.visibility import Params, Visibility, object_visibility, write_predicate
 
 DOCUMENT_COLUMNS = """d.tenant_id, d.document_id, d.version, d.namespace, d.user_id,
     d.session_id, d.collection, d.path, d.format, d.labels, d.status, d.content_hash,

@@ -1,0 +1,378 @@
+"""Hybrid recall: lexical and semantic lanes, each filtered in SQL, then fused.
+
+Every lane puts the caller's visibility, status, expiry and time predicates inside its
+own statement, before the LIMIT, so a crowded bucket cannot starve it.
+
+- Lexical (two lanes): Okapi BM25 computed in SQL, over the ``english`` tsvector (stems,
+  no stop words) and, lighter, over the ``simple`` one (exact forms). Query terms are
+  OR-ed (a question rarely shares every word with its answer) and weighted by inverse
+  document frequency over the rows the caller can see.
+- Semantic: pgvector cosine distance over the HNSW index with iterative scans, so a
+  filtered search still returns its k rows; rows below a similarity floor are dropped so
+  an unrelated query can return nothing. In hybrid mode the query vector is first moved
+  toward the best lexical hits (pseudo-relevance feedback, Rocchio style).
+- Fusion: each lane's scores are min-max normalised and combined with a weight per lane,
+  plus small bounded boosts for importance and recency that reorder near-ties but cannot
+  overturn a clearly better match.
+
+The weights were tuned on the LoCoMo dev split only; ``brain-eval locomo --folds``
+re-chooses them leave-one-conversation-out to show how much of that tuning carries over
+(see README, Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from brain.server.storage.memories import (
+    RowFilter,
+    TimeCoords,
+    filter_predicate,
+    memory_columns,
+    time_predicate,
+)
+from brain.server.storage.visibility import Params, Visibility, visibility_predicate
+from brain.server.telemetry import metrics
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """Tuned on the LoCoMo dev split only (see README, Retrieval)."""
+
+    candidates: int = 50  # rows each lane contributes before fusion
+    # Turns and notes are short: length normalisation (b) only hurt on the dev split.
+    bm25_k1: float = 1.0
+    bm25_b: float = 0.0
+    lexical_weight: float = 0.6
+    exact_weight: float = 0.2  # the `simple` lexical lane
+    semantic_weight: float = 0.4
+    feedback_weight: float = 0.5  # how far the query vector moves toward the lexical top hits
+    feedback_docs: int = 3
+    similarity_floor: float = 0.30
+    importance_boost: float = 0.02  # at most this much for importance 1.0 vs 0.5
+    recency_boost: float = 0.01  # at most this much for a memory recorded just now
+    recency_half_life_days: float = 30.0
+    ef_search: int = 100
+    # Terms in more visible rows than this are common: counted no further, and they do
+    # not pull candidates in (see lexical_lane). Buckets below it get exact BM25.
+    lexical_df_cap: int = 2000
+    # How a lane's hits count: "minmax" (scores scaled to 0..1) or "rrf" (1/(rrf_k + rank),
+    # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
+    fusion: str = "minmax"
+    rrf_k: int = 60
+
+
+# Text search configuration -> the generated tsvector column that holds it.
+TSVECTORS = {"english": "search_tsv", "simple": "search_tsv_simple"}
+
+
+@dataclass
+class LaneHit:
+    row: asyncpg.Record
+    score: float
+
+
+@dataclass
+class FusedHit:
+    row: asyncpg.Record
+    score: float
+    lexical_rank: int = 0
+    semantic_rank: int = 0
+    lexical_score: float = 0.0
+    semantic_similarity: float = 0.0
+    rerank_score: float = 0.0  # set when a reranker ordered the hit
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """What the lanes search: a table (aliased ``m`` in every statement) whose rows carry
+    ``search_tsv``, ``search_tsv_simple``, ``embedding`` and ``embedding_model``, the
+    columns that identify a row within its tenant, and the columns a hit shows."""
+
+    table: str
+    keys: tuple[tuple[str, str], ...]  # (column, SQL type)
+    columns: Callable[[Visibility, Params], str]
+
+    def key(self, row: asyncpg.Record) -> tuple[Any, ...]:
+        return tuple(row[name] for name, _ in self.keys)
+
+
+MEMORIES = Corpus("memories", (("memory_id", "uuid"), ("version", "int")), memory_columns)
+# A lane's filter over ``m``: visibility, status, time and the caller's narrowing filters.
+Where = Callable[[Params], str]
+
+
+def memory_where(v: Visibility, f: RowFilter, t: TimeCoords) -> Where:
+    """The predicate every memory lane puts inside its statement, before its LIMIT."""
+    return lambda p: (
+        f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
+    )
+
+
+async def lexical_lane(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+    config: str = "english",
+    corpus_size: int | None = None,
+) -> list[LaneHit]:
+    """BM25 over the memories the caller may see; terms OR-ed, weighted by IDF.
+
+    ``corpus_size`` (from `corpus_size`) saves counting the visible rows again.
+    """
+    return await bm25_lane(
+        conn, MEMORIES, v, memory_where(v, f, t), query, limit, params, config, corpus_size
+    )
+
+
+async def bm25_lane(
+    conn: asyncpg.Connection,
+    corpus: Corpus,
+    v: Visibility,
+    where: Where,
+    query: str,
+    limit: int,
+    params: RetrievalParams,
+    config: str = "english",
+    corpus_size: int | None = None,
+) -> list[LaneHit]:
+    """BM25 over the rows of ``corpus`` that pass ``where``; terms OR-ed, weighted by IDF."""
+    if config not in TSVECTORS:
+        raise ValueError(f"no tsvector column for text search configuration {config!r}")
+    tsv, cfg = TSVECTORS[config], f"'{config}'::regconfig"
+    table = corpus.table
+    keys = ", ".join(name for name, _ in corpus.keys)
+    m_keys = ", ".join(f"m.{name}" for name, _ in corpus.keys)
+    d_keys = ", ".join(f"d.{name}" for name, _ in corpus.keys)
+    tf_keys = ", ".join(f"tf.{name}" for name, _ in corpus.keys)
+    p = Params(query)
+    scope_sql = where(p)
+    k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
+    if corpus_size is not None and not params.bm25_b:
+        # Counted once per search for both lexical lanes; with b = 0 length drops out.
+        corpus_sql = f"SELECT {p.add(float(corpus_size))}::float8 AS n, 1::float8 AS avgdl"
+    else:
+        avgdl = f"COALESCE(avg(length(m.{tsv})), 1)" if params.bm25_b else "1"
+        corpus_sql = (
+            f"SELECT count(*)::float8 AS n, {avgdl}::float8 AS avgdl "
+            f"FROM {table} m WHERE {scope_sql}"
+        )
+    cap = p.add(params.lexical_df_cap)
+    sql = f"""
+        WITH terms AS (
+            SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS tq
+            FROM unnest(tsvector_to_array(to_tsvector({cfg}, $1))) AS lexeme
+        ),
+        -- Document frequency per term, counted up to the cap: a term in more rows than
+        -- that is common, weighs little, and is not worth reading every row it is in.
+        df AS (
+            SELECT t.lexeme, t.tq,
+                   (SELECT count(*) FROM (
+                        SELECT 1 FROM {table} m WHERE m.{tsv} @@ t.tq AND {scope_sql}
+                        LIMIT {cap}) hits)::float8 AS df
+            FROM terms t
+        ),
+        q AS (
+            SELECT string_agg(quote_literal(lexeme), ' | ')
+                       FILTER (WHERE df < {cap})::tsquery AS rare,
+                   string_agg(quote_literal(lexeme), ' | ')::tsquery AS every
+            FROM df
+        ),
+        -- Candidates: rows holding a rare term; if every term is common (an unspecific
+        -- query), the first rows found holding any of them, up to the cap.
+        docs AS (
+            SELECT m.tenant_id, {m_keys}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
+            FROM {table} m, q
+            WHERE q.rare IS NOT NULL AND m.{tsv} @@ q.rare AND {scope_sql}
+            UNION ALL
+            (SELECT m.tenant_id, {m_keys}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
+             FROM {table} m, q
+             WHERE q.rare IS NULL AND q.every IS NOT NULL AND m.{tsv} @@ q.every
+               AND {scope_sql}
+             LIMIT {cap})
+        ),
+        corpus AS ({corpus_sql}),
+        tf AS (
+            SELECT d.tenant_id, {d_keys}, d.dl, u.lexeme,
+                   cardinality(u.positions)::float8 AS tf
+            FROM docs d, unnest(d.tsv) AS u
+            WHERE u.lexeme IN (SELECT lexeme FROM terms)
+        ),
+        scored AS (
+            SELECT tf.tenant_id, {tf_keys},
+                   sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))
+                       * tf.tf * ({k1} + 1)
+                       / (tf.tf + {k1} * (1 - {b} + {b} * tf.dl / GREATEST(c.avgdl, 1)))) AS score
+            FROM tf JOIN df USING (lexeme), corpus c
+            GROUP BY tf.tenant_id, {tf_keys}
+            ORDER BY score DESC
+            LIMIT {p.add(limit)}
+        )
+        SELECT {corpus.columns(v, p)}, s.score
+        FROM scored s JOIN {table} m USING (tenant_id, {keys})
+        ORDER BY s.score DESC, {m_keys}"""
+    with metrics.lane("lexical" if config == "english" else "exact"):
+        rows = await conn.fetch(sql, *p.values)
+    return [LaneHit(row=r, score=float(r["score"])) for r in rows]
+
+
+async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
+    """How many memories the search runs over: N in BM25's inverse document frequency."""
+    return await rows_in(conn, MEMORIES, memory_where(v, f, t))
+
+
+async def rows_in(conn: asyncpg.Connection, corpus: Corpus, where: Where) -> int:
+    """How many rows of ``corpus`` pass ``where``."""
+    p = Params()
+    value: int = await conn.fetchval(
+        f"SELECT count(*) FROM {corpus.table} m WHERE {where(p)}", *p.values
+    )
+    return value
+
+
+async def semantic_lane(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    vector: Sequence[float],
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+    model: str | None = None,
+) -> list[LaneHit]:
+    """Nearest memories by cosine, filtered in the scan; below the floor is dropped."""
+    return await nearest_lane(
+        conn, MEMORIES, v, memory_where(v, f, t), vector, limit, params, model
+    )
+
+
+async def nearest_lane(
+    conn: asyncpg.Connection,
+    corpus: Corpus,
+    v: Visibility,
+    where: Where,
+    vector: Sequence[float],
+    limit: int,
+    params: RetrievalParams,
+    model: str | None = None,
+) -> list[LaneHit]:
+    """Nearest neighbours by cosine, filtered in the scan; below the floor is dropped."""
+    # Iterative scans keep walking the HNSW graph until `limit` rows pass the filters.
+    await conn.execute(
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+        "set_config('hnsw.ef_search', $1, true)",
+        str(max(params.ef_search, limit)),
+    )
+    p = Params(list(vector))
+    same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
+    sql = f"""
+        SELECT * FROM (
+            SELECT {corpus.columns(v, p)}, 1 - (m.embedding <=> $1::vector) AS similarity
+            FROM {corpus.table} m
+            WHERE m.embedding IS NOT NULL {same_model} AND {where(p)}
+            ORDER BY m.embedding <=> $1::vector
+            LIMIT {p.add(limit)}
+        ) hits
+        WHERE similarity >= {p.add(params.similarity_floor)}::float8
+        ORDER BY similarity DESC"""
+    with metrics.lane("semantic"):
+        rows = await conn.fetch(sql, *p.values)
+    return [LaneHit(row=r, score=float(r["similarity"])) for r in rows]
+
+
+def _reciprocal(hits: Sequence[LaneHit], k: int) -> list[float]:
+    return [(k + 1) / (k + rank) for rank in range(1, len(hits) + 1)]
+
+
+def _minmax(hits: Sequence[LaneHit]) -> list[float]:
+    if not hits:
+        return []
+    low, high = min(h.score for h in hits), max(h.score for h in hits)
+    return [(h.score - low) / (high - low) if high > low else 1.0 for h in hits]
+
+
+async def feedback_vector(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    vector: Sequence[float],
+    lexical: Sequence[LaneHit],
+    params: RetrievalParams,
+    model: str | None,
+    corpus: Corpus = MEMORIES,
+    where: Where | None = None,
+) -> list[float]:
+    """The query vector moved toward the embeddings of the best lexical hits."""
+    top = [h.row for h in lexical[: params.feedback_docs]]
+    if not top or params.feedback_weight <= 0:
+        return list(vector)
+    p = Params([r["tenant_id"] for r in top])
+    arrays = ", ".join(f"{p.add([r[name] for r in top])}::{kind}[]" for name, kind in corpus.keys)
+    columns = ", ".join(f"m.{name}" for name, _ in corpus.keys)
+    same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
+    allowed = where(p) if where is not None else visibility_predicate(v, p)
+    rows = await conn.fetch(
+        f"""SELECT m.embedding FROM {corpus.table} m
+            WHERE (m.tenant_id, {columns}) IN (SELECT * FROM unnest($1::uuid[], {arrays}))
+              AND m.embedding IS NOT NULL {same_model} AND {allowed}""",
+        *p.values,
+    )
+    if not rows:
+        return list(vector)
+    mixed = [float(x) for x in vector]
+    for row in rows:
+        for i, x in enumerate(row["embedding"].to_list()):
+            mixed[i] += params.feedback_weight * x / len(rows)
+    norm = math.sqrt(sum(x * x for x in mixed)) or 1.0
+    return [x / norm for x in mixed]
+
+
+def fuse(
+    lexical: Sequence[LaneHit],
+    semantic: Sequence[LaneHit],
+    limit: int,
+    params: RetrievalParams,
+    now: datetime | None = None,
+    exact: Sequence[LaneHit] = (),
+    corpus: Corpus = MEMORIES,
+) -> list[FusedHit]:
+    """Combine the lanes into one ranking (see the module docstring)."""
+    now = now or datetime.now(UTC)
+    fused: dict[Any, FusedHit] = {}
+    lanes = (
+        ("lexical", lexical, params.lexical_weight),
+        ("exact", exact, params.exact_weight),
+        ("semantic", semantic, params.semantic_weight),
+    )
+    for kind, hits, weight in lanes:
+        norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)
+        for rank, (hit, norm) in enumerate(zip(hits, norms, strict=True), start=1):
+            item = fused.setdefault(corpus.key(hit.row), FusedHit(row=hit.row, score=0.0))
+            item.score += weight * norm
+            if kind == "lexical":
+                item.lexical_rank, item.lexical_score = rank, hit.score
+            elif kind == "semantic":
+                item.semantic_rank, item.semantic_similarity = rank, hit.score
+    for item in fused.values():
+        item.score += boost(item.row, params, now)
+    ranked = sorted(fused.values(), key=lambda h: (-h.score, str(corpus.key(h.row)[0])))
+    return ranked[:limit]
+
+
+def boost(row: asyncpg.Record, params: RetrievalParams, now: datetime) -> float:
+    """Bounded nudges: importance above/below 0.5, and recency of the version."""
+    importance = params.importance_boost * 2 * (float(row["importance"]) - 0.5)
+    age_days = max(0.0, (now - row["recorded_at"]).total_seconds() / 86400)
+    recency = params.recency_boost * math.exp(
+        -math.log(2) * age_days / params.recency_half_life_days
+    )
+    return importance + recency
