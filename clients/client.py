@@ -57,6 +57,8 @@ from brain.v1 import (
     common_pb2,
     identity_pb2,
     identity_pb2_grpc,
+    knowledge_pb2,
+    knowledge_pb2_grpc,
     memory_pb2,
     memory_pb2_grpc,
     review_pb2,
@@ -316,6 +318,55 @@ class _Requests:
             request.since.CopyFrom(_timestamp(since))
         return request
 
+    def build_context(
+        self,
+        query: str,
+        token_budget: int,
+        max_memories: int,
+        filter: common_pb2.MemoryFilter | None,
+        time: common_pb2.TimeTravel | None,
+        knowledge_collections: Iterable[str],
+        exclude_knowledge: bool,
+    ) -> memory_pb2.BuildContextRequest:
+        return memory_pb2.BuildContextRequest(
+            scope=self.scope,
+            query=query,
+            token_budget=token_budget,
+            max_memories=max_memories,
+            filter=filter,
+            time=time,
+            knowledge_collections=list(knowledge_collections),
+            exclude_knowledge=exclude_knowledge,
+        )
+
+    def put_document(
+        self,
+        collection: str,
+        path: str,
+        content: str,
+        format: knowledge_pb2.DocumentFormat.ValueType,
+        labels: Iterable[str],
+    ) -> knowledge_pb2.PutDocumentRequest:
+        return knowledge_pb2.PutDocumentRequest(
+            scope=self.scope,
+            collection=collection,
+            path=path,
+            content=content,
+            format=format,
+            labels=list(labels),
+        )
+
+    def search_knowledge(
+        self, query: str, limit: int, collections: Iterable[str], lexical_only: bool
+    ) -> knowledge_pb2.SearchKnowledgeRequest:
+        return knowledge_pb2.SearchKnowledgeRequest(
+            scope=self.scope,
+            query=query,
+            limit=limit,
+            collections=list(collections),
+            lexical_only=lexical_only,
+        )
+
 
 def _duration(value: timedelta) -> Duration:
     d = Duration()
@@ -420,6 +471,7 @@ class BrainClient(_Base):
         self._review = review_pb2_grpc.ReviewServiceStub(channel)
         self._audit = audit_pb2_grpc.AuditServiceStub(channel)
         self._identity = identity_pb2_grpc.IdentityServiceStub(channel)
+        self._knowledge = knowledge_pb2_grpc.KnowledgeServiceStub(channel)
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
@@ -672,17 +724,16 @@ class BrainClient(_Base):
         max_memories: int = 0,
         filter: common_pb2.MemoryFilter | None = None,
         time: common_pb2.TimeTravel | None = None,
+        knowledge_collections: Iterable[str] = (),
+        exclude_knowledge: bool = False,
         timeout: float | None = None,
     ) -> memory_pb2.BuildContextResponse:
-        """Pack the best matches for `query` into a prompt-ready block within `token_budget`."""
-        request = memory_pb2.BuildContextRequest(
-            scope=self._scope,
-            query=query,
-            token_budget=token_budget,
-            max_memories=max_memories,
-            filter=filter,
-            time=time,
-        )
+        """Pack the best matches for `query` into a prompt-ready block within `token_budget`:
+        memories and, for keys with knowledge:read, chunks of documents (each item says which)."""
+        request = self._requests.build_context(
+            query, token_budget, max_memories, filter, time, knowledge_collections,
+            exclude_knowledge,
+        )  # fmt: skip
         return self._unary(
             "BuildContext", self._memory.BuildContext, request, idempotent=True, timeout=timeout
         )
@@ -755,6 +806,78 @@ class BrainClient(_Base):
             timeout=timeout,
         )
 
+    # -- KnowledgeService ------------------------------------------------------------------
+
+    def put_document(
+        self,
+        collection: str,
+        path: str,
+        content: str,
+        *,
+        format: knowledge_pb2.DocumentFormat.ValueType = knowledge_pb2.DOCUMENT_FORMAT_UNSPECIFIED,
+        labels: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> knowledge_pb2.PutDocumentResponse:
+        """Store a document or its next version; the same content again is a no-op (so a
+        retry is safe)."""
+        request = self._requests.put_document(collection, path, content, format, labels)
+        return self._unary(
+            "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
+        )
+
+    def get_document(
+        self,
+        id: str,
+        *,
+        version: int = 0,
+        include_content: bool = False,
+        timeout: float | None = None,
+    ) -> knowledge_pb2.GetDocumentResponse:
+        """One document (the current version unless `version` is given)."""
+        request = knowledge_pb2.GetDocumentRequest(
+            scope=self._scope, id=id, version=version, include_content=include_content
+        )
+        return self._unary(
+            "GetDocument", self._knowledge.GetDocument, request, idempotent=True, timeout=timeout
+        )
+
+    def list_documents(
+        self, *, collection: str = "", page_size: int = 0, timeout: float | None = None
+    ) -> Iterator[knowledge_pb2.Document]:
+        """Every current document (of `collection`), fetched page by page."""
+        request = knowledge_pb2.ListDocumentsRequest(
+            scope=self._scope, collection=collection, page_size=page_size
+        )
+        return self._pages(
+            "ListDocuments", self._knowledge.ListDocuments, request, lambda p: p.documents, timeout
+        )
+
+    def delete_document(
+        self, id: str, *, timeout: float | None = None
+    ) -> knowledge_pb2.DeleteDocumentResponse:
+        """Erase a document's text in every version and chunk (safe to retry)."""
+        request = knowledge_pb2.DeleteDocumentRequest(scope=self._scope, id=id)
+        return self._unary(
+            "DeleteDocument", self._knowledge.DeleteDocument, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+    def search_knowledge(
+        self,
+        query: str,
+        *,
+        limit: int = 0,
+        collections: Iterable[str] = (),
+        lexical_only: bool = False,
+        timeout: float | None = None,
+    ) -> knowledge_pb2.SearchKnowledgeResponse:
+        """Chunks of documents, best first, each with its source (document, headings, lines)."""
+        request = self._requests.search_knowledge(query, limit, collections, lexical_only)
+        return self._unary(
+            "SearchKnowledge", self._knowledge.SearchKnowledge, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
+
     # -- AuditService, IdentityService -----------------------------------------------------
 
     def list_audit_events(
@@ -814,6 +937,7 @@ class AsyncBrainClient(_Base):
         self._review = review_pb2_grpc.ReviewServiceStub(self._channel)
         self._audit = audit_pb2_grpc.AuditServiceStub(self._channel)
         self._identity = identity_pb2_grpc.IdentityServiceStub(self._channel)
+        self._knowledge = knowledge_pb2_grpc.KnowledgeServiceStub(self._channel)
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
@@ -1069,17 +1193,16 @@ class AsyncBrainClient(_Base):
         max_memories: int = 0,
         filter: common_pb2.MemoryFilter | None = None,
         time: common_pb2.TimeTravel | None = None,
+        knowledge_collections: Iterable[str] = (),
+        exclude_knowledge: bool = False,
         timeout: float | None = None,
     ) -> memory_pb2.BuildContextResponse:
-        """Pack the best matches for `query` into a prompt-ready block within `token_budget`."""
-        request = memory_pb2.BuildContextRequest(
-            scope=self._scope,
-            query=query,
-            token_budget=token_budget,
-            max_memories=max_memories,
-            filter=filter,
-            time=time,
-        )
+        """Pack the best matches for `query` into a prompt-ready block within `token_budget`:
+        memories and, for keys with knowledge:read, chunks of documents (each item says which)."""
+        request = self._requests.build_context(
+            query, token_budget, max_memories, filter, time, knowledge_collections,
+            exclude_knowledge,
+        )  # fmt: skip
         return await self._unary(
             "BuildContext", self._memory.BuildContext, request, idempotent=True, timeout=timeout
         )
@@ -1151,6 +1274,78 @@ class AsyncBrainClient(_Base):
             idempotent=False,
             timeout=timeout,
         )
+
+    # -- KnowledgeService ------------------------------------------------------------------
+
+    async def put_document(
+        self,
+        collection: str,
+        path: str,
+        content: str,
+        *,
+        format: knowledge_pb2.DocumentFormat.ValueType = knowledge_pb2.DOCUMENT_FORMAT_UNSPECIFIED,
+        labels: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> knowledge_pb2.PutDocumentResponse:
+        """Store a document or its next version; the same content again is a no-op (so a
+        retry is safe)."""
+        request = self._requests.put_document(collection, path, content, format, labels)
+        return await self._unary(
+            "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
+        )
+
+    async def get_document(
+        self,
+        id: str,
+        *,
+        version: int = 0,
+        include_content: bool = False,
+        timeout: float | None = None,
+    ) -> knowledge_pb2.GetDocumentResponse:
+        """One document (the current version unless `version` is given)."""
+        request = knowledge_pb2.GetDocumentRequest(
+            scope=self._scope, id=id, version=version, include_content=include_content
+        )
+        return await self._unary(
+            "GetDocument", self._knowledge.GetDocument, request, idempotent=True, timeout=timeout
+        )
+
+    def list_documents(
+        self, *, collection: str = "", page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[knowledge_pb2.Document]:
+        """Every current document (of `collection`), fetched page by page."""
+        request = knowledge_pb2.ListDocumentsRequest(
+            scope=self._scope, collection=collection, page_size=page_size
+        )
+        return self._pages(
+            "ListDocuments", self._knowledge.ListDocuments, request, lambda p: p.documents, timeout
+        )
+
+    async def delete_document(
+        self, id: str, *, timeout: float | None = None
+    ) -> knowledge_pb2.DeleteDocumentResponse:
+        """Erase a document's text in every version and chunk (safe to retry)."""
+        request = knowledge_pb2.DeleteDocumentRequest(scope=self._scope, id=id)
+        return await self._unary(
+            "DeleteDocument", self._knowledge.DeleteDocument, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+    async def search_knowledge(
+        self,
+        query: str,
+        *,
+        limit: int = 0,
+        collections: Iterable[str] = (),
+        lexical_only: bool = False,
+        timeout: float | None = None,
+    ) -> knowledge_pb2.SearchKnowledgeResponse:
+        """Chunks of documents, best first, each with its source (document, headings, lines)."""
+        request = self._requests.search_knowledge(query, limit, collections, lexical_only)
+        return await self._unary(
+            "SearchKnowledge", self._knowledge.SearchKnowledge, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
 
     # -- AuditService, IdentityService -----------------------------------------------------
 
