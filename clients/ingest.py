@@ -29,7 +29,7 @@ from pathlib import Path
 import pathspec
 from tqdm import tqdm
 
-from brain.clients.client import BrainClient
+from brain.clients import BrainClient
 from brain.clients.errors import BrainClientError
 from brain.v1 import knowledge_pb2
 
