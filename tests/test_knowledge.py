@@ -6,16 +6,16 @@ Every absence is shown beside a presence in the same test, so an empty search ca
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import grpc
 
 from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc, memory_pb2
 
-from .conftest import BrainServer, unique
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .edge import RANDOM_ID, outcome
-from .helpers import Api, rpc_error
+from .helpers import Api, JsonEndpoint, rpc_error, serving
+from .test_retrieval import toy_vector
 
 KB = "knowledge:read,knowledge:write,knowledge:delete"
 ALL = f"memories:read,memories:write,{KB}"
@@ -251,70 +251,6 @@ async def test_labels_follow_the_whole_document_on_a_re_put(
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "labels" in (err.details() or "")
 
 
-async def test_delete_erases_every_version_and_chunk_and_is_audited(
-    brain_server: BrainServer, channel: grpc.aio.Channel
-) -> None:
-    """After a delete no column of any table holds the document's text, headings or path;
-    ids and the audit events (put, erase, delete) remain, listed to the tenant's auditor."""
-    from .test_edge_erasure import holders
-
-    token = secrets.token_hex(5)
-    needles = {
-        "v1": f"heron{token}",
-        "v2": f"egret{token}",
-        "heading": f"Crane{token}",
-        "path": f"stork{token}",
-    }
-    tenant = unique("kb")
-    api = Api(
-        channel,
-        brain_server.mint_key(tenant, "owner", permissions=f"{KB},audit:read,memories:read"),
-    )
-    path = f"birds/{needles['path']}.md"
-    doc = (await put(api, path, f"# {needles['heading']}\n\nthe {needles['v1']} nests\n")).document
-    await put(api, path, f"# {needles['heading']}\n\nthe {needles['v2']} nests\n")
-    kept = (await put(api, "kept.md", f"# Kept\n\nkept{token} stays\n")).document
-    before = holders(brain_server, needles)
-    assert {"documents.content", "document_chunks.content"} <= before["v1"]
-    assert {"documents.content", "document_chunks.content"} <= before["v2"]
-    assert "document_chunks.heading_path" in before["heading"]
-    assert {"documents.path", "document_chunks.path"} <= before["path"]
-
-    deleted = await delete_call(api, doc.id)
-    assert deleted.version == 3
-    assert holders(brain_server, needles) == {name: set() for name in needles}
-    assert holders(brain_server, {"kept": f"kept{token}"})["kept"] >= {"documents.content"}
-    gone = (await get_call(api, doc.id, include_content=True)).document
-    assert (gone.status, gone.content, gone.path, gone.content_hash) == (
-        knowledge_pb2.DOCUMENT_STATUS_DELETED, "", "", "",
-    )  # fmt: skip
-    assert (await delete_call(api, doc.id)).version == 3  # twice: a no-op
-    assert await found_paths(api, f"egret{token}", lexical_only=True) == set()
-    assert await found_paths(api, f"kept{token}", lexical_only=True) == {"kept.md"}
-
-    events = await api.audit.ListAuditEvents(
-        __import__("brain.v1.audit_pb2", fromlist=["x"]).ListAuditEventsRequest(scope=api.scope()),
-        metadata=api.md,
-    )
-    about = [
-        (e.method.rsplit("/", 1)[-1], e.outcome) for e in events.events if doc.id in e.memory_ids
-    ]
-    assert about == [
-        ("PutDocument", "document.put"),
-        ("PutDocument", "document.put"),
-        ("DeleteDocument", "document.erase,document.delete"),
-    ]
-    assert any(kept.id in e.memory_ids for e in events.events)
-    outsider = Api(channel, brain_server.mint_key(unique("kb"), "o", permissions="audit:read"))
-    theirs = await outsider.audit.ListAuditEvents(
-        __import__("brain.v1.audit_pb2", fromlist=["x"]).ListAuditEventsRequest(
-            scope=outsider.scope()
-        ),
-        metadata=outsider.md,
-    )
-    assert not any(doc.id in e.memory_ids for e in theirs.events)
-
-
 async def test_permissions_are_their_own_decision(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
@@ -382,3 +318,53 @@ async def test_bad_input_names_the_field_and_writes_nothing(
         assert (err.details() or "").startswith(field), (field, err.details())
     assert await list_docs(api) == []
     assert (await put(api, "a.md", "# fine\n")).outcome == knowledge_pb2.PUT_OUTCOME_CREATED
+
+
+class SwitchableEmbeddings(JsonEndpoint):
+    """An OpenAI-compatible embeddings server that fails (500) until `up` is set; up, it
+    serves the toy bag-of-words vectors of test_retrieval (texts sharing words align)."""
+
+    up = False
+
+    def answer(self, body: Any) -> tuple[int, Any] | None:
+        if not self.up:
+            return 500, {"error": "down for maintenance"}
+        data = [{"index": i, "embedding": toy_vector(t)} for i, t in enumerate(body["input"])]
+        return 200, {"data": data, "model": body["model"]}
+
+
+async def test_embedder_down_puts_lexical_search_then_backfill(
+    pg_cluster: PgCluster, loop_thread: LoopThread
+) -> None:
+    """With the embedder down a put still succeeds (chunks stored without vectors) and search
+    answers from the lexical lanes, saying so; once it is back, search is hybrid and
+    `brain-admin embeddings backfill` fills the chunks' vectors."""
+    with serving(SwitchableEmbeddings()) as embeddings:
+        server = BrainServer(
+            cluster=pg_cluster, loop=loop_thread,
+            settings=server_settings(pg_cluster, embedder="openai", openai_url=embeddings.url,
+                                     openai_model="toy", embedding_dimension=384),
+        )  # fmt: skip
+        server.start()
+        try:
+            tenant = unique("kb")
+            async with server.channel() as channel:
+                api = Api(channel, server.mint_key(tenant, "w", permissions=KB))
+                doc = await put(api, "backup.md", "# Backup\n\nThe backup job runs nightly.\n")
+                assert not doc.document.fully_embedded
+                down = await search(api, "nightly backup job")
+                assert down.lanes == knowledge_pb2.KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE
+                assert [h.source.path for h in down.hits] == ["backup.md"]
+                embeddings.up = True
+                done = server.admin(
+                    "embeddings", "backfill", "--tenant", tenant, "--embedder", "openai",
+                    "--openai-url", embeddings.url, "--openai-model", "toy",
+                    "--embedding-dimension", "384",
+                )  # fmt: skip
+                assert "1 document chunks" in done.stdout + done.stderr
+                assert (await get_call(api, doc.document.id)).document.fully_embedded
+                up = await search(api, "nightly backup job")
+                assert up.lanes == knowledge_pb2.KNOWLEDGE_LANES_HYBRID
+                assert up.hits[0].source.path == "backup.md" and up.hits[0].semantic_rank == 1
+        finally:
+            server.stop()
