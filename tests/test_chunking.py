@@ -133,3 +133,12 @@ def test_every_line_lands_in_a_chunk_within_the_cap(body: list[str], fmt: str) -
     for n, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             assert n in covered, (n, line)
+
+
+def test_a_bare_heading_opens_the_next_sections_chunk() -> None:
+    """A heading directly followed by a subheading is no chunk of its own: its line starts
+    the subsection's chunk, whose path names both."""
+    chunks = chunk("# Ops\n\n## Backups\n\nNightly at 02:00.\n", "markdown")
+    assert [(c.heading_path, c.line_start, c.line_end) for c in chunks] == [
+        (("Ops", "Backups"), 1, 5)
+    ]

@@ -34,8 +34,8 @@ async def test_search_knowledge_tool_cites_its_sources(brain_server: BrainServer
         hit = found.structured_content["hits"][0]
         assert hit["source"]["path"] == "ops.md" and hit["source"]["collection"] == "runbooks"
         assert hit["source"]["heading_path"] == ["Ops", "Restore"]
-        assert (hit["source"]["line_start"], hit["source"]["line_end"]) == (3, 5)
-        assert "runbooks/ops.md § Ops > Restore (lines 3-5)" in text_of(found)
+        assert (hit["source"]["line_start"], hit["source"]["line_end"]) == (1, 5)
+        assert "runbooks/ops.md § Ops > Restore (lines 1-5)" in text_of(found)
         other_hits = (await call(theirs, "search_knowledge", query=marker)).structured_content
         assert [h["source"]["path"] for h in other_hits["hits"]] == ["theirs.md"]
         bad = await call(mine, "search_knowledge", query="x", namespace="elsewhere")

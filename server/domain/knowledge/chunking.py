@@ -1,7 +1,8 @@
 """Cutting a document into chunks that follow its structure.
 
 - Markdown: one section per heading (parsed by markdown-it-py, so a ``#`` inside a code
-  fence is no heading); a chunk carries its heading path, outermost first.
+  fence is no heading); a chunk carries its heading path, outermost first. A heading with
+  nothing under it but a subheading starts that subsection's chunk instead of being one.
 - Python: one chunk per top-level definition (function, class, with its decorators), read
   with the standard library's own parser; the statements between definitions (imports,
   constants, the module docstring) form chunks of their own. Source that does not parse
@@ -77,21 +78,30 @@ def _markdown(text: str, lines: list[str], max_chars: int) -> Iterator[Chunk]:
     tokens = MarkdownIt("commonmark").parse(text)
     # (first line, level, title) of each heading, 0-based lines.
     headings: list[tuple[int, int, str]] = []
+    tokens_end: dict[int, int] = {}  # first line of a heading -> the line after it
     for i, token in enumerate(tokens):
         if token.type == "heading_open" and token.map is not None:
             title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
             headings.append((token.map[0], int(token.tag[1:]), " ".join(title.split())))
+            tokens_end[token.map[0]] = token.map[1]
     stack: list[tuple[int, str]] = []
     starts = [h[0] for h in headings]
     if not starts or starts[0] > 0:
         yield from _blocks(lines[: starts[0] if starts else len(lines)], 1, (), max_chars)
+    carried: int | None = None
     for n, (start, level, title) in enumerate(headings):
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, title))
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        body_from = tokens_end.get(start, start + 1)
+        first = start if carried is None else carried
+        if end < len(lines) and not any(line.strip() for line in lines[body_from:end]):
+            carried = first  # a heading with nothing under it opens the next section's chunk
+            continue
+        carried = None
         path = tuple(t for _, t in stack)
-        yield from _blocks(lines[start:end], start + 1, path, max_chars)
+        yield from _blocks(lines[first:end], first + 1, path, max_chars)
 
 
 def _python(text: str, lines: list[str], max_chars: int) -> Iterator[Chunk]:
