@@ -368,3 +368,44 @@ async def test_embedder_down_puts_lexical_search_then_backfill(
                 assert up.hits[0].source.path == "backup.md" and up.hits[0].semantic_rank == 1
         finally:
             server.stop()
+
+
+async def test_audit_of_documents_follows_their_labels_and_tokens_are_signed(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """An auditor lists the events of the documents it can see (the team one), not those of a
+    document labelled past it (hr); List pages with signed tokens and refuses a forged one."""
+    from brain.v1 import audit_pb2
+
+    tenant = unique("kb")
+    writer = Api(channel, brain_server.mint_key(tenant, "w", permissions=KB, labels=("team", "hr")))
+    auditor = Api(
+        channel,
+        brain_server.mint_key(tenant, "aud", permissions="audit:read", labels=("team",)),
+    )
+    team = (await put(writer, "team.md", "# t\n\nteam text\n")).document.id
+    hr = (await put(writer, "hr.md", "# h\n\nhr text\n", labels=["hr"])).document.id
+    events = await auditor.audit.ListAuditEvents(
+        audit_pb2.ListAuditEventsRequest(scope=auditor.scope()), metadata=auditor.md
+    )
+    named = {i for e in events.events for i in e.memory_ids}
+    assert team in named and hr not in named
+
+    for n in range(3):
+        await put(writer, f"page{n}.md", f"# p\n\npage {n}\n")
+    first = await kb(writer).ListDocuments(
+        knowledge_pb2.ListDocumentsRequest(scope=writer.scope(), page_size=2), metadata=writer.md
+    )
+    assert len(first.documents) == 2 and first.next_page_token
+    assert len(await list_docs(writer)) == 5
+    forged = first.next_page_token[:-2] + (
+        "AA" if not first.next_page_token.endswith("AA") else "BB"
+    )
+    err = await rpc_error(
+        kb(writer).ListDocuments(
+            knowledge_pb2.ListDocumentsRequest(scope=writer.scope(), page_token=forged),
+            metadata=writer.md,
+        )
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (err.details() or "").startswith("page_token")
