@@ -6,6 +6,7 @@ Every absence is shown beside a presence in the same test, so an empty search ca
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -409,3 +410,31 @@ async def test_audit_of_documents_follows_their_labels_and_tokens_are_signed(
     )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (err.details() or "").startswith("page_token")
+
+
+async def test_concurrent_puts_and_deletes_take_turns(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Identical puts racing store one document and one version; a changed put racing a
+    delete of the same document either lands before it (and is erased) or after it (a new
+    document) — never a server error, never a half-written version."""
+    api = Api(channel, brain_server.mint_key(unique("kb"), "w", permissions=KB))
+    same = await asyncio.gather(*(put(api, "race.md", "# r\n\nsame text\n") for _ in range(4)))
+    assert len({r.document.id for r in same}) == 1
+    assert (
+        sorted(r.outcome for r in same)
+        == [knowledge_pb2.PUT_OUTCOME_CREATED] + [knowledge_pb2.PUT_OUTCOME_UNCHANGED] * 3
+    )
+    for n in range(3):
+        doc = (await put(api, f"raced{n}.md", "# r\n\nfirst\n")).document
+        changed, deleted = await asyncio.gather(
+            outcome(put(api, f"raced{n}.md", f"# r\n\nsecond {n}\n")),
+            outcome(delete_call(api, doc.id)),
+        )
+        assert changed[0] == deleted[0] == grpc.StatusCode.OK
+        versions = brain_server.sql(
+            "SELECT version, status FROM documents WHERE document_id = $1 ORDER BY version",
+            doc.id,
+        )
+        assert versions[-1]["status"] == "deleted"
+        assert [v["version"] for v in versions] == list(range(1, len(versions) + 1))

@@ -27,6 +27,7 @@ from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import Corpus, FusedHit
 from brain.server.errors import InvalidArgument, NotFound, PermissionDenied
 from brain.server.storage import knowledge as sql
+from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, knowledge_pb2
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
@@ -188,7 +189,7 @@ class Knowledge:
             chunks = await self.embedded_chunks(chunking.chunk(content, fmt))
         async with self.memories.tx(caller, timeout_ms=timeout_ms) as conn:
             await sql.lock_path(conn, caller.tenant_id, *bucket)
-            current = await sql.find_at_path(conn, vis, *bucket)
+            current = await self.locked_at_path(conn, vis, bucket)
             labels = self.labels_for(caller, current, requested)
             if current is not None and bytes(current["content_hash"] or b"") == digest:
                 if labels != sorted(current["labels"]):
@@ -223,6 +224,20 @@ class Knowledge:
             knowledge_pb2.PUT_OUTCOME_CREATED if version == 1 else knowledge_pb2.PUT_OUTCOME_UPDATED
         )
         return knowledge_pb2.PutDocumentResponse(document=document_message(row), outcome=outcome)
+
+    @staticmethod
+    async def locked_at_path(
+        conn: asyncpg.Connection, vis: Visibility, bucket: tuple[str, str, str, str, str]
+    ) -> asyncpg.Record | None:
+        """The document at the path, read again once its writer lock is held: a delete holds
+        that lock (not the path's), so a put never builds on a version being erased."""
+        current = await sql.find_at_path(conn, vis, *bucket)
+        locked: set[uuid.UUID] = set()
+        while current is not None and current["document_id"] not in locked:
+            await sql.lock_document(conn, current["tenant_id"], current["document_id"])
+            locked.add(current["document_id"])
+            current = await sql.find_at_path(conn, vis, *bucket)
+        return current
 
     def labels_for(
         self, caller: Caller, current: asyncpg.Record | None, requested: list[str]
