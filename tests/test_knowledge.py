@@ -350,12 +350,22 @@ async def test_embedder_down_puts_lexical_search_then_backfill(
         try:
             tenant = unique("kb")
             async with server.channel() as channel:
-                api = Api(channel, server.mint_key(tenant, "w", permissions=KB))
+                api = Api(channel, server.mint_key(tenant, "w", permissions=ALL))
                 doc = await put(api, "backup.md", "# Backup\n\nThe backup job runs nightly.\n")
                 assert not doc.document.fully_embedded
                 down = await search(api, "nightly backup job")
                 assert down.lanes == knowledge_pb2.KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE
                 assert [h.source.path for h in down.hits] == ["backup.md"]
+                await api.save("The backup job moved to 03:00")
+                asked = len(embeddings.requests)
+                mixed = await api.memories.BuildContext(
+                    memory_pb2.BuildContextRequest(scope=api.scope(), query="backup job"),
+                    metadata=api.md,
+                )
+                assert len(embeddings.requests) == asked + 1  # one query embedding for both
+                assert {i.kind for i in mixed.items} == {
+                    memory_pb2.CONTEXT_ITEM_KIND_MEMORY, memory_pb2.CONTEXT_ITEM_KIND_KNOWLEDGE,
+                }  # fmt: skip
                 embeddings.up = True
                 done = server.admin(
                     "embeddings", "backfill", "--tenant", tenant, "--embedder", "openai",

@@ -369,14 +369,16 @@ class Knowledge:
         timeout_ms: int | None,
         *,
         lexical_only: bool = False,
+        vector: Sequence[float] | None = None,
     ) -> Found:
         """Ranked chunks of current documents: the memories' lanes over the chunk table, each
         filtered by visibility and collection inside its statement before its LIMIT."""
         query = check.query("query", query_text)
         m = self.memories
-        vector = None
         lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL
-        if not lexical_only and m.embedder.dimension:
+        if vector is not None:  # the caller embedded the query already (BuildContext)
+            lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
+        elif not lexical_only and m.embedder.dimension:
             try:
                 vector = await m.query_vector(query, ())
                 lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
@@ -413,6 +415,13 @@ class Knowledge:
         limit: int,
         collections: Sequence[str],
         timeout_ms: int | None,
+        vector: Sequence[float] | None,
+        lexical_only: bool,
     ) -> list[FusedHit]:
-        """The chunks BuildContext mixes with memories (``KnowledgeRecall``)."""
-        return (await self.recall(caller, query_text, limit, collections, timeout_ms)).hits
+        """The chunks BuildContext mixes with memories (``KnowledgeRecall``), searched with
+        the query vector it already has."""
+        found = await self.recall(
+            caller, query_text, limit, collections, timeout_ms,
+            lexical_only=lexical_only, vector=vector,
+        )  # fmt: skip
+        return found.hits

@@ -140,6 +140,8 @@ class KnowledgeRecall(Protocol):
         limit: int,
         collections: Sequence[str],
         timeout_ms: int | None,
+        vector: Sequence[float] | None,
+        lexical_only: bool,
     ) -> list[FusedHit]: ...
 
 

@@ -130,7 +130,22 @@ class MemoryReads(MemoryBase):
         collections = check.names(
             "knowledge_collections", req.knowledge_collections, limit=MAX_KNOWLEDGE_COLLECTIONS
         )
-        found = await self.recall(caller, req.query, count, req.filter, req.time, timeout_ms)
+        query = check.query("query", req.query)
+        # One query vector serves memories and documents: a slow or failing embedder is
+        # waited for once, and both fall back to their lexical lanes together.
+        vector: list[float] | None = None
+        lexical_only = False
+        if self.embedder.dimension:
+            try:
+                vector = await self.query_vector(query, ())
+            except EmbedderError as exc:
+                _log.warning("query embedding failed; lexical only", error=str(exc))
+                lexical_only = True
+        found = await self.recall(
+            caller, query, count, req.filter, req.time, timeout_ms,
+            mode=memory_pb2.SEARCH_MODE_LEXICAL if lexical_only else memory_pb2.SEARCH_MODE_HYBRID,
+            query_embedding=vector or (),
+        )  # fmt: skip
         chunks: list[FusedHit] = []
         if (
             self.knowledge is not None
@@ -138,7 +153,7 @@ class MemoryReads(MemoryBase):
             and caller.has(Permission.KNOWLEDGE_READ.value)
         ):
             chunks = await self.knowledge.recall_chunks(
-                caller, req.query, count, collections, timeout_ms
+                caller, query, count, collections, timeout_ms, vector, lexical_only
             )
         return context.pack(found.hits, token_budget, chunks)
 
