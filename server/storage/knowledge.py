@@ -7,7 +7,7 @@ so ``object_visibility`` applies to any of them directly.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -62,7 +62,7 @@ class NewVersion:
     chunks: Sequence[NewChunk]
 
 
-def chunk_where(v: Visibility, collections: Sequence[str]) -> Any:
+def chunk_where(v: Visibility, collections: Sequence[str]) -> Callable[[Params], str]:
     """The predicate every knowledge lane puts inside its statement: visible, current,
     and in the asked collections."""
 
