@@ -124,7 +124,7 @@ def ingest(
     """Bring ``collection`` in line with the files under ``roots``; see the module docstring."""
     cwd = cwd or Path.cwd()
     report = Report()
-    stored = {d.path: d for d in client.list_documents(collection=collection)}
+    stored = {d.path: d for d in client.list_documents(collection=collection, page_size=100)}
     files = list(walk(roots))
     seen: set[str] = set()
     for path in progress(files, len(files)) if progress else files:
