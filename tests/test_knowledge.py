@@ -448,3 +448,31 @@ async def test_concurrent_puts_and_deletes_take_turns(
         )
         assert versions[-1]["status"] == "deleted"
         assert [v["version"] for v in versions] == list(range(1, len(versions) + 1))
+
+
+async def test_brain_admin_mints_knowledge_keys(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """`brain-admin keys create` accepts the knowledge permissions; WhoAmI lists exactly the
+    knowledge methods they open, and the key can put and search but not delete."""
+    import json
+
+    tenant = unique("kb")
+    brain_server.admin("tenants", "create", tenant)
+    created = json.loads(
+        brain_server.admin(
+            "keys", "create", "--tenant", tenant, "--principal", "ingest",
+            "--permissions", "knowledge:read,knowledge:write", "--json",
+        ).stdout
+    )  # fmt: skip
+    api = Api(channel, created["key"])
+    methods = {m for m in (await api.whoami()).allowed_methods if "Knowledge" in m}
+    assert methods == {
+        f"/brain.v1.KnowledgeService/{m}"
+        for m in ("PutDocument", "GetDocument", "ListDocuments", "SearchKnowledge")
+    }
+    doc = (await put(api, "a.md", "# A\n\nadmin minted\n")).document
+    assert await found_paths(api, "admin minted", lexical_only=True) == {"a.md"}
+    denied = await rpc_error(delete_call(api, doc.id))
+    assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "knowledge:delete" in (denied.details() or "")
