@@ -23,6 +23,7 @@ from brain.server.domain import validation
 from brain.server.domain.audit import AuditLog
 from brain.server.domain.graph.extraction import ExtractorError, build_extractor
 from brain.server.domain.graph.reads import Graph
+from brain.server.domain.knowledge import Knowledge
 from brain.server.domain.memories import Limits, Memories
 from brain.server.domain.retrieval.embedders import (
     Embedder,
@@ -37,6 +38,7 @@ from brain.server.domain.watch import close_feed
 from brain.server.edge.audit import AuditServicer
 from brain.server.edge.graph import GraphServicer
 from brain.server.edge.identity import IdentityServicer
+from brain.server.edge.knowledge import KnowledgeServicer
 from brain.server.edge.memory import MemoryServicer
 from brain.server.edge.review import ReviewServicer
 from brain.server.runtime import embedded
@@ -51,6 +53,7 @@ from brain.v1 import (
     audit_pb2_grpc,
     graph_pb2_grpc,
     identity_pb2_grpc,
+    knowledge_pb2_grpc,
     memory_pb2_grpc,
     review_pb2_grpc,
 )
@@ -62,6 +65,7 @@ SERVICES = (
     "brain.v1.AuditService",
     "brain.v1.IdentityService",
     "brain.v1.GraphService",
+    "brain.v1.KnowledgeService",
 )
 
 
@@ -286,6 +290,9 @@ async def _serve(
     )
     identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
     graph_pb2_grpc.add_GraphServiceServicer_to_server(GraphServicer(Graph(memories)), server)
+    knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(
+        KnowledgeServicer(Knowledge(memories)), server
+    )
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:

@@ -40,6 +40,7 @@ DEFAULT_SEARCH_LIMIT = 10
 DEFAULT_PAGE_SIZE = 50
 EXPORT_BATCH = 200
 MAX_SUPERSEDES = 100
+MAX_KNOWLEDGE_COLLECTIONS = 16
 ALL_STATUSES = tuple(PROTO_TO_STATUS.values())
 # Not a patch field: the request's `graph` replaces what the memory asserts (issue 19).
 GRAPH_PATH = "graph"
@@ -139,6 +140,22 @@ class ReviewGate(Protocol):
     ) -> None: ...
 
 
+class KnowledgeRecall(Protocol):
+    """What BuildContext needs from the knowledge base (`brain.server.domain.knowledge.
+    Knowledge` provides it); a protocol, so memories never import knowledge."""
+
+    async def recall_chunks(
+        self,
+        caller: Caller,
+        query_text: str,
+        limit: int,
+        collections: Sequence[str],
+        timeout_ms: int | None,
+        vector: Sequence[float] | None,
+        lexical_only: bool,
+    ) -> list[FusedHit]: ...
+
+
 class MemoryBase:
     """State and plumbing shared by `MemoryWrites` and `MemoryReads`."""
 
@@ -166,6 +183,8 @@ class MemoryBase:
         # Optional graph extraction (issue 19), run after a save commits.
         self.extractor: Extractor | None = None
         self.background: set[asyncio.Task[None]] = set()
+        # Set by Knowledge: BuildContext mixes in document chunks.
+        self.knowledge: KnowledgeRecall | None = None
 
     def tx(
         self,
