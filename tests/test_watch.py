@@ -145,9 +145,11 @@ async def test_watch_resumes_after_its_cursor(
     async with watching(channel, key, cursor=cursor) as w:
         assert [(await w.next()).memory.id for _ in missed] == missed
         assert await w.nothing_within(0.5)
-    # Without a cursor a watch starts from now: the past is not replayed.
+    # Without a cursor a watch starts from now: the past is not replayed, the present is.
     async with watching(channel, key) as w:
         assert await w.nothing_within(0.5)
+        now = await save(channel, key, "now")
+        assert (await w.next()).memory.id == now
         latest = await save(channel, key, "latest")
         assert (await w.next()).memory.id == latest
 
