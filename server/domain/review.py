@@ -330,7 +330,7 @@ class Review:
                 shown_to=vis,
             )
             await m.mark_superseded(conn, caller, targets, current["memory_id"], at)
-            await graph.approve(conn, vis, current["tenant_id"], current["memory_id"], at)
+            await graph.approve(conn, current["tenant_id"], current["memory_id"], at)
         return review_pb2.ReviewCandidateResponse(
             memory=convert.shown(row, caller.has(Permission.READ.value))
         )

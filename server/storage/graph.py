@@ -94,34 +94,64 @@ async def insert_relations(
     ids: dict[str, uuid.UUID],
     at: datetime,
     pending: bool,
+    writer: tuple[str | None, str | None] = (None, None),
 ) -> None:
+    """``writer`` is the write confinement (user, session; None = not confined) of the
+    key that proposed pending relations: approval closes only what that key could."""
     await conn.executemany(
         """INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id, predicate,
                                         object_id, cardinality, valid_from, valid_to, pending,
-                                        recorded_at)
-           VALUES ($1::uuid, gen_random_uuid(), $2, $3, $4, $5, $6, $7, $8, $9, $10)""",
+                                        recorded_at, writer_user, writer_session)
+           VALUES ($1::uuid, gen_random_uuid(), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)""",
         [
             (str(tenant_id), memory_id, ids[r.subject], r.predicate, ids[r.object],
-             r.cardinality, r.valid_from, r.valid_to, pending, at)
+             r.cardinality, r.valid_from, r.valid_to, pending, at, *writer)
             for r in relations
         ],
     )  # fmt: skip
 
 
+# SQL boolean over the new memory ``nm`` and the current version ``om`` of a memory
+# whose fact it would close: every caller who can see ``om`` can also see ``nm``. It
+# follows `visibility_predicate` term by term: the same namespace; a user (and a session)
+# sees the shared rows and its own, so ``nm`` must be shared or in ``om``'s user (session);
+# a key reads a memory holding any one of its labels, so ``nm`` must hold every label
+# ``om`` holds; ``nm`` must be admitted and expire no earlier.
+SAME_READERS = (
+    "(nm.status = 'active' AND om.namespace = nm.namespace"
+    " AND nm.user_id IN ('', om.user_id) AND nm.session_id IN ('', om.session_id)"
+    " AND nm.labels @> om.labels"
+    " AND (nm.expires_at IS NULL"
+    "      OR (om.expires_at IS NOT NULL AND om.expires_at <= nm.expires_at)))"
+)
+
+
 async def close_predecessors(
-    conn: asyncpg.Connection, v: Visibility, memory_id: uuid.UUID, at: datetime
+    conn: asyncpg.Connection, v: Visibility | None, memory_id: uuid.UUID, at: datetime
 ) -> int:
     """For each single-valued relation ``memory_id`` now asserts, close the valid time of
     the earlier current facts of the same subject and predicate with another object.
 
-    Only facts of memories the writer can see and may change directly are closed (a write
-    never reaches across a wall). Closing is bitemporal: the old row is retired at ``at``
-    and a copy recorded whose valid time ends where the new fact's begins, so ``as_of``
-    before ``at`` still shows the fact open-ended."""
+    A fact is closed only when every caller who can see it can also see the new one
+    (`same_readers`), so a close never writes an invisible fact's time into a visible
+    one; otherwise both stay open, as for a many-valued relation. And only facts the
+    writer may change: with ``v`` (a direct write) those it can see and change; on
+    approval (``v`` None) those the proposer's write confinement, kept on its relations,
+    covered — never the reviewer's. Closing is bitemporal: the old row is retired at
+    ``at`` and a copy recorded whose valid time ends where the new fact's begins
+    (``closed_by`` the new memory, so erasing it reopens the fact)."""
     p = Params(memory_id, at)
+    if v is not None:
+        power = f"{visibility_predicate(v, p, 'om')} AND {write_predicate(v, p, 'om')}"
+    else:
+        power = (
+            "(nw.writer_user IS NULL OR om.user_id = nw.writer_user)"
+            " AND (nw.writer_session IS NULL OR om.session_id = nw.writer_session)"
+        )
     rows = await conn.fetch(
         f"""WITH new AS (
-                SELECT n.tenant_id, n.subject_id, n.predicate, n.object_id, n.valid_from
+                SELECT n.tenant_id, n.subject_id, n.predicate, n.object_id, n.valid_from,
+                       n.writer_user, n.writer_session
                 FROM graph_relations n
                 WHERE n.memory_id = $1 AND n.cardinality = 'one' AND n.retired_at IS NULL
                   AND NOT n.pending),
@@ -134,10 +164,12 @@ async def close_predecessors(
                 WHERE o.memory_id <> $1 AND o.retired_at IS NULL AND NOT o.pending
                   AND o.valid_from < nw.valid_from
                   AND (o.valid_to IS NULL OR o.valid_to > nw.valid_from)
-                  AND EXISTS (SELECT 1 FROM memories m
-                              WHERE m.tenant_id = o.tenant_id AND m.memory_id = o.memory_id
-                                AND m.retired_at IS NULL AND {visibility_predicate(v, p)}
-                                AND {write_predicate(v, p)})
+                  AND EXISTS (SELECT 1 FROM memories om, memories nm
+                              WHERE om.tenant_id = o.tenant_id AND om.memory_id = o.memory_id
+                                AND om.retired_at IS NULL
+                                AND nm.tenant_id = o.tenant_id AND nm.memory_id = $1
+                                AND nm.retired_at IS NULL
+                                AND {SAME_READERS} AND {power})
                 ORDER BY o.tenant_id, o.relation_id, nw.valid_from),
             retired AS (
                 UPDATE graph_relations o SET retired_at = $2
@@ -146,9 +178,10 @@ async def close_predecessors(
                 RETURNING o.*, c.ends)
             INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id,
                                          predicate, object_id, cardinality, valid_from,
-                                         valid_to, pending, recorded_at)
+                                         valid_to, pending, recorded_at, closed_by, replaces)
             SELECT r.tenant_id, gen_random_uuid(), r.memory_id, r.subject_id, r.predicate,
-                   r.object_id, r.cardinality, r.valid_from, r.ends, false, $2
+                   r.object_id, r.cardinality, r.valid_from, r.ends, false, $2, $1,
+                   r.relation_id
             FROM retired r
             RETURNING relation_id""",
         *p.values,
@@ -185,8 +218,10 @@ async def activate_memory(
 
 
 async def erase_memory(conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid.UUID) -> None:
-    """Forget: delete every graph row the memory asserted, in every version, then every
-    entity no memory asserts any more (its name with it)."""
+    """Forget: reopen the facts the memory's relations closed, delete every graph row it
+    asserted, in every version, then every entity no memory asserts any more (its name
+    with it)."""
+    await conn.execute("SELECT brain_graph_reopen($1)", memory_id)  # undo its closes
     entities: set[uuid.UUID] = set()
     rows = await conn.fetch(
         "DELETE FROM graph_relations WHERE tenant_id = $1 AND memory_id = $2 "
@@ -257,6 +292,8 @@ async def summaries(
                 WHERE {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}
                 GROUP BY e.id)
             SELECT s.entity_id, n.name,
+                   (SELECT e.name_norm FROM graph_entities e
+                    WHERE e.tenant_id = $2::uuid AND e.entity_id = s.entity_id) AS name_norm,
                    array_remove(array_agg(DISTINCT s.type), '') AS types,
                    ARRAY(SELECT DISTINCT a FROM seen s2, unnest(s2.aliases) a
                          WHERE s2.entity_id = s.entity_id ORDER BY a) AS aliases,
@@ -277,7 +314,11 @@ _RELATION_COLUMNS = """r.relation_id, r.memory_id, r.subject_id, r.predicate, r.
      ORDER BY y.recorded_at DESC LIMIT 1) AS subject_name,
     (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = r.tenant_id
        AND y.memory_id = r.memory_id AND y.entity_id = r.object_id
-     ORDER BY y.recorded_at DESC LIMIT 1) AS object_name"""
+     ORDER BY y.recorded_at DESC LIMIT 1) AS object_name,
+    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = r.tenant_id
+       AND e.entity_id = r.subject_id) AS subject_norm,
+    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = r.tenant_id
+       AND e.entity_id = r.object_id) AS object_norm"""
 
 
 async def relations_of(
@@ -305,11 +346,14 @@ async def neighbours(
     depth: int,
     t: TimeCoords,
     limit: int,
+    max_paths: int,
 ) -> list[asyncpg.Record]:
     """Entities within ``depth`` hops over visible relations at ``t``, nearest first.
 
     Every step of the walk re-applies visibility and time, so a hop through an invisible
-    relation never happens; the LIMIT comes after."""
+    relation never happens; the LIMIT comes after. The walk stops after ``max_paths``
+    paths (PostgreSQL evaluates a recursive query only as far as it is read, a level at a
+    time), so a dense graph bounds the work; the nearest entities are found first."""
     p = Params(start, depth)
     tenant = p.add(v.tenant_id)
     rows = await conn.fetch(
@@ -324,8 +368,9 @@ async def neighbours(
                                      THEN r.object_id ELSE r.subject_id END AS id) nxt
                 WHERE w.depth < $2 AND NOT nxt.id = ANY (w.path)
                   AND {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}),
+            paths AS (SELECT * FROM walk LIMIT {p.add(max_paths)}),
             nearest AS (
-                SELECT DISTINCT ON (entity_id) entity_id, depth, relation_id FROM walk
+                SELECT DISTINCT ON (entity_id) entity_id, depth, relation_id FROM paths
                 WHERE depth > 0 ORDER BY entity_id, depth, relation_id)
             SELECT n.entity_id, n.depth, {_RELATION_COLUMNS}
             FROM nearest n JOIN graph_relations r

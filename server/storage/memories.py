@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -378,6 +378,60 @@ async def erase_all_versions(conn: asyncpg.Connection, tenant_id: Any, memory_id
         tenant_id,
         memory_id,
     )
+
+
+async def withdraw_copies(
+    conn: asyncpg.Connection,
+    current: asyncpg.Record,
+    fingerprints: Sequence[bytes],
+    at: datetime,
+    changes: dict[str, Any],
+    erase_side: Callable[[asyncpg.Connection, Any, uuid.UUID], Awaitable[None]],
+) -> list[uuid.UUID]:
+    """Erase and withdraw the open candidates that supersede the memory ``current`` with
+    one of its values (the copy graph extraction proposes, or a proposer's): forgetting
+    the memory erases its text wherever it was copied. ``erase_side`` erases a copy's
+    side records (its graph rows).
+
+    A candidate is visible only to its proposer and to reviewers, so for these statements
+    row-level security also admits proposals; every other term still holds, and the
+    copies lie in the memory's own bucket with labels it shares, which the forgetting
+    key, having write power over the memory, can see."""
+    if not fingerprints:
+        return []
+    before = await conn.fetchval("SELECT COALESCE(current_setting('brain.may_review', true), '')")
+    await conn.execute("SELECT set_config('brain.may_review', 'on', true)")
+    try:
+        ids = await conn.fetch(
+            """SELECT c.memory_id FROM memories c
+               WHERE c.tenant_id = $1 AND c.retired_at IS NULL AND c.status = 'candidate'
+                 AND $2 = ANY (c.supersedes) AND c.fingerprint = ANY ($3::bytea[])
+                 AND c.namespace = $4 AND c.user_id = $5 AND c.session_id = $6
+                 AND c.labels && $7::text[]
+               ORDER BY c.memory_id""",
+            current["tenant_id"], current["memory_id"], list(fingerprints),
+            current["namespace"], current["user_id"], current["session_id"],
+            list(current["labels"]),
+        )  # fmt: skip
+        withdrawn = []
+        for r in ids:
+            await lock_memory(conn, current["tenant_id"], r["memory_id"])
+            copy = await conn.fetchrow(
+                f"""SELECT {MEMORY_COLUMNS} FROM memories m
+                    WHERE m.tenant_id = $1 AND m.memory_id = $2 AND m.retired_at IS NULL
+                      AND m.status = 'candidate'""",
+                current["tenant_id"],
+                r["memory_id"],
+            )
+            if copy is None:  # decided meanwhile
+                continue
+            await erase_all_versions(conn, current["tenant_id"], r["memory_id"])
+            await erase_side(conn, current["tenant_id"], r["memory_id"])
+            await new_version(conn, copy, at, {**changes, "status": "withdrawn"})
+            withdrawn.append(r["memory_id"])
+        return withdrawn
+    finally:
+        await conn.execute("SELECT set_config('brain.may_review', $1, true)", before)
 
 
 async def version_fingerprints(

@@ -16,6 +16,8 @@ MAX_RELATIONS = 64
 MAX_ALIASES = 16
 MAX_NAME_CHARS = 200
 MAX_DEPTH = 3
+# ListNeighbours walks at most this many paths (nearest first) before it stops.
+MAX_WALK_PATHS = 10_000
 DEFAULT_LIMIT = 50
 # Query n-grams tried as entity names by the graph lane.
 MAX_QUERY_WORDS = 4

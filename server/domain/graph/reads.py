@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import uuid
 from typing import Any
 
@@ -13,6 +15,7 @@ from brain.server.domain.graph.assertions import (
     CARDINALITY_TO_PROTO,
     DEFAULT_LIMIT,
     MAX_DEPTH,
+    MAX_WALK_PATHS,
     entity_not_found,
     normalise_name,
 )
@@ -24,35 +27,47 @@ from brain.server.storage.visibility import Visibility
 from brain.v1 import graph_pb2
 
 
-def _ref(entity_id: uuid.UUID, name: str | None) -> graph_pb2.EntityRef:
-    return graph_pb2.EntityRef(id=str(entity_id), name=name or "")
+class EntityIds:
+    """The ids callers see: derived from (pepper, tenant, normalised name), never the
+    storage id. The storage id of a name survives a forget exactly when some other memory,
+    perhaps an invisible one, still asserts the name; a derived id is the same whatever the
+    history, so it tells a caller nothing its visible memories do not."""
 
+    def __init__(self, pepper: bytes) -> None:
+        self._key = hmac.new(pepper, b"brain entity ids v1", hashlib.sha256).digest()
 
-def relation_message(row: asyncpg.Record) -> graph_pb2.Relation:
-    out = graph_pb2.Relation(
-        id=str(row["relation_id"]),
-        subject=_ref(row["subject_id"], row["subject_name"]),
-        predicate=row["predicate"],
-        object=_ref(row["object_id"], row["object_name"]),
-        cardinality=CARDINALITY_TO_PROTO[row["cardinality"]],
-        memory_id=str(row["memory_id"]),
-    )
-    for name in ("valid_from", "valid_to", "recorded_at", "retired_at"):
-        stamp = convert.ts(row[name])
-        if stamp is not None:
-            getattr(out, name).CopyFrom(stamp)
-    return out
+    def of(self, tenant_id: Any, name_norm: str) -> str:
+        message = f"{tenant_id}\x1f{name_norm}".encode()
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        return str(uuid.UUID(bytes=digest[:16], version=4))
 
+    def ref(self, tenant_id: Any, name_norm: str, name: str | None) -> graph_pb2.EntityRef:
+        return graph_pb2.EntityRef(id=self.of(tenant_id, name_norm), name=name or "")
 
-def entity_message(row: asyncpg.Record) -> graph_pb2.Entity:
-    return graph_pb2.Entity(
-        id=str(row["entity_id"]),
-        name=row["name"],
-        types=sorted(row["types"]),
-        aliases=list(row["aliases"]),
-        mention_count=row["mention_count"],
-        degree=row["degree"],
-    )
+    def relation(self, tenant_id: Any, row: asyncpg.Record) -> graph_pb2.Relation:
+        out = graph_pb2.Relation(
+            id=str(row["relation_id"]),
+            subject=self.ref(tenant_id, row["subject_norm"], row["subject_name"]),
+            predicate=row["predicate"],
+            object=self.ref(tenant_id, row["object_norm"], row["object_name"]),
+            cardinality=CARDINALITY_TO_PROTO[row["cardinality"]],
+            memory_id=str(row["memory_id"]),
+        )
+        for name in ("valid_from", "valid_to", "recorded_at", "retired_at"):
+            stamp = convert.ts(row[name])
+            if stamp is not None:
+                getattr(out, name).CopyFrom(stamp)
+        return out
+
+    def entity(self, tenant_id: Any, row: asyncpg.Record) -> graph_pb2.Entity:
+        return graph_pb2.Entity(
+            id=self.of(tenant_id, row["name_norm"]),
+            name=row["name"],
+            types=sorted(row["types"]),
+            aliases=list(row["aliases"]),
+            mention_count=row["mention_count"],
+            degree=row["degree"],
+        )
 
 
 class Graph:
@@ -60,6 +75,7 @@ class Graph:
 
     def __init__(self, memories: Memories) -> None:
         self.memories = memories
+        self.ids = EntityIds(memories.pepper)
 
     def time(self, t: Any) -> TimeCoords:
         return time_coords(t, default_any_valid=False)
@@ -89,8 +105,9 @@ class Graph:
         async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             entity = await self._start(conn, v, name, t)
             rows = await sql.relations_of(conn, v, entity["entity_id"], t, limit)
+        ids, tenant = self.ids, caller.tenant_id
         return graph_pb2.LookupEntityResponse(
-            entity=entity_message(entity), relations=[relation_message(r) for r in rows]
+            entity=ids.entity(tenant, entity), relations=[ids.relation(tenant, r) for r in rows]
         )
 
     async def neighbours(
@@ -109,15 +126,18 @@ class Graph:
         v = m.visibility(caller)
         async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             entity = await self._start(conn, v, name, t)
-            rows = await sql.neighbours(conn, v, entity["entity_id"], depth, t, limit)
+            rows = await sql.neighbours(
+                conn, v, entity["entity_id"], depth, t, limit, MAX_WALK_PATHS
+            )
             found = await sql.summaries(conn, v, [r["entity_id"] for r in rows], t)
+        ids, tenant = self.ids, caller.tenant_id
         return graph_pb2.ListNeighboursResponse(
-            entity=entity_message(entity),
+            entity=ids.entity(tenant, entity),
             neighbours=[
                 graph_pb2.Neighbour(
-                    entity=entity_message(found[r["entity_id"]]),
+                    entity=ids.entity(tenant, found[r["entity_id"]]),
                     depth=r["depth"],
-                    via=relation_message(r),
+                    via=ids.relation(tenant, r),
                 )
                 for r in rows
                 if r["entity_id"] in found

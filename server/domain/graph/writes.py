@@ -24,15 +24,17 @@ async def assert_graph(
     pending: bool,
 ) -> None:
     """Attach ``assertions`` to the memory; unless pending, close single-valued
-    predecessors."""
+    predecessors. Pending relations keep the writer's write confinement for approval."""
     if not assertions:
         return
     ids = await sql.entity_ids(conn, [m.name_norm for m in assertions.mentions])
     await sql.insert_mentions(conn, tenant_id, memory_id, assertions.mentions, ids, at, pending)
     if assertions.relations:
+        c = v.confinement
         await sql.insert_relations(
-            conn, tenant_id, memory_id, assertions.relations, ids, at, pending
-        )
+            conn, tenant_id, memory_id, assertions.relations, ids, at, pending,
+            writer=(c.user_id, c.session_id) if pending else (None, None),
+        )  # fmt: skip
     if not pending and any(r.cardinality == "one" for r in assertions.relations):
         await sql.close_predecessors(conn, v, memory_id, at)
 
@@ -51,11 +53,12 @@ async def replace_graph(
 
 
 async def approve(
-    conn: asyncpg.Connection, v: Visibility, tenant_id: Any, memory_id: uuid.UUID, at: datetime
+    conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid.UUID, at: datetime
 ) -> None:
-    """An approved proposal's assertions join the graph now."""
+    """An approved proposal's assertions join the graph now. What they close depends on
+    the memories' scopes and the proposer's write power, never on the reviewer's."""
     await sql.activate_memory(conn, tenant_id, memory_id, at)
-    await sql.close_predecessors(conn, v, memory_id, at)
+    await sql.close_predecessors(conn, None, memory_id, at)
 
 
 retire = sql.retire_memory

@@ -347,8 +347,11 @@ class MemoryWrites(MemoryBase):
 
     def extract_later(self, caller: Caller, memory_id: uuid.UUID, content: str) -> None:
         """With an extractor configured, propose the graph of a memory saved without one,
-        once its save has committed (never in the caller's way, never into the graph)."""
+        once its save has committed (never in the caller's way, never into the graph).
+        The candidate is proposed in the caller's name, so only for keys that may propose."""
         if self.extractor is None or self.review is None:
+            return
+        if not caller.has(Permission.PROPOSE.value):
             return
         task = asyncio.create_task(self._extract(caller, memory_id, content))
         self.background.add(task)
@@ -505,5 +508,12 @@ class MemoryWrites(MemoryBase):
                     "review_reason": reason or None,
                 },
             )
+            # The candidates that copied its text (graph extraction) go with it.
+            await sql.withdraw_copies(
+                conn, current, list(tombstones), at,
+                {"change": "forget", "changed_by": caller.principal,
+                 "changed_by_key": caller.key.key_id},
+                graph.erase,
+            )  # fmt: skip
         main = tombstones.get(bytes(current["fingerprint"])) if current["fingerprint"] else None
         return memory_pb2.ForgetMemoryResponse(id=req.id, tombstone_id=str(main or ""))
