@@ -369,3 +369,41 @@ async def test_long_expanding_names_are_not_internal(
             await save(api, f"long {i}", g)
         except grpc.aio.AioRpcError as e:
             assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e.details()
+
+
+async def test_extraction_leaves_half_of_the_pending_room_to_others(
+    extracting_server: BrainServer, chat_http: FakeChatServer
+) -> None:
+    """Extraction candidates fill at most half of a namespace's pending-candidate cap: with
+    a cap of 4 and three saves, two are extracted and two explicit proposals still fit;
+    the cap itself still binds (control: a fifth proposal is refused)."""
+    from .test_review import propose as propose_text
+
+    chat_http.mode = "ok"
+    tenant = unique("atk-gx-room")
+    async with extracting_server.channel() as ch:
+        agent = Api(
+            ch,
+            extracting_server.mint_key(
+                tenant, "agent", permissions="memories:read,memories:write,memories:propose"
+            ),
+        )
+        human = Api(
+            ch,
+            extracting_server.mint_key(
+                tenant, "human", permissions="memories:read,memories:propose"
+            ),
+        )
+        reviewer = Api(ch, extracting_server.mint_key(
+            tenant, "carol", permissions="memories:read,memories:review"))  # fmt: skip
+        extracting_server.admin(
+            "namespaces", "set", "proj", "--tenant", tenant, "--max-pending", "4"
+        )
+        for i in range(3):
+            await agent.save(f"Nora works at Acme, note {i}")
+        assert len(await wait_for_candidates(reviewer, 2)) == 2
+        for i in range(2):
+            await propose_text(human, f"Bo works at Initech, note {i}")
+        refused = await rpc_error(propose_text(human, "one proposal too many"))
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert len(await candidates(reviewer)) == 4

@@ -75,10 +75,14 @@ class Review:
         supersedes: list[uuid.UUID],
         review_within: timedelta | None,
         assertions: graph.Assertions = graph.NOTHING,
+        *,
+        automatic: bool = False,
     ) -> tuple[asyncpg.Record, bool]:
         """Store ``new`` as a candidate; (row, created). Checks tombstones and limits.
 
-        Its graph assertions are stored pending: they join the graph only on approval."""
+        Its graph assertions are stored pending: they join the graph only on approval. An
+        ``automatic`` candidate (graph extraction) may fill only half of the namespace's
+        pending-candidate room, so extraction never locks people and agents out of it."""
         vis = self.memories.visibility(caller)
         await sql.lock_value(conn, caller.tenant_id, new)
         await self.memories.refuse_tombstoned(
@@ -107,6 +111,8 @@ class Review:
                 "review_within", f"at most {self.limits.max_candidate_ttl.days} days"
             )
         max_pending = policy["max_pending"] if policy else 1000
+        if automatic:
+            max_pending //= 2
         if (
             await review_sql.pending_in_namespace(conn, caller.tenant_id, new.namespace)
             >= max_pending
@@ -180,7 +186,9 @@ class Review:
                 proposal_reason=f"entities and relations extracted by {model}; approve to "
                 "attach them to the memory it supersedes",
             )
-            await self.propose_in_tx(conn, caller, new, [memory_id], None, assertions)
+            await self.propose_in_tx(
+                conn, caller, new, [memory_id], None, assertions, automatic=True
+            )
 
     async def review_required(
         self, conn: asyncpg.Connection, caller: Caller, namespace: str

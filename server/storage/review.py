@@ -14,7 +14,14 @@ from brain.server.storage.visibility import Params, Visibility, visibility_predi
 async def pending_in_namespace(conn: asyncpg.Connection, tenant_id: str, namespace: str) -> int:
     """Every pending candidate in the namespace, also those the caller may not see (a cap
     that counted only visible ones would bind each proposer separately). Only the number
-    crosses row-level security, through a definer function (migration 0007)."""
+    crosses row-level security, through a definer function (migration 0007).
+
+    Proposers in one namespace serialise here until commit, so concurrent proposals (the
+    extractor's run in parallel) cannot all count the same free room."""
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        f"pending\x1f{tenant_id}\x1f{namespace}",
+    )
     value: int = await conn.fetchval(
         "SELECT brain_pending_candidates($1::uuid, $2)", tenant_id, namespace
     )
