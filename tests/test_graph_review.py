@@ -9,12 +9,23 @@ import unicodedata
 from datetime import UTC, datetime
 
 import grpc
+import pytest
 
 from brain.v1 import common_pb2, graph_pb2
 
 from . import test_graph_extraction as gx
 from .conftest import BrainServer, unique
-from .graph_helpers import draft, facts, graph_stub, lookup_call, propose, save, update_graph
+from .graph_helpers import (
+    draft,
+    facts,
+    graph_stub,
+    lookup_call,
+    names,
+    neighbours_call,
+    propose,
+    save,
+    update_graph,
+)
 from .helpers import Api, rpc_error
 from .test_edge_erasure import holders
 from .test_graph_extraction import FakeChatServer, wait_for_candidates
@@ -407,3 +418,28 @@ async def test_extraction_leaves_half_of_the_pending_room_to_others(
         refused = await rpc_error(propose_text(human, "one proposal too many"))
         assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert len(await candidates(reviewer)) == 4
+
+
+async def test_the_neighbour_walk_stops_after_its_path_cap(
+    brain_server: BrainServer, channel: grpc.aio.Channel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ListNeighbours walks at most MAX_WALK_PATHS paths, nearest first: with the cap at the
+    start plus its five direct neighbours, a depth-2 walk returns those five and none of
+    the five entities beyond them (control: under the real cap it returns all ten)."""
+    from brain.server.domain.graph import reads
+
+    token = secrets.token_hex(4)
+    api = Api(channel, brain_server.mint_key(unique("atk-walk"), "w", permissions=WRITER),
+              namespace="proj")  # fmt: skip
+    hub = f"Hub{token}"
+    near = [f"Near{i}{token}" for i in range(5)]
+    far = [f"Far{i}{token}" for i in range(5)]
+    rels = [(hub, "knows", n) for n in near] + [
+        (n, "knows", f) for n, f in zip(near, far, strict=True)
+    ]
+    await save(api, "the hub's circle", draft([], rels))
+    walked = names(await neighbours_call(api, hub, depth=2))
+    assert walked == {**{n.lower(): 1 for n in near}, **{f.lower(): 2 for f in far}}
+    monkeypatch.setattr(reads, "MAX_WALK_PATHS", 1 + len(near))
+    walked = names(await neighbours_call(api, hub, depth=2))
+    assert walked == {n.lower(): 1 for n in near}
