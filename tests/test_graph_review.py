@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 
-from brain.v1 import common_pb2, graph_pb2
+from brain.v1 import common_pb2, graph_pb2, memory_pb2
 
 from . import test_graph_extraction as gx
 from .conftest import BrainServer, unique
@@ -443,3 +444,47 @@ async def test_the_neighbour_walk_stops_after_its_path_cap(
     monkeypatch.setattr(reads, "MAX_WALK_PATHS", 1 + len(near))
     walked = names(await neighbours_call(api, hub, depth=2))
     assert walked == {n.lower(): 1 for n in near}
+
+
+async def relabel(api: Api, memory_id: str, labels: list[str]) -> None:
+    await api.memories.UpdateMemory(
+        memory_pb2.UpdateMemoryRequest(
+            scope=api.scope(),
+            id=memory_id,
+            patch=common_pb2.MemoryDraft(labels=labels),
+            update_mask=FieldMask(paths=["labels"]),
+        ),
+        metadata=api.md,
+    )
+
+
+async def test_a_relabel_undoes_closes_its_readers_could_no_longer_see(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """When the closing memory is relabelled away from the closed fact's readers, or the
+    closed fact's memory gains a label the closer lacks, the close is undone (control:
+    before the relabel the fact was closed, and a relabel that keeps the rule keeps it)."""
+    token = secrets.token_hex(4)
+    tenant = unique("atk-relabel")
+    wide = Api(channel, brain_server.mint_key(tenant, "wide", permissions=WRITER,
+                                              labels=("team", "hr")), namespace="proj")  # fmt: skip
+    reader = Api(channel, brain_server.mint_key(tenant, "reader", permissions=WRITER),
+                 namespace="proj")  # fmt: skip
+    hr = Api(channel, brain_server.mint_key(tenant, "hr", permissions=WRITER, labels=("hr",)),
+             namespace="proj")  # fmt: skip
+    ann, bo = f"Ann{token}", f"Bo{token}"
+    closed = {"Paris": datetime(2023, 1, 1, tzinfo=UTC)}
+    await save(wide, "ann in paris", lives(ann, "Paris", 2020))
+    berlin = (await save(wide, "ann in berlin", lives(ann, "Berlin", 2023))).memory.id
+    assert ends(await lookup_call(reader, ann, any_valid_time=True)) == {**closed, "Berlin": None}
+    await relabel(wide, berlin, ["team", "hr"])  # still holds every label of Paris
+    assert ends(await lookup_call(reader, ann, any_valid_time=True)) == {**closed, "Berlin": None}
+    await relabel(wide, berlin, ["hr"])
+    assert ends(await lookup_call(reader, ann, any_valid_time=True)) == {"Paris": None}
+
+    paris = (await save(wide, "bo in paris", lives(bo, "Paris", 2020))).memory.id
+    await save(wide, "bo in oslo", lives(bo, "Oslo", 2023))
+    assert ends(await lookup_call(reader, bo, any_valid_time=True)) == {**closed, "Oslo": None}
+    await relabel(wide, paris, ["team", "hr"])  # now hr-only readers see Paris, not Oslo
+    assert (await rpc_error(lookup_call(hr, "Oslo"))).code() == grpc.StatusCode.NOT_FOUND
+    assert ends(await lookup_call(hr, bo, any_valid_time=True)) == {"Paris": None}

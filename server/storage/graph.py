@@ -189,6 +189,11 @@ async def close_predecessors(
     return len(rows)
 
 
+async def reopen(conn: asyncpg.Connection, memory_id: uuid.UUID, *, closed: bool) -> None:
+    """Undo the closes the memory made, and with ``closed`` those of its own facts."""
+    await conn.execute("SELECT brain_graph_reopen($1, $2)", memory_id, closed)
+
+
 async def retire_memory(
     conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid.UUID, at: datetime
 ) -> None:
@@ -221,7 +226,7 @@ async def erase_memory(conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid
     """Forget: reopen the facts the memory's relations closed, delete every graph row it
     asserted, in every version, then every entity no memory asserts any more (its name
     with it)."""
-    await conn.execute("SELECT brain_graph_reopen($1)", memory_id)  # undo its closes
+    await reopen(conn, memory_id, closed=False)  # undo its closes
     entities: set[uuid.UUID] = set()
     rows = await conn.fetch(
         "DELETE FROM graph_relations WHERE tenant_id = $1 AND memory_id = $2 "

@@ -29,7 +29,14 @@ from brain.server.domain.graph.assertions import (
     parse_draft,
     query_names,
 )
-from brain.server.domain.graph.writes import approve, assert_graph, erase, replace_graph, retire
+from brain.server.domain.graph.writes import (
+    approve,
+    assert_graph,
+    erase,
+    replace_graph,
+    rescope,
+    retire,
+)
 
 __all__ = [
     "NOTHING",
@@ -41,5 +48,6 @@ __all__ = [
     "parse_draft",
     "query_names",
     "replace_graph",
+    "rescope",
     "retire",
 ]

@@ -61,5 +61,14 @@ async def approve(
     await sql.close_predecessors(conn, None, memory_id, at)
 
 
+async def rescope(
+    conn: asyncpg.Connection, v: Visibility, memory_id: uuid.UUID, at: datetime
+) -> None:
+    """The memory's labels or expiry changed: who sees it changed, so the closes it made
+    and those of its facts are undone, and it closes again what the rule allows now."""
+    await sql.reopen(conn, memory_id, closed=True)
+    await sql.close_predecessors(conn, v, memory_id, at)
+
+
 retire = sql.retire_memory
 erase = sql.erase_memory

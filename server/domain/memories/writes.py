@@ -458,6 +458,8 @@ class MemoryWrites(MemoryBase):
                 await graph.replace_graph(
                     conn, vis, current["tenant_id"], current["memory_id"], assertions, at
                 )
+            if "labels" in changes or "expires_at" in changes:
+                await graph.rescope(conn, vis, current["memory_id"], at)
             # The row holds fields this request did not set: a key without read sees a receipt.
             response = memory_pb2.UpdateMemoryResponse(
                 memory=convert.shown(row, caller.has(Permission.READ.value))
