@@ -578,9 +578,11 @@ class BrainClient(_Base):
         time: common_pb2.TimeTravel | None = None,
         mode: memory_pb2.SearchMode.ValueType = memory_pb2.SEARCH_MODE_UNSPECIFIED,
         query_embedding: Sequence[float] = (),
+        min_relevance: float | None = None,
         timeout: float | None = None,
     ) -> memory_pb2.SearchMemoriesResponse:
-        """Hybrid recall; hits come best first with their fused score."""
+        """Hybrid recall; hits come best first with their fused score. Hits whose
+        relevance is under ``min_relevance`` (default: the server's floor) are withheld."""
         request = memory_pb2.SearchMemoriesRequest(
             scope=self._scope,
             query=query,
@@ -589,6 +591,7 @@ class BrainClient(_Base):
             time=time,
             mode=mode,
             query_embedding=list(query_embedding),
+            min_relevance=min_relevance,
         )
         return self._unary(
             "SearchMemories", self._memory.SearchMemories, request, idempotent=True, timeout=timeout
@@ -975,9 +978,11 @@ class AsyncBrainClient(_Base):
         time: common_pb2.TimeTravel | None = None,
         mode: memory_pb2.SearchMode.ValueType = memory_pb2.SEARCH_MODE_UNSPECIFIED,
         query_embedding: Sequence[float] = (),
+        min_relevance: float | None = None,
         timeout: float | None = None,
     ) -> memory_pb2.SearchMemoriesResponse:
-        """Hybrid recall; hits come best first with their fused score."""
+        """Hybrid recall; hits come best first with their fused score. Hits whose
+        relevance is under ``min_relevance`` (default: the server's floor) are withheld."""
         request = memory_pb2.SearchMemoriesRequest(
             scope=self._scope,
             query=query,
@@ -986,6 +991,7 @@ class AsyncBrainClient(_Base):
             time=time,
             mode=mode,
             query_embedding=list(query_embedding),
+            min_relevance=min_relevance,
         )
         return await self._unary(
             "SearchMemories", self._memory.SearchMemories, request, idempotent=True, timeout=timeout

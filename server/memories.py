@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import math
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -38,6 +38,7 @@ from .errors import (
     memory_not_found,
     supersede_target_not_found,
 )
+from .relevance import RelevanceModel
 from .rerankers import Reranker, RerankerError
 from .retrieval import FusedHit, RetrievalParams
 from .storage import memories as sql
@@ -77,10 +78,20 @@ Hit = FusedHit
 
 @dataclass(frozen=True)
 class Recalled:
-    """A search's hits, best first, and how they were ordered (a `memory_pb2.Ranking`)."""
+    """A search's hits, best first, and how they were ordered (a `memory_pb2.Ranking`).
+
+    ``below_floor``: matches withheld because none reached the relevance floor (at most
+    the search's limit), so no hits and ``below_floor > 0`` means "nothing relevant".
+    """
 
     hits: list[FusedHit]
     ranking: int
+    below_floor: int = 0
+
+
+# Sees every fused candidate of a search before the floor and the limit, with the number
+# of rows searched: how brain-eval fits the relevance model on what the server computed.
+CandidateObserver = Callable[[list[FusedHit], int], None]
 
 
 def fingerprint(pepper: bytes, content: str) -> bytes:
@@ -152,6 +163,7 @@ class Memories:
         self.embedding_dimension = embedding_dimension
         # Set by Review: saves into review-required namespaces become candidates.
         self.review: Review | None = None
+        self.observer: CandidateObserver | None = None  # brain-eval only
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -670,9 +682,15 @@ class Memories:
         self, caller: Caller, req: memory_pb2.SearchMemoriesRequest, timeout_ms: int | None = None
     ) -> Recalled:
         limit = self.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
+        floor = (
+            check.unit_interval("min_relevance", req.min_relevance)
+            if req.HasField("min_relevance")
+            else None
+        )
         return await self.recall(
             caller, req.query, limit, req.filter, req.time, timeout_ms,
             mode=req.mode or memory_pb2.SEARCH_MODE_HYBRID, query_embedding=req.query_embedding,
+            min_relevance=floor,
         )  # fmt: skip
 
     async def build_context(
@@ -693,10 +711,13 @@ class Memories:
         *,
         mode: int = memory_pb2.SEARCH_MODE_HYBRID,
         query_embedding: Sequence[float] = (),
+        min_relevance: float | None = None,
     ) -> Recalled:
         """Ranked hits for a query: every lane filtered by scope, status and time first.
 
-        A configured reranker then reorders the fused top N (outside the transaction).
+        When no hit's relevance reaches ``min_relevance`` (default: the relevance model's
+        floor) nothing is returned. A configured reranker then reorders the fused top N of the
+        rest (outside the transaction).
         """
         query = check.query("query", query_text)
         f = row_filter(filter_)
@@ -722,6 +743,7 @@ class Memories:
         n = max(limit, self.params.candidates)
         vis = self.visibility(caller)
         model = self.embedding_model
+        size = 0
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             lexical: list[retrieval.LaneHit] = []
             exact: list[retrieval.LaneHit] = []
@@ -742,9 +764,25 @@ class Memories:
                 semantic = await retrieval.semantic_lane(
                     conn, vis, vector, f, t, n, self.params, model=model
                 )
+        relevance = self.params.hybrid_model if vector is not None else self.params.lexical_model
+        fused = retrieval.fuse(
+            lexical, semantic, None, self.params, exact=exact, corpus_size=size, model=relevance
+        )
+        if self.observer is not None:
+            self.observer(fused, size)
+        # The search answers only when its best hit reaches the floor: weaker hits of an
+        # answered query still come (ranked lower), but a query that matched nothing well
+        # returns nothing (see relevance and README, Retrieval).
+        floor = min_relevance if min_relevance is not None else self.default_floor(relevance, size)
+        if fused and max(h.relevance for h in fused) < floor:
+            return Recalled([], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused)))
         depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
-        fused = retrieval.fuse(lexical, semantic, depth, self.params, exact=exact)
-        return await self.rerank(query, fused, limit)
+        return await self.rerank(query, fused[:depth], limit)
+
+    def default_floor(self, model: RelevanceModel, searched_rows: int) -> float:
+        """The model's floor, once the lexical lanes ran over enough rows for BM25's term
+        weights to mean something (a semantic-only search keeps its similarity floor)."""
+        return model.floor if searched_rows >= self.params.floor_min_rows else 0.0
 
     async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
         """The reranker's order for the top N, the rest after them in fused order.

@@ -29,8 +29,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import numpy as np
 
 from . import metrics
+from .relevance import HYBRID_MODEL, LEXICAL_MODEL, LaneView, RelevanceModel, feature_rows
 from .storage.memories import (
     RowFilter,
     TimeCoords,
@@ -63,9 +65,18 @@ class RetrievalParams:
     # not pull candidates in (see lexical_lane). Buckets below it get exact BM25.
     lexical_df_cap: int = 2000
     # How a lane's hits count: "minmax" (scores scaled to 0..1) or "rrf" (1/(rrf_k + rank),
-    # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
-    fusion: str = "minmax"
+    # scaled so rank 1 counts 1), weighted per lane; or "learned": hits ordered by the
+    # relevance model's probability. brain-eval --folds compares them under cross-validation.
+    fusion: str = "learned"
     rrf_k: int = 60
+    # Every hit's relevance (0..1) comes from these models (see `relevance`); a search
+    # returns only hits at or above the model's floor unless the request sets its own.
+    lexical_model: RelevanceModel = LEXICAL_MODEL
+    hybrid_model: RelevanceModel = HYBRID_MODEL
+    # Below this many rows in view a term's rarity says little (in a bucket of three notes
+    # that all say "alpha", "alpha" is common yet every note is relevant): the default
+    # floor is off there. LoCoMo's buckets (about 550 turns) are well above it.
+    floor_min_rows: int = 50
 
 
 # Text search configuration -> the generated tsvector column that holds it.
@@ -86,7 +97,21 @@ class FusedHit:
     semantic_rank: int = 0
     lexical_score: float = 0.0
     semantic_similarity: float = 0.0
+    exact_rank: int = 0
+    exact_score: float = 0.0
+    relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
+
+    def lanes(self) -> LaneView:
+        return LaneView(
+            lexical_score=self.lexical_score,
+            lexical_rank=self.lexical_rank,
+            exact_score=self.exact_score,
+            exact_rank=self.exact_rank,
+            semantic_similarity=self.semantic_similarity,
+            semantic_rank=self.semantic_rank,
+            session=self.row.get("valid_from"),
+        )
 
 
 async def lexical_lane(
@@ -281,12 +306,17 @@ async def feedback_vector(
 def fuse(
     lexical: Sequence[LaneHit],
     semantic: Sequence[LaneHit],
-    limit: int,
+    limit: int | None,
     params: RetrievalParams,
     now: datetime | None = None,
     exact: Sequence[LaneHit] = (),
+    *,
+    corpus_size: int = 0,
+    model: RelevanceModel | None = None,
 ) -> list[FusedHit]:
-    """Combine the lanes into one ranking (see the module docstring)."""
+    """Combine the lanes into one ranking (see the module docstring); ``limit`` None
+    keeps every candidate. Each hit's relevance comes from ``model`` (by default the
+    hybrid model when the semantic lane found anything, else the lexical one)."""
     now = now or datetime.now(UTC)
     fused: dict[Any, FusedHit] = {}
     lanes = (
@@ -295,18 +325,27 @@ def fuse(
         ("semantic", semantic, params.semantic_weight),
     )
     for kind, hits, weight in lanes:
-        norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)
+        norms = _reciprocal(hits, params.rrf_k) if params.fusion == "rrf" else _minmax(hits)
         for rank, (hit, norm) in enumerate(zip(hits, norms, strict=True), start=1):
             item = fused.setdefault(_key(hit.row), FusedHit(row=hit.row, score=0.0))
             item.score += weight * norm
             if kind == "lexical":
                 item.lexical_rank, item.lexical_score = rank, hit.score
-            elif kind == "semantic":
+            elif kind == "exact":
+                item.exact_rank, item.exact_score = rank, hit.score
+            else:
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
-    for item in fused.values():
+    items = list(fused.values())
+    model = model or (params.hybrid_model if semantic else params.lexical_model)
+    features = feature_rows([item.lanes() for item in items], corpus_size or len(items))
+    order = 1.0 / (1.0 + np.exp(-model.order_scores(features)))  # 0..1, same order
+    for item, probability, learned in zip(items, model.probabilities(features), order, strict=True):
+        item.relevance = float(probability)
+        if params.fusion == "learned":
+            item.score = float(learned)
         item.score += boost(item.row, params, now)
-    ranked = sorted(fused.values(), key=lambda h: (-h.score, str(h.row["memory_id"])))
-    return ranked[:limit]
+    ranked = sorted(items, key=lambda h: (-h.score, str(h.row["memory_id"])))
+    return ranked if limit is None else ranked[:limit]
 
 
 def boost(row: asyncpg.Record, params: RetrievalParams, now: datetime) -> float:
