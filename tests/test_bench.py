@@ -11,7 +11,7 @@ def test_throughput_bench_runs_and_reports_every_level() -> None:
     """`bench throughput` saves and searches over real gRPC and reports each concurrency."""
     done = subprocess.run(
         [
-            sys.executable, "-m", "brain.server.bench", "throughput",
+            sys.executable, "-m", "brain.server.measure.bench", "throughput",
             "--concurrency", "1", "3", "--ops", "4", "--rows", "20", "--json",
         ],
         capture_output=True, text=True, timeout=120, check=False,
