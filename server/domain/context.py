@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 DEFAULT_TOKEN_BUDGET = 1000
 MAX_TOKEN_BUDGET = 32_000
 DEFAULT_MAX_MEMORIES = 20
-HEADER = "Relevant memories from the shared brain (id, validity, status, score):"
+HEADER = "Relevant memories from the shared brain (id, validity, status, relevance):"
 
 
 def estimate_tokens(text: str) -> int:
@@ -32,7 +32,7 @@ def line_for(hit: Hit) -> str:
     row = hit.row
     return (
         f"- [{row['memory_id']}] ({_when(row['valid_from'])} to {_when(row['valid_to'])}, "
-        f"{row['status']}, {hit.score:.3f}) {row['content']}"
+        f"{row['status']}, {hit.relevance:.3f}) {row['content']}"
     )
 
 
@@ -60,7 +60,7 @@ def pack(hits: Sequence[Hit], token_budget: int) -> memory_pb2.BuildContextRespo
         lines.append(line)
         item = memory_pb2.ContextItem(
             id=str(hit.row["memory_id"]),
-            score=hit.score,
+            score=hit.relevance,
             status=convert.STATUS_TO_PROTO[hit.row["status"]],
             tokens=cost,
             content=hit.row["content"],
