@@ -213,3 +213,24 @@ async def test_min_relevance_outside_0_to_1_is_invalid_argument(
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "min_relevance" in (err.value.details() or "")
     assert len(await api.search("floor", min_relevance=0.0)) == 1
+
+
+def test_learned_fusion_orders_by_the_model_and_sets_every_relevance() -> None:
+    """With the shipped (learned) fusion, a row both lexical lanes rank first leads, and
+    every hit carries a relevance in (0, 1) that grows with its own BM25 strength."""
+    from datetime import UTC, datetime
+
+    from brain.server.domain.retrieval.lanes import LaneHit, RetrievalParams, fuse
+
+    def row(name: str) -> dict[str, object]:
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        return {"memory_id": name, "version": 1, "importance": 0.5, "recorded_at": now}
+
+    unit = math.log1p((100 - 0.5) / 1.5)
+    lexical = [LaneHit(row("both"), 3 * unit), LaneHit(row("lex"), 1 * unit)]
+    exact = [LaneHit(row("both"), 2 * unit), LaneHit(row("exact"), 0.5 * unit)]
+    hits = fuse(lexical, [], None, RetrievalParams(), exact=exact, corpus_size=100)
+    assert hits[0].row["memory_id"] == "both"
+    assert all(0 < h.relevance < 1 for h in hits)
+    by_name = {h.row["memory_id"]: h.relevance for h in hits}
+    assert by_name["both"] > by_name["lex"] > by_name["exact"]

@@ -11,13 +11,15 @@ own statement, before the LIMIT, so a crowded bucket cannot starve it.
   filtered search still returns its k rows; rows below a similarity floor are dropped so
   an unrelated query can return nothing. In hybrid mode the query vector is first moved
   toward the best lexical hits (pseudo-relevance feedback, Rocchio style).
-- Fusion: each lane's scores are min-max normalised and combined with a weight per lane,
-  plus small bounded boosts for importance and recency that reorder near-ties but cannot
+- Fusion: by default hits are ordered by a small model fitted listwise on the lanes'
+  scores and ranks (`relevance`), which also gives each hit a calibrated relevance that
+  the search's floor compares; hand-weighted min-max or reciprocal-rank fusion remain as
+  options. Small bounded boosts for importance and recency reorder near-ties but cannot
   overturn a clearly better match.
 
-The weights were tuned on the LoCoMo dev split only; ``brain-eval locomo --folds``
-re-chooses them leave-one-conversation-out to show how much of that tuning carries over
-(see README, Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
+The models were fitted on the LoCoMo dev split; ``brain-eval locomo --folds`` refits them
+leave-one-conversation-out to show how much of that carries over (see README,
+Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
 """
 
 from __future__ import annotations
