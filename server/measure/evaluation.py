@@ -12,9 +12,11 @@ that did. Lifecycle: a sample of evidence memories is superseded by corrected ve
 and others are forgotten; their questions are asked again, and no superseded or forgotten
 memory may come back, while the replacements should (the positive control).
 
-With ``--folds`` the retrieval parameters are cross-validated (see `crossval`): the
-private server is asked every question once per candidate of a small grid, and each
-conversation is scored with the candidate chosen on the others.
+With ``--folds`` the retrieval is cross-validated (see `crossval`): the shipped pass
+captures every candidate the server fused, the relevance models and their floor are
+refitted on all conversations but one and scored on that one; and the hand-weighted
+fusion is asked every question once per candidate of a small grid, each conversation
+scored with the candidate chosen on the others.
 
 Without ``--target`` a private PostgreSQL and brain-server are started in a temporary
 directory and removed afterwards, with one fresh tenant and key per conversation.
@@ -1133,8 +1135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--folds",
         action="store_true",
-        help="cross-validate the retrieval parameters, leaving one conversation out at a time "
-        "(private server only; asks every question once per candidate)",
+        help="cross-validate the learned fusion and its floor (refitted per fold) and the "
+        "hand-weighted grid, leaving one conversation out at a time (private server only; "
+        "asks every question once per grid candidate)",
     )
     return parser
 
