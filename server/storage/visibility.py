@@ -89,6 +89,16 @@ def visibility_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
     )
 
 
+def object_visibility(v: Visibility, p: Params, alias: str) -> str:
+    """The same rule over a row that carries its object's scope and labels itself and has
+    no proposal state: a knowledge document version or chunk (migration 0020 keeps labels
+    equal on every row of a document, so each row is its own head)."""
+    if not v.app_filter:
+        return "TRUE"
+    labels = p.add(sorted(v.labels))
+    return f"({_scope_rule(v, p, alias)} AND {alias}.labels && {labels}::text[])"
+
+
 def _scope_rule(v: Visibility, p: Params, a: str) -> str:
     """The key's tenant and confinement, and the request's scope."""
     c, s = v.confinement, v.scope
