@@ -99,7 +99,9 @@ def report(results: dict[str, Any]) -> str:
     fills = {(r["embedder"], r["rows"]): r for r in results["runs"]}
     for (embedder, rows), r in fills.items():
         hnsw = f", HNSW build {r['hnsw_build_s']} s ({r['hnsw_mb']} MB)" if "hnsw_mb" in r else ""
-        lines.append(f"fill {embedder} to {rows}: {r['fill_s']} s{hnsw}")
+        lines.append(
+            f"fill {embedder} to {rows}: {r['fill_s']} s, term statistics {r['stats_s']} s{hnsw}"
+        )
     return "\n".join(lines)
 
 

@@ -725,7 +725,11 @@ class Memories:
         async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
             lexical: list[retrieval.LaneHit] = []
             exact: list[retrieval.LaneHit] = []
-            if mode != memory_pb2.SEARCH_MODE_SEMANTIC:
+            if mode != memory_pb2.SEARCH_MODE_SEMANTIC and retrieval.uses_term_statistics(f, t):
+                lexical, exact = await retrieval.lexical_lanes(
+                    conn, vis, query, f, t, n, self.params
+                )
+            elif mode != memory_pb2.SEARCH_MODE_SEMANTIC:
                 size = await retrieval.corpus_size(conn, vis, f, t)
                 lexical = await retrieval.lexical_lane(
                     conn, vis, query, f, t, n, self.params, corpus_size=size

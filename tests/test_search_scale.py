@@ -8,6 +8,7 @@ from brain.v1 import memory_pb2
 
 from .conftest import BrainServer, unique
 from .helpers import Api
+from .test_review import decide, propose
 
 QUERY = "zeppelin hangar maintenance"
 OWN = (
@@ -68,3 +69,53 @@ async def test_scores_and_order_ignore_rows_the_caller_cannot_see(
         assert len(now_seen) > len(seen_by_writer)
         shared = {hit[0]: hit[2] for hit in seen_by_writer}
         assert any(shared.get(hit[0], hit[2]) != hit[2] for hit in now_seen)
+
+
+def term_counts(server: BrainServer, tenant: str) -> dict[tuple[str, str, tuple[str, ...]], int]:
+    """The tenant's kept statistics per (config, lexeme, label set), shards summed."""
+    rows = server.sql(
+        """SELECT s.config, s.lexeme, c.labels, sum(s.df)::int AS df, sum(s.total_length)::int
+                  AS total_length
+           FROM lexical_terms s JOIN lexical_cells c USING (tenant_id, cell_id)
+           JOIN tenants t USING (tenant_id) WHERE t.name = $1
+           GROUP BY 1, 2, 3""",
+        tenant,
+    )
+    return {(r["config"], r["lexeme"], tuple(r["labels"])): (r["df"], r["total_length"])
+            for r in rows}  # fmt: skip
+
+
+async def test_term_statistics_follow_every_write_and_match_a_recount(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Saves, updates, relabels, supersedes, approvals and forgets keep the per-cell counts
+    equal to a recount from the rows; a forgotten word leaves no row behind."""
+    tenant = unique("t")
+    api = Api(channel, brain_server.mint_key(
+        tenant, "writer", labels=("team", "hr"),
+        permissions="memories:read,memories:write,memories:forget,memories:propose",
+    ))  # fmt: skip
+    reviewer = Api(channel, brain_server.mint_key(
+        tenant, "reviewer", permissions="memories:read,memories:review", labels=("team", "hr")
+    ))  # fmt: skip
+    first = (await api.save("the falcon nests on the tower")).memory.id
+    second = (await api.save("the falcon hunts pigeons")).memory.id
+    third = (await api.save("ospreyword only lives here")).memory.id
+    assert term_counts(brain_server, tenant)[("english", "falcon", ("team",))] == (2, 0)
+    assert term_counts(brain_server, tenant)[("english", "", ("team",))] == (3, 8)  # lexemes
+
+    await api.update(first, ["content"], content="the falcon left the tower for good")
+    await api.update(second, ["labels"], labels=["hr"])  # moves to another cell
+    await api.save("pigeons are back", supersedes=[first])
+    candidate = await propose(api, "the kestrel hovers")
+    await decide(reviewer, candidate.id, approve=True)
+    await api.forget(third)
+
+    kept = term_counts(brain_server, tenant)
+    assert kept[("english", "falcon", ("hr",))] == (1, 0)
+    assert ("english", "falcon", ("team",)) not in kept  # the superseded one left the count
+    assert not [key for key in kept if "ospreyword" in key[1]]  # erased with its memory
+    brain_server.sql(
+        "SELECT brain_rebuild_lexical_stats(tenant_id) FROM tenants WHERE name = $1", tenant
+    )
+    assert term_counts(brain_server, tenant) == kept

@@ -89,6 +89,19 @@ def visibility_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
     )
 
 
+def cell_predicate(v: Visibility, p: Params, alias: str = "c") -> str:
+    """SQL boolean over a ``lexical_cells`` row: whether ``v`` sees the cell's rows.
+
+    A cell (tenant, namespace, user, session, label set) holds only current active rows,
+    which every caller sees all or nothing of: the same scope and label rules as
+    ``visibility_predicate``, with no proposal to ask about.
+    """
+    if not v.app_filter:
+        return "TRUE"
+    labels = p.add(sorted(v.labels))
+    return f"({_scope_rule(v, p, alias)} AND {alias}.labels && {labels}::text[])"
+
+
 def _scope_rule(v: Visibility, p: Params, a: str) -> str:
     """The key's tenant and confinement, and the request's scope."""
     c, s = v.confinement, v.scope
