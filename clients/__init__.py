@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .client import (
+    from brain.clients.client import (
         DEFAULT_TIMEOUT,
         AsyncBrainClient,
         BrainClient,
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         Scope,
         time_travel,
     )
-    from .errors import (
+    from brain.clients.errors import (
         AlreadyExists,
         BrainClientError,
         Conflict,

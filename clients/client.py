@@ -50,6 +50,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from brain.clients.errors import BrainClientError, from_rpc_error, rpc_status
 from brain.v1 import (
     audit_pb2,
     audit_pb2_grpc,
@@ -61,8 +62,6 @@ from brain.v1 import (
     review_pb2,
     review_pb2_grpc,
 )
-
-from .errors import BrainClientError, from_rpc_error, rpc_status
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -31,11 +31,11 @@ import grpc
 import pytest
 
 from brain.authz import Confinement, parse_permissions
-from brain.server import embedded
-from brain.server.app import RunningServer, start_server
-from brain.server.config import Settings
+from brain.server.runtime import embedded
+from brain.server.runtime.app import RunningServer, start_server
+from brain.server.runtime.bootstrap import prepare_embedded
+from brain.server.runtime.config import Settings
 from brain.server.storage import admin
-from brain.server.storage.bootstrap import prepare_embedded
 
 T = TypeVar("T")
 
@@ -200,7 +200,7 @@ class BrainServer:
         """Run brain-admin as a subprocess against this cluster, as the owner."""
         done = subprocess.run(
             [
-                sys.executable, "-m", "brain.server.admin",
+                sys.executable, "-m", "brain.server.admin.main",
                 "--database-url", self.cluster.owner_dsn,
                 "--pepper-file", str(self.cluster.pepper_file),
                 *args,
@@ -275,7 +275,7 @@ def server_settings(cluster: PgCluster, **overrides: Any) -> Settings:
 @pytest.fixture(scope="session")
 def brain_server(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[BrainServer]:
     """A real brain-server on 127.0.0.1 (random port) backed by the session cluster."""
-    from brain.server import logs
+    from brain.server.telemetry import logs
 
     logs.configure("warning")
     if EXTERNAL_TARGET:

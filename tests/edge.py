@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from brain.server.cursors import Tokens
+from brain.server.domain.cursors import Tokens
 from brain.v1 import common_pb2, memory_pb2
 
 from .helpers import Api

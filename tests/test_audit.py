@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from brain.authz import Confinement
-from brain.server import admin_audit
+from brain.server.admin import registry
 from brain.server.storage import admin as store
 from brain.v1 import audit_pb2, audit_pb2_grpc, common_pb2, memory_pb2, memory_pb2_grpc
 
@@ -57,7 +57,7 @@ def admin(server: BrainServer, *args: str) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-m",
-            "brain.server.admin",
+            "brain.server.admin.main",
             "--database-url",
             server.cluster.owner_dsn,
             "--pepper-file",
@@ -321,7 +321,7 @@ async def test_admin_key_events_name_the_admin(brain_server: BrainServer) -> Non
     tenant = unique("t")
     conn = await asyncpg.connect(brain_server.cluster.owner_dsn)
     try:
-        await admin_audit.set_admin_actor(conn)
+        await registry.set_admin_actor(conn)
         await store.create_tenant(conn, tenant)
         minted = await store.mint_key(
             conn,
@@ -347,7 +347,7 @@ async def test_admin_key_events_name_the_admin(brain_server: BrainServer) -> Non
         (2, "admin.keys.create"),
         (3, "admin.keys.revoke"),
     ]
-    assert {r["principal"] for r in rows} == {admin_audit.admin_principal()}
+    assert {r["principal"] for r in rows} == {registry.admin_principal()}
     assert rows[1]["key_id"] == rows[2]["key_id"] == minted.key_id
     done = admin(brain_server, "namespaces", "set", "proj", "--tenant", tenant, "--review-required")
     assert done.returncode == 0, done.stderr

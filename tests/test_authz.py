@@ -12,8 +12,8 @@ import pytest
 
 from brain.authz import ALL_PERMISSIONS, METHOD_CLASSES, RateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
-from brain.server.app import StartupError, start_server
 from brain.server.errors import DeadlineExceeded
+from brain.server.runtime.app import StartupError, start_server
 from brain.server.storage.db import Database
 from brain.v1 import audit_pb2, common_pb2, identity_pb2, memory_pb2, review_pb2
 
@@ -39,7 +39,7 @@ async def test_every_classified_rpc_is_served(
     service reports SERVING on the health service."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from brain.server.app import SERVICES
+    from brain.server.runtime.app import SERVICES
 
     for method in METHOD_CLASSES:
         service, name = method.strip("/").split("/")

@@ -12,7 +12,7 @@ def test_throughput_bench_runs_and_reports_every_level() -> None:
     # (The first 3 of the 7 calls per level warm the connection up and are not counted.)
     done = subprocess.run(
         [
-            sys.executable, "-m", "brain.server.bench", "throughput",
+            sys.executable, "-m", "brain.server.measure.bench", "throughput",
             "--concurrency", "1", "3", "--ops", "7", "--rows", "20", "--json",
         ],
         capture_output=True, text=True, timeout=120, check=False,
@@ -32,7 +32,7 @@ def test_brain_bench_runs_end_to_end_at_a_tiny_size() -> None:
     searches and saves at each concurrency with their ratio to the ceiling."""
     done = subprocess.run(
         [
-            sys.executable, "-m", "brain.server.bench", "--rows", "60", "120",
+            sys.executable, "-m", "brain.server.measure.bench", "--rows", "60", "120",
             "--concurrency", "1", "2", "--ops", "6", "--seconds", "5",
             "--embedders", "none", "--json",
         ],

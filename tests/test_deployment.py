@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from brain.authz import ALL_PERMISSIONS, Confinement
-from brain.server.app import StartupError, start_server
+from brain.server.runtime.app import StartupError, start_server
 from brain.server.storage import admin, backup
 from brain.server.storage.backup import BackupError
 from brain.server.storage.migrate import MigrationError, load_migrations, migrate
@@ -310,7 +310,7 @@ async def test_no_statement_joins_across_tenants(pg_cluster: PgCluster) -> None:
 def run_admin(owner_dsn: str, pepper_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """brain-admin as a subprocess against any database, as its owner."""
     return subprocess.run(
-        [sys.executable, "-m", "brain.server.admin", "--database-url", owner_dsn,
+        [sys.executable, "-m", "brain.server.admin.main", "--database-url", owner_dsn,
          "--pepper-file", str(pepper_file), *args],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from brain.server.embedders import (
+from brain.server.domain.retrieval.embedders import (
     EmbedderError,
     LocalEmbedder,
     NoEmbedder,

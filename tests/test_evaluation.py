@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from brain.server.crossval import best_candidate, candidate_grid, describe, leave_one_out
-from brain.server.evaluation import (
+from brain.server.domain.retrieval.lanes import RetrievalParams
+from brain.server.measure.crossval import best_candidate, candidate_grid, describe, leave_one_out
+from brain.server.measure.evaluation import (
     KS,
     NEVER_SAID,
     DataError,
@@ -26,7 +27,6 @@ from brain.server.evaluation import (
     session_time,
     summarise,
 )
-from brain.server.retrieval import RetrievalParams
 
 from .conftest import BrainServer
 
@@ -221,7 +221,7 @@ async def test_private_run_scores_the_tiny_file_and_removes_its_database(
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "brain.server.evaluation", "locomo", *args],
+        [sys.executable, "-m", "brain.server.measure.evaluation", "locomo", *args],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 

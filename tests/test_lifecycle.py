@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from brain.server.retrieval import RetrievalParams
+from brain.server.domain.retrieval.lanes import RetrievalParams
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique

@@ -24,7 +24,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from brain.clients.client import BrainClient, Scope
-from brain.clients.mcp_capture import explicit_requests
+from brain.clients.mcp.capture import explicit_requests
 
 from .conftest import BrainServer, unique
 from .test_mcp_proxy import (

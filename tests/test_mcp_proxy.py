@@ -28,7 +28,7 @@ from .test_client import wait_until_down
 
 _SCRIPT = Path(sys.executable).with_name("brain-mcp")
 BRAIN_MCP = (
-    [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "brain.clients.mcp_proxy"]
+    [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "brain.clients.mcp.proxy"]
 )
 ALL_TOOLS = {
     "remember",
@@ -307,7 +307,7 @@ async def test_client_and_proxy_speak_mtls(
     pg_cluster: PgCluster, loop_thread: LoopThread, tmp_path: Path
 ) -> None:
     """BrainClient (paths) and brain-mcp (BRAIN_TLS_*) reach an mTLS server; no cert is refused."""
-    from brain.server.certs import generate_dev_certs
+    from brain.server.admin.certs import generate_dev_certs
 
     certs = generate_dev_certs(tmp_path / "certs", client_name="agent:tls")
     server = BrainServer(

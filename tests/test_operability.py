@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
-from brain.server import logs, tracing
-from brain.server.app import StartupError, start_server
+from brain.server.runtime.app import StartupError, start_server
+from brain.server.telemetry import logs, tracing
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .helpers import Api, rpc_error
@@ -220,10 +220,14 @@ async def test_without_tracing_no_spans_and_request_ids_stay_random(
 
 async def test_embedder_failures_are_counted() -> None:
     """A failing embedder call is counted as a failure and re-raised."""
-    from brain.server import metrics
-    from brain.server.embedders import EmbedderError, NoEmbedder
+    from brain.server.domain.retrieval.embedders import (
+        EmbedderError,
+        InstrumentedEmbedder,
+        NoEmbedder,
+    )
+    from brain.server.telemetry import metrics
 
-    embedder = metrics.InstrumentedEmbedder(NoEmbedder())
+    embedder = InstrumentedEmbedder(NoEmbedder())
     failures = metrics.EMBED_FAILURES.labels("none")
     before = failures._value.get()
     assert await embedder.embed([]) == []  # nothing to embed: not a call
@@ -315,7 +319,7 @@ def test_metrics_listen_comes_from_the_flag_or_the_environment(
     """--metrics-listen is off by default and read from BRAIN_METRICS_LISTEN or the flag."""
     import argparse
 
-    from brain.server.config import add_server_arguments, settings_from_args
+    from brain.server.runtime.config import add_server_arguments, settings_from_args
 
     def parsed(*argv: str) -> str | None:
         parser = argparse.ArgumentParser()
@@ -333,9 +337,9 @@ async def test_a_statement_timeout_is_counted_and_reported_as_a_deadline(
     pg_cluster: PgCluster,
 ) -> None:
     """A statement the timeout cancels is DeadlineExceeded and moves the timeout counter."""
-    from brain.server import metrics
     from brain.server.errors import DeadlineExceeded
     from brain.server.storage.db import Database
+    from brain.server.telemetry import metrics
 
     db = await Database.connect(pg_cluster.app_dsn, max_size=1)
     try:

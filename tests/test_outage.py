@@ -20,10 +20,10 @@ import structlog
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brain.authz import Caller, Confinement, KeyRecord, MethodClass, RequestScope
-from brain.server import watch as watch_module
-from brain.server.app import RunningServer, start_server
-from brain.server.config import Settings
+from brain.server.domain import watch as watch_module
 from brain.server.errors import Unavailable
+from brain.server.runtime.app import RunningServer, start_server
+from brain.server.runtime.config import Settings
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
 from .conftest import LoopThread

@@ -15,7 +15,7 @@ import asyncpg
 import grpc
 import pytest
 
-from brain.server.app import start_server
+from brain.server.runtime.app import start_server
 
 from .conftest import BrainServer, PgCluster, server_settings, unique
 from .helpers import Api, rpc_error

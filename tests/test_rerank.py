@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from brain.server.rerankers import RerankerError, build_reranker
+from brain.server.domain.retrieval.rerankers import RerankerError, build_reranker
 from brain.v1 import memory_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique

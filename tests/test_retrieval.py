@@ -15,7 +15,7 @@ import asyncpg
 import grpc
 import pytest
 
-from brain.server.retrieval import LaneHit, RetrievalParams, boost, fuse
+from brain.server.domain.retrieval.lanes import LaneHit, RetrievalParams, boost, fuse
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique

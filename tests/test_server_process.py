@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
-SERVER = [sys.executable, "-m", "brain.server.app"]
+SERVER = [sys.executable, "-m", "brain.server.runtime.app"]
 
 
 def free_port() -> int:

@@ -19,8 +19,8 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from brain.server.app import StartupError, start_server
-from brain.server.certs import DevCerts, generate_dev_certs
+from brain.server.admin.certs import DevCerts, generate_dev_certs
+from brain.server.runtime.app import StartupError, start_server
 from brain.v1 import identity_pb2, identity_pb2_grpc
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
@@ -43,7 +43,7 @@ def other_certs(tmp_path_factory: pytest.TempPathFactory) -> DevCerts:
 def _server(
     pg_cluster: PgCluster, loop_thread: LoopThread, certs: DevCerts, *, mtls: bool
 ) -> Iterator[BrainServer]:
-    from brain.server import logs
+    from brain.server.telemetry import logs
 
     logs.configure("warning")
     settings = server_settings(
@@ -245,7 +245,7 @@ def _admin(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     env.pop("BRAIN_DATABASE_URL", None)
     env.pop("BRAIN_ADMIN_DATABASE_URL", None)
     return subprocess.run(
-        [sys.executable, "-c", "from brain.server.admin import main; main()", *args],
+        [sys.executable, "-c", "from brain.server.admin.main import main; main()", *args],
         env=env,
         capture_output=True,
         text=True,

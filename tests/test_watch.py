@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
-from brain.server import watch
+from brain.server.domain import watch
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
 from .conftest import BrainServer, unique

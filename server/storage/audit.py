@@ -13,8 +13,8 @@ from datetime import datetime
 
 import asyncpg
 
-from .memories import RowFilter, filter_predicate, memory_columns
-from .visibility import Params, Visibility, visibility_predicate
+from brain.server.storage.memories import RowFilter, filter_predicate, memory_columns
+from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 
 EVENT_COLUMNS = (
     "tenant_id, seq, at, key_id, principal, method, memory_ids, outcome, prev_hash, hash"

@@ -28,7 +28,7 @@ from typing import Any
 
 import asyncpg
 
-from .migrate import load_migrations
+from brain.server.storage.migrate import load_migrations
 
 FORMAT = "shared-brain-backup"
 FORMAT_VERSION = 1

@@ -19,9 +19,14 @@ import structlog
 from pgvector.asyncpg import register_vector
 
 from brain.authz import Caller, Confinement, KeyRecord, KeyStoreUnavailable, Permission
-
-from .. import metrics
-from ..errors import BrainError, Conflict, DeadlineExceeded, ResourceExhausted, Unavailable
+from brain.server.errors import (
+    BrainError,
+    Conflict,
+    DeadlineExceeded,
+    ResourceExhausted,
+    Unavailable,
+)
+from brain.server.telemetry import metrics
 
 _log = structlog.get_logger("brain.db")
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000

@@ -10,7 +10,13 @@ from typing import Any
 
 import asyncpg
 
-from .visibility import Params, Visibility, visibility_predicate, visible_links, write_predicate
+from brain.server.storage.visibility import (
+    Params,
+    Visibility,
+    visibility_predicate,
+    visible_links,
+    write_predicate,
+)
 
 _ROW_COLUMNS = """m.tenant_id, m.memory_id, m.version, m.namespace, m.user_id, m.session_id,
     m.content, m.kind, m.tags, m.metadata, m.labels, m.status, m.confidence, m.importance,

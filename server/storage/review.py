@@ -7,8 +7,8 @@ from datetime import datetime
 
 import asyncpg
 
-from .memories import memory_columns
-from .visibility import Params, Visibility, visibility_predicate
+from brain.server.storage.memories import memory_columns
+from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 
 
 async def pending_in_namespace(conn: asyncpg.Connection, tenant_id: str, namespace: str) -> int:

@@ -1,0 +1,179 @@
+"""brain-admin embeddings: status, backfill, set-dimension."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+from brain.server.admin.registry import Context, UsageError, command, output
+from brain.server.domain.memories import model_id
+from brain.server.domain.retrieval.embedders import EmbedderError, build_embedder
+from brain.server.runtime.config import add_embedder_arguments, embedder_settings
+from brain.server.storage.db import embedding_dimension
+
+_PENDING = """m.embedding IS NULL AND m.retired_at IS NULL AND m.content <> ''
+              AND m.status IN ('active', 'candidate')"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``embeddings`` subcommands to brain-admin."""
+    group = subparsers.add_parser(
+        "embeddings", help="vectors for the semantic lane"
+    ).add_subparsers(dest="sub", required=True)
+    p: argparse.ArgumentParser = command(
+        group, "status", cmd_status, "count memories with and without a vector"
+    )
+    p.add_argument("--tenant")
+    p = command(group, "backfill", cmd_backfill, "embed memories stored without a vector")
+    p.add_argument("--tenant", help="only this tenant (default: all)")
+    p.add_argument("--batch", type=int, default=64, help="texts per embedder call")
+    add_embedder_arguments(p)
+    p = command(
+        group,
+        "set-dimension",
+        cmd_set_dimension,
+        "resize the vector column for another embedder (drops every stored vector)",
+    )
+    p.add_argument("dimension", type=int)
+    p.add_argument("--yes", action="store_true", help="confirm dropping the stored vectors")
+
+
+async def _tenant_clause(conn: asyncpg.Connection, tenant: str | None) -> tuple[str, list[Any]]:
+    if tenant is None:
+        return "TRUE", []
+    tenant_id = await conn.fetchval("SELECT tenant_id FROM tenants WHERE name = $1", tenant)
+    if tenant_id is None:
+        raise UsageError(f"no tenant named {tenant!r}")
+    return "m.tenant_id = $1", [tenant_id]
+
+
+async def cmd_status(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        where, args = await _tenant_clause(conn, ctx.args.tenant)
+        row = await conn.fetchrow(
+            f"""SELECT count(*) FILTER (WHERE m.embedding IS NOT NULL) AS embedded,
+                       count(*) FILTER (WHERE {_PENDING}) AS pending,
+                       array_agg(DISTINCT m.embedding_model)
+                           FILTER (WHERE m.embedding_model IS NOT NULL) AS models
+                FROM memories m WHERE m.retired_at IS NULL AND {where}""",
+            *args,
+        )
+        dimension = await embedding_dimension(conn)
+    assert row is not None
+    data = {
+        "dimension": dimension,
+        "embedded": row["embedded"],
+        "pending": row["pending"],
+        "models": row["models"] or [],
+    }
+
+    output(
+        ctx.args,
+        data,
+        f"dimension {dimension}: {row['embedded']} memories embedded "
+        f"({', '.join(data['models']) or 'no model yet'}), {row['pending']} waiting for a vector",
+    )
+
+
+async def cmd_backfill(ctx: Context) -> None:
+    """Embed every current memory that has no vector, in batches, with a progress line."""
+    settings = embedder_settings(ctx.args)
+    try:
+        embedder = build_embedder(
+            str(settings["embedder"]),
+            openai_url=settings["openai_url"],  # type: ignore[arg-type]
+            openai_model=settings["openai_model"],  # type: ignore[arg-type]
+            openai_api_key=settings["openai_api_key"],  # type: ignore[arg-type]
+            dimension=settings["embedding_dimension"],  # type: ignore[arg-type]
+        )
+    except EmbedderError as exc:
+        raise UsageError(str(exc)) from exc
+    if embedder.dimension == 0:
+        raise UsageError("--embedder none makes no vectors; choose local or openai")
+    if ctx.args.batch < 1:
+        raise UsageError("--batch must be at least 1")
+    model = model_id(embedder)
+    done = 0
+    started = time.monotonic()
+    async with ctx.connect() as conn:
+        await register_vector(conn)
+        if embedder.dimension != await embedding_dimension(conn):
+            raise UsageError(
+                f"the embedder makes {embedder.dimension}-dimensional vectors but the column "
+                f"holds {await embedding_dimension(conn)}; run `embeddings set-dimension` first"
+            )
+        where, args = await _tenant_clause(conn, ctx.args.tenant)
+        total = await conn.fetchval(
+            f"SELECT count(*) FROM memories m WHERE {_PENDING} AND {where}", *args
+        )
+        after = ("00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
+        while True:
+            n = len(args)
+            rows = await conn.fetch(
+                f"""SELECT m.tenant_id, m.memory_id, m.version, m.content FROM memories m
+                    WHERE {_PENDING} AND {where}
+                      AND (m.tenant_id, m.memory_id) > (${n + 1}::uuid, ${n + 2}::uuid)
+                    ORDER BY m.tenant_id, m.memory_id LIMIT ${n + 3}""",
+                *args,
+                *after,
+                ctx.args.batch,
+            )
+            if not rows:
+                break
+            try:
+                vectors = await embedder.embed([r["content"] for r in rows])
+            except EmbedderError as exc:
+                raise UsageError(f"embedder failed after {done} memories: {exc}") from exc
+            await conn.executemany(
+                """UPDATE memories SET embedding = $4, embedding_model = $5
+                   WHERE tenant_id = $1 AND memory_id = $2 AND version = $3
+                     AND embedding IS NULL""",
+                [
+                    (r["tenant_id"], r["memory_id"], r["version"], v, model)
+                    for r, v in zip(rows, vectors, strict=True)
+                ],
+            )
+            done += len(rows)
+            after = (str(rows[-1]["tenant_id"]), str(rows[-1]["memory_id"]))
+            rate = done / max(time.monotonic() - started, 1e-6)
+            pct = 100 * done / max(total, 1)
+            print(
+                f"\rbackfilled {done}/{total} ({pct:.0f}%), {rate:.0f}/s", end="", file=sys.stderr
+            )
+    print(file=sys.stderr)
+
+    summary = f"backfilled {done} memories with {model}"
+    output(ctx.args, {"backfilled": done, "model": model}, summary)
+
+
+async def cmd_set_dimension(ctx: Context) -> None:
+    dimension = ctx.args.dimension
+    if not 1 <= dimension <= 16000:
+        raise UsageError("dimension must be between 1 and 16000")
+    if not ctx.args.yes:
+        raise UsageError("this drops every stored vector; pass --yes to confirm")
+    async with ctx.connect() as conn, conn.transaction():
+        await conn.execute("DROP INDEX IF EXISTS memories_embedding_hnsw")
+        await conn.execute(
+            f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({dimension}) USING NULL"
+        )
+        await conn.execute("UPDATE memories SET embedding_model = NULL")
+        index_note = ""
+        if dimension <= 2000:  # pgvector's HNSW limit for vector
+            await conn.execute(
+                """CREATE INDEX memories_embedding_hnsw ON memories
+                   USING hnsw (embedding vector_cosine_ops) WHERE retired_at IS NULL"""
+            )
+        else:
+            index_note = " (over 2000 dimensions: no HNSW index, searches scan exactly)"
+
+    output(
+        ctx.args,
+        {"dimension": dimension},
+        f"vector column is now vector({dimension}){index_note}; run `embeddings backfill`",
+    )

@@ -1,0 +1,379 @@
+"""brain-admin's core commands: migrations, tenants and quotas, API keys, namespaces, tombstones."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Any
+
+from brain.authz import Confinement, is_valid_name, parse_permissions
+from brain.server.admin.registry import Context, UsageError, command, output, parse_duration
+from brain.server.storage import admin as store
+from brain.server.storage.migrate import migrate
+
+
+async def cmd_migrate(ctx: Context) -> None:
+    applied = await migrate(await ctx.owner_dsn())
+    names = [f"{m.version:04d}_{m.name}" for m in applied]
+    output(ctx.args, {"applied": names}, "\n".join(f"applied {n}" for n in names) or "up to date")
+
+
+async def cmd_tenants_create(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        tenant_id = await store.create_tenant(conn, ctx.args.name)
+    output(
+        ctx.args,
+        {"tenant_id": tenant_id, "name": ctx.args.name},
+        f"created tenant {ctx.args.name} ({tenant_id})",
+    )
+
+
+async def cmd_tenants_list(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        rows = await store.list_tenants(conn)
+    output(
+        ctx.args,
+        [
+            {
+                "tenant_id": r["tenant_id"],
+                "name": r["name"],
+                "created_at": r["created_at"],
+                "quotas": {"memories": r["max_memories"]},
+                "usage": {"memories": r["memories"]},
+            }
+            for r in rows
+        ],
+        "\n".join(
+            f"{r['name']}\t{r['tenant_id']}\t{r['created_at']:%Y-%m-%d}\t"
+            f"memories {r['memories']}/{_limit_text(r['max_memories'])}"
+            for r in rows
+        ),
+    )
+
+
+def _limit_text(limit: int | None) -> str:
+    return "unlimited" if limit is None else str(limit)
+
+
+def _quota(text: str) -> int | None:
+    """A quota flag's value: a count, or ``none`` for no limit."""
+    if text.strip().lower() in ("none", "unlimited"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count or 'none'") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r}: a quota is 0 or more, or 'none'")
+    return value
+
+
+async def cmd_tenants_set_quota(ctx: Context) -> None:
+    args = ctx.args
+    async with ctx.connect() as conn:
+        tenant_id = await store.set_memory_quota(conn, args.tenant, args.memories)
+    output(
+        args,
+        {"tenant_id": tenant_id, "name": args.tenant, "quotas": {"memories": args.memories}},
+        f"tenant {args.tenant}: memories quota {_limit_text(args.memories)}",
+    )
+
+
+def _key_json(minted: store.MintedKey) -> dict[str, Any]:
+    c = minted.confinement
+    return {
+        "key": minted.key,
+        "key_id": minted.key_id,
+        "tenant": minted.tenant_name,
+        "tenant_id": minted.tenant_id,
+        "principal": minted.principal,
+        "permissions": minted.permissions,
+        "confinement": {
+            "user_id": c.user_id,
+            "namespaces": sorted(c.namespaces),
+            "session_id": c.session_id,
+        },
+        "labels": minted.labels,
+        "expires_at": minted.expires_at.isoformat() if minted.expires_at else None,
+    }
+
+
+def _print_minted(args: argparse.Namespace, minted: store.MintedKey) -> None:
+    output(
+        args,
+        _key_json(minted),
+        f"{minted.key}\n\nkey id {minted.key_id} for {minted.principal} in tenant "
+        f"{minted.tenant_name}; permissions {','.join(minted.permissions)}.\n"
+        "This is the only time the key is shown: store it in a secret manager now.",
+    )
+
+
+def _confinement(args: argparse.Namespace) -> Confinement:
+    for value, flag in [(args.user, "--user"), (args.session, "--session")]:
+        if value is not None and not is_valid_name(value):
+            raise UsageError(f"{flag} {value!r} is not a valid name")
+    for ns in args.namespace or []:
+        if not is_valid_name(ns):
+            raise UsageError(f"--namespace {ns!r} is not a valid name")
+    return Confinement(
+        user_id=args.user, namespaces=frozenset(args.namespace or []), session_id=args.session
+    )
+
+
+def _labels(text: str) -> frozenset[str]:
+    labels = frozenset(x.strip() for x in text.split(",") if x.strip())
+    if not labels:
+        raise UsageError("--labels needs at least one label")
+    bad = [x for x in labels if not is_valid_name(x)]
+    if bad:
+        raise UsageError(f"--labels: {bad} are not valid labels")
+    return labels
+
+
+async def cmd_namespaces_set(ctx: Context) -> None:
+    """Review policy for one namespace of one tenant."""
+    a = ctx.args
+    if not is_valid_name(a.namespace):
+        raise UsageError(f"namespace {a.namespace!r} is not a valid name")
+    ttl = parse_duration(a.candidate_ttl) if a.candidate_ttl else None
+    if a.max_pending is not None and a.max_pending < 1:
+        raise UsageError("--max-pending must be at least 1")
+    async with ctx.connect() as conn:
+        tenant_id = await store.tenant_id_by_name(conn, a.tenant)
+        row = await conn.fetchrow(
+            """INSERT INTO namespace_policies AS p
+                   (tenant_id, namespace, review_required, candidate_ttl, max_pending)
+               VALUES ($1::uuid, $2, COALESCE($3, false), COALESCE($4, interval '7 days'),
+                       COALESCE($5, 1000))
+               ON CONFLICT (tenant_id, namespace) DO UPDATE SET
+                   review_required = COALESCE($3, p.review_required),
+                   candidate_ttl = COALESCE($4, p.candidate_ttl),
+                   max_pending = COALESCE($5, p.max_pending),
+                   updated_at = now()
+               RETURNING namespace, review_required, candidate_ttl, max_pending""",
+            tenant_id,
+            a.namespace,
+            a.review_required,
+            ttl,
+            a.max_pending,
+        )
+    assert row is not None
+    output(
+        a,
+        dict(row),
+        f"{row['namespace']}: review_required={row['review_required']} "
+        f"candidate_ttl={row['candidate_ttl']} max_pending={row['max_pending']}",
+    )
+
+
+async def cmd_namespaces_list(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        rows = await conn.fetch(
+            """SELECT t.name AS tenant, p.namespace, p.review_required, p.candidate_ttl,
+                      p.max_pending
+               FROM namespace_policies p JOIN tenants t USING (tenant_id)
+               WHERE $1::text IS NULL OR t.name = $1 ORDER BY t.name, p.namespace""",
+            ctx.args.tenant,
+        )
+    output(
+        ctx.args,
+        [dict(r) for r in rows],
+        "\n".join(
+            f"{r['tenant']}\t{r['namespace']}\treview_required={r['review_required']}\t"
+            f"candidate_ttl={r['candidate_ttl']}\tmax_pending={r['max_pending']}"
+            for r in rows
+        )
+        or "no namespace policies (every namespace: no review required)",
+    )
+
+
+async def cmd_tombstones_list(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
+        rows = await conn.fetch(
+            """SELECT tombstone_id, namespace, user_id, session_id, memory_id, cause,
+                      created_at, created_by, readmitted_at, readmitted_by
+               FROM tombstones WHERE tenant_id = $1::uuid
+                 AND ($2::text IS NULL OR namespace = $2)
+               ORDER BY created_at""",
+            tenant_id,
+            ctx.args.namespace,
+        )
+    output(
+        ctx.args,
+        [dict(r) for r in rows],
+        "\n".join(
+            f"{r['tombstone_id']}\t{r['namespace']}\tuser={r['user_id'] or '*'}\t"
+            f"{r['cause']} of {r['memory_id']} by {r['created_by']}\t"
+            f"{'readmitted by ' + r['readmitted_by'] if r['readmitted_at'] else 'live'}"
+            for r in rows
+        )
+        or "no tombstones",
+    )
+
+
+async def cmd_tombstones_readmit(ctx: Context) -> None:
+    """Lift a tombstone so its value may be saved again in its bucket."""
+    import getpass
+
+    async with ctx.connect() as conn:
+        tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
+        status = await conn.execute(
+            """UPDATE tombstones SET readmitted_at = now(), readmitted_by = $3
+               WHERE tenant_id = $1::uuid AND tombstone_id::text = $2
+                 AND readmitted_at IS NULL""",
+            tenant_id,
+            ctx.args.tombstone_id,
+            f"admin:{getpass.getuser()}",
+        )
+    if status == "UPDATE 0":
+        raise UsageError(f"no live tombstone {ctx.args.tombstone_id} in tenant {ctx.args.tenant}")
+    output(ctx.args, {"readmitted": ctx.args.tombstone_id}, f"readmitted {ctx.args.tombstone_id}")
+
+
+async def cmd_keys_create(ctx: Context) -> None:
+    a = ctx.args
+    if not a.principal.strip():
+        raise UsageError("--principal must not be empty")
+    try:
+        permissions = parse_permissions(a.permissions)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    expires_at = datetime.now(UTC) + parse_duration(a.expires_in) if a.expires_in else None
+    pepper = ctx.pepper
+    async with ctx.connect() as conn:
+        minted = await store.mint_key(
+            conn,
+            pepper,
+            tenant=a.tenant,
+            principal=a.principal,
+            permissions=permissions,
+            confinement=_confinement(a),
+            labels=_labels(a.labels),
+            expires_at=expires_at,
+            description=a.description,
+        )
+    _print_minted(a, minted)
+
+
+async def cmd_keys_list(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        rows = await store.list_keys(conn, ctx.args.tenant)
+    now = datetime.now(UTC)
+
+    def state(r: Any) -> str:
+        if r["revoked_at"] and r["revoked_at"] <= now:
+            return "revoked"
+        if r["expires_at"] and r["expires_at"] <= now:
+            return "expired"
+        return "active"
+
+    lines = [
+        f"{r['key_id']}\t{r['tenant']}\t{r['principal']}\t{state(r)}\t"
+        f"{','.join(r['permissions'])}\tuser={r['confine_user_id'] or '*'} "
+        f"ns={','.join(r['confine_namespaces']) or '*'} session={r['confine_session_id'] or '*'}\t"
+        f"labels={','.join(r['labels'])}\tlast_used={r['last_used_at'] or 'never'}"
+        for r in rows
+    ]
+    output(ctx.args, [{**dict(r), "state": state(r)} for r in rows], "\n".join(lines) or "no keys")
+
+
+async def cmd_keys_revoke(ctx: Context) -> None:
+    async with ctx.connect() as conn:
+        await store.revoke_key(conn, ctx.args.key_id)
+    output(ctx.args, {"revoked": ctx.args.key_id}, f"revoked {ctx.args.key_id}")
+
+
+async def cmd_keys_rotate(ctx: Context) -> None:
+    """A new key with the same grants; the old one stops working after the grace period."""
+    grace = parse_duration(ctx.args.grace)
+    pepper = ctx.pepper
+    async with ctx.connect() as conn, conn.transaction():
+        old = await store.key_row(conn, ctx.args.key_id)
+        minted = await store.mint_key(
+            conn,
+            pepper,
+            tenant=old["tenant"],
+            principal=old["principal"],
+            permissions=frozenset(old["permissions"]),
+            confinement=Confinement(
+                user_id=old["confine_user_id"],
+                namespaces=frozenset(old["confine_namespaces"]),
+                session_id=old["confine_session_id"],
+            ),
+            labels=frozenset(old["labels"]),
+            expires_at=old["expires_at"],
+            description=old["description"],
+            rotated_from=old["key_id"],
+        )
+        await store.revoke_key(conn, old["key_id"], datetime.now(UTC) + grace)
+    _print_minted(ctx.args, minted)
+
+
+def register(sub: Any) -> None:
+    """Add the core commands to brain-admin."""
+    command(sub, "migrate", cmd_migrate, "apply pending schema migrations")
+
+    tenants = sub.add_parser("tenants", help="manage tenants").add_subparsers(
+        dest="sub", required=True
+    )
+    p: argparse.ArgumentParser = command(tenants, "create", cmd_tenants_create, "create a tenant")
+    p.add_argument("name")
+    command(tenants, "list", cmd_tenants_list, "list tenants with their quotas and usage")
+    p = command(tenants, "set-quota", cmd_tenants_set_quota, "limit what a tenant may store")
+    p.add_argument("tenant")
+    p.add_argument(
+        "--memories",
+        type=_quota,
+        required=True,
+        help="most stored (active or candidate) memories; 'none' lifts the limit",
+    )
+
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="sub", required=True)
+    p = command(keys, "create", cmd_keys_create, "mint an API key (printed once)")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--principal", required=True, help="who acts: alice, agent:coder, ...")
+    p.add_argument("--permissions", default="", help="comma-separated; default memories:read only")
+    p.add_argument("--user", help="confine to this user_id")
+    p.add_argument("--namespace", action="append", help="confine to this namespace (repeatable)")
+    p.add_argument("--session", help="confine to this session_id")
+    p.add_argument("--labels", default="team", help="ACL labels the key holds (default team)")
+    p.add_argument("--expires-in", help="e.g. 90d, 12h")
+    p.add_argument("--description", default="")
+    p = command(keys, "list", cmd_keys_list, "list keys (never secrets)")
+    p.add_argument("--tenant")
+    p = command(keys, "revoke", cmd_keys_revoke, "revoke a key now")
+    p.add_argument("key_id")
+    p = command(
+        keys, "rotate", cmd_keys_rotate, "mint a replacement key; the old one expires after --grace"
+    )
+    p.add_argument("key_id")
+    p.add_argument("--grace", default="24h", help="how long the old key keeps working")
+    namespaces = sub.add_parser("namespaces", help="per-namespace review policy").add_subparsers(
+        dest="sub", required=True
+    )
+    p = command(namespaces, "set", cmd_namespaces_set, "set a namespace's review policy")
+    p.add_argument("namespace")
+    p.add_argument("--tenant", required=True)
+    p.add_argument(
+        "--review-required",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="saves from keys without memories:review become candidates",
+    )
+    p.add_argument("--candidate-ttl", help="default review window, e.g. 7d")
+    p.add_argument("--max-pending", type=int, help="cap on candidates awaiting review")
+    p = command(namespaces, "list", cmd_namespaces_list, "list namespace policies")
+    p.add_argument("--tenant")
+
+    tombstones = sub.add_parser(
+        "tombstones", help="values kept from coming back after forget or reject"
+    ).add_subparsers(dest="sub", required=True)
+    p = command(tombstones, "list", cmd_tombstones_list, "list a tenant's tombstones")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--namespace")
+    p = command(
+        tombstones, "readmit", cmd_tombstones_readmit, "let a tombstoned value be stored again"
+    )
+    p.add_argument("tombstone_id")
+    p.add_argument("--tenant", required=True)

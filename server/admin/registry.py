@@ -1,0 +1,109 @@
+"""What every brain-admin sub-command shares: its context, the command registry, output, errors.
+
+Sub-command modules (`keys`, `audit`, `backup`, `certs`, `embeddings`) import this module and
+add their commands with `command`; `main` builds the parser from them. Nothing here imports a
+sub-command, so the dependencies point one way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from brain.server.runtime import embedded
+from brain.server.runtime.bootstrap import prepare_embedded
+from brain.server.runtime.pepper import load_pepper
+from brain.server.storage import audit as audit_sql
+from brain.server.telemetry import logs
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class UsageError(Exception):
+    """A brain-admin command was asked for something it cannot do; the message says why."""
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"duration {text!r} must look like 90d, 12h, 30m, 45s or 2w")
+    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+
+
+def admin_principal() -> str:
+    """How brain-admin appears in audit events: ``admin:<os user>``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        user = str(os.getuid())
+    return f"admin:{user}"
+
+
+async def set_admin_actor(conn: asyncpg.Connection) -> None:
+    """Make this owner connection's writes show up as ``admin:<os user>`` in the audit log.
+
+    Called once per brain-admin connection, before any write (`Context.connect`).
+    """
+    await audit_sql.set_principal(conn, admin_principal())
+
+
+class Context:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.database_url: str | None = args.database_url
+        self.data_dir: Path = args.data_dir
+        self._pg: embedded.EmbeddedPostgres | None = None
+
+    @property
+    def pepper(self) -> bytes:
+        return load_pepper(self.args.pepper_file, self.data_dir, create=self.database_url is None)
+
+    async def owner_dsn(self) -> str:
+        if self.database_url is not None:
+            return self.database_url
+        self._pg = embedded.start(self.data_dir / "pg")
+        await prepare_embedded(self._pg)
+        return self._pg.owner_dsn
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[asyncpg.Connection]:
+        dsn = await self.owner_dsn()
+        try:
+            conn = await asyncpg.connect(dsn)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise UsageError(f"cannot connect to {logs.redact_dsn(dsn)}: {exc}") from exc
+        try:
+            await set_admin_actor(conn)  # audit events name the admin
+            yield conn
+        finally:
+            await conn.close()
+
+
+def output(args: argparse.Namespace, data: Any, text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, default=str, indent=2))
+    else:
+        print(text)
+
+
+Handler = Callable[[Context], Awaitable[None]]
+
+
+def command(subparsers: Any, name: str, fn: Handler, help: str) -> argparse.ArgumentParser:
+    """Add one sub-command that runs ``fn(ctx)``; every command takes ``--json``."""
+    new: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=help)
+    new.set_defaults(fn=fn)
+    new.add_argument("--json", action="store_true", help="print JSON")
+    return new

@@ -1,0 +1,232 @@
+"""The memory read path: GetMemory, history, ListMemories, ExportMemories, SearchMemories and
+BuildContext. Every statement carries the caller's visibility predicate."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import structlog
+
+from brain.authz import Caller
+from brain.server.domain import context, convert, cursors
+from brain.server.domain import validation as check
+from brain.server.domain.memories._common import (
+    ALL_STATUSES,
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_SEARCH_LIMIT,
+    EXPORT_BATCH,
+    MemoryBase,
+    Recalled,
+    row_filter,
+    time_coords,
+)
+from brain.server.domain.retrieval import lanes as retrieval
+from brain.server.domain.retrieval.embedders import EmbedderError
+from brain.server.domain.retrieval.lanes import FusedHit
+from brain.server.domain.retrieval.rerankers import RerankerError
+from brain.server.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+    memory_not_found,
+)
+from brain.server.storage import memories as sql
+from brain.v1 import common_pb2, memory_pb2
+
+_log = structlog.get_logger("brain.memories")
+
+
+class MemoryReads(MemoryBase):
+    """Carries out the memory RPCs that read."""
+
+    async def get(
+        self, caller: Caller, req: memory_pb2.GetMemoryRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.GetMemoryResponse:
+        memory_id = check.memory_id("id", req.id)
+        t = time_coords(req.time, default_any_valid=True)
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            row = await sql.get_memory(conn, self.visibility(caller), memory_id, t)
+        if row is None:
+            raise memory_not_found()
+        return memory_pb2.GetMemoryResponse(memory=convert.memory(row))
+
+    async def history(
+        self,
+        caller: Caller,
+        req: memory_pb2.GetMemoryHistoryRequest,
+        timeout_ms: int | None = None,
+    ) -> memory_pb2.GetMemoryHistoryResponse:
+        memory_id = check.memory_id("id", req.id)
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            rows = await sql.history(conn, self.visibility(caller), memory_id)
+        if not rows:
+            raise memory_not_found()
+        return memory_pb2.GetMemoryHistoryResponse(versions=[convert.memory(r) for r in rows])
+
+    async def list_page(
+        self, caller: Caller, req: memory_pb2.ListMemoriesRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.ListMemoriesResponse:
+        size = self.page_size("page_size", req.page_size, DEFAULT_PAGE_SIZE)
+        f = row_filter(req.filter)
+        t = time_coords(req.time, default_any_valid=False)
+        after = None
+        if req.page_token:
+            data = self.tokens.decode("page_token", req.page_token)
+            after = cursors.get_uuid("page_token", data, "k")
+            # A token pins the snapshot its first page saw, so pages never shift.
+            t = replace(t, as_of=cursors.get_time("page_token", data, "a"))
+        if t.as_of is None:
+            t = replace(t, as_of=datetime.now(UTC))
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            rows = await sql.list_page(conn, self.visibility(caller), f, t, after, size + 1)
+        more = len(rows) > size
+        rows = rows[:size]
+        token = ""
+        if more and t.as_of is not None:
+            token = self.tokens.encode({"k": str(rows[-1]["memory_id"]), "a": t.as_of.isoformat()})
+        return memory_pb2.ListMemoriesResponse(
+            memories=[convert.memory(r) for r in rows], next_page_token=token
+        )
+
+    async def export(
+        self, caller: Caller, req: memory_pb2.ExportMemoriesRequest
+    ) -> AsyncIterator[memory_pb2.ExportMemoriesResponse]:
+        f = replace(row_filter(req.filter, ALL_STATUSES), hide_expired=False)
+        after: tuple[uuid.UUID, int] | None = None
+        if req.cursor:
+            token = self.tokens.decode("cursor", req.cursor)
+            after = (cursors.get_uuid("cursor", token, "k"), cursors.get_int("cursor", token, "v"))
+        vis = self.visibility(caller)
+        while True:
+            async with self.tx(caller, readonly=True, replica=True) as conn:
+                rows = await sql.export_page(conn, vis, f, req.include_history, after, EXPORT_BATCH)
+            for row in rows:
+                after = (row["memory_id"], row["version"])
+                yield memory_pb2.ExportMemoriesResponse(
+                    memory=convert.memory(row),
+                    cursor=self.tokens.encode({"k": str(after[0]), "v": after[1]}),
+                )
+            if len(rows) < EXPORT_BATCH:
+                return
+
+    async def search(
+        self, caller: Caller, req: memory_pb2.SearchMemoriesRequest, timeout_ms: int | None = None
+    ) -> Recalled:
+        limit = self.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
+        return await self.recall(
+            caller, req.query, limit, req.filter, req.time, timeout_ms,
+            mode=req.mode or memory_pb2.SEARCH_MODE_HYBRID, query_embedding=req.query_embedding,
+        )  # fmt: skip
+
+    async def build_context(
+        self, caller: Caller, req: memory_pb2.BuildContextRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.BuildContextResponse:
+        token_budget, count = context.budget(req)
+        found = await self.recall(caller, req.query, count, req.filter, req.time, timeout_ms)
+        return context.pack(found.hits, token_budget)
+
+    async def recall(
+        self,
+        caller: Caller,
+        query_text: str,
+        limit: int,
+        filter_: common_pb2.MemoryFilter,
+        time: common_pb2.TimeTravel,
+        timeout_ms: int | None,
+        *,
+        mode: int = memory_pb2.SEARCH_MODE_HYBRID,
+        query_embedding: Sequence[float] = (),
+    ) -> Recalled:
+        """Ranked hits for a query: every lane filtered by scope, status and time first.
+
+        A configured reranker then reorders the fused top N (outside the transaction).
+        """
+        query = check.query("query", query_text)
+        f = row_filter(filter_)
+        t = time_coords(time, default_any_valid=False)
+        if mode not in memory_pb2.SearchMode.values():
+            raise InvalidArgument("mode", f"unknown search mode {mode}")
+        vector = None
+        if mode != memory_pb2.SEARCH_MODE_LEXICAL:
+            try:
+                vector = await self.query_vector(query, query_embedding)
+            except EmbedderError as exc:
+                if mode == memory_pb2.SEARCH_MODE_SEMANTIC:
+                    raise Unavailable(
+                        "the embedder is unavailable, so semantic search cannot run now; "
+                        "hybrid and lexical search still work"
+                    ) from exc
+                _log.warning("query embedding failed; lexical only", error=str(exc))
+            if vector is None and mode == memory_pb2.SEARCH_MODE_SEMANTIC:
+                raise FailedPrecondition(
+                    "mode: semantic search needs an embedder; this server runs with "
+                    "--embedder none (pass query_embedding, or use hybrid or lexical)"
+                )
+        n = max(limit, self.params.candidates)
+        vis = self.visibility(caller)
+        model = self.embedding_model
+        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            lexical: list[retrieval.LaneHit] = []
+            exact: list[retrieval.LaneHit] = []
+            if mode != memory_pb2.SEARCH_MODE_SEMANTIC and retrieval.uses_term_statistics(f, t):
+                lexical, exact = await retrieval.lexical_lanes(
+                    conn, vis, query, f, t, n, self.params
+                )
+            elif mode != memory_pb2.SEARCH_MODE_SEMANTIC:
+                size = await retrieval.corpus_size(conn, vis, f, t)
+                lexical = await retrieval.lexical_lane(
+                    conn, vis, query, f, t, n, self.params, corpus_size=size
+                )
+                exact = await retrieval.lexical_lane(
+                    conn, vis, query, f, t, n, self.params, config="simple", corpus_size=size
+                )
+            semantic: list[retrieval.LaneHit] = []
+            if vector is not None:
+                if mode == memory_pb2.SEARCH_MODE_HYBRID:
+                    vector = await retrieval.feedback_vector(
+                        conn, vis, vector, lexical, self.params, model
+                    )
+                semantic = await retrieval.semantic_lane(
+                    conn, vis, vector, f, t, n, self.params, model=model
+                )
+        depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
+        fused = retrieval.fuse(lexical, semantic, depth, self.params, exact=exact)
+        return await self.rerank(query, fused, limit)
+
+    async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
+        """The reranker's order for the top N, the rest after them in fused order.
+
+        Like a failing embedder, a failing reranker never fails a search: the fused order
+        is returned, and the ranking says so.
+        """
+        if self.reranker is None or not hits:
+            return Recalled(hits[:limit], memory_pb2.RANKING_FUSED)
+        head = hits[: self.reranker.top_n]
+        try:
+            scores = await self.reranker.rerank(query, [h.row["content"] for h in head])
+        except RerankerError as exc:
+            _log.warning("reranking failed; fused order returned", error=str(exc))
+            return Recalled(hits[:limit], memory_pb2.RANKING_FUSED_RERANKER_UNAVAILABLE)
+        for hit, score in zip(head, scores, strict=True):
+            hit.rerank_score = score
+        head = sorted(head, key=lambda h: -h.rerank_score)  # stable: ties keep fused order
+        return Recalled((head + hits[len(head) :])[:limit], memory_pb2.RANKING_RERANKED)
+
+    async def query_vector(self, query: str, given: Sequence[float]) -> list[float] | None:
+        if given:
+            if len(given) != self.embedding_dimension:
+                raise InvalidArgument(
+                    "query_embedding",
+                    f"has {len(given)} values; this server's embeddings have "
+                    f"{self.embedding_dimension} dimensions",
+                )
+            if not all(math.isfinite(x) for x in given):
+                raise InvalidArgument("query_embedding", "must hold finite numbers")
+            return list(given)
+        if self.embedder.dimension == 0:
+            return None
+        return (await self.embedder.embed([query]))[0]

@@ -1,0 +1,460 @@
+"""The memory write path: SaveMemory, UpdateMemory, ForgetMemory and what they share with
+review (idempotency, tombstones, write power, supersede locks).
+
+Each method validates everything before it opens a transaction, and every statement it runs
+carries the caller's visibility predicate, so a row outside scope behaves exactly like a row
+that does not exist.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from google.protobuf.message import Message
+
+from brain.authz import Caller, Permission
+from brain.server.domain import convert, cursors, quotas
+from brain.server.domain import validation as check
+from brain.server.domain.memories._common import (
+    DEFAULT_KIND,
+    DEFAULT_LABEL,
+    MAX_SUPERSEDES,
+    UPDATABLE_FIELDS,
+    MemoryBase,
+    fingerprint,
+    request_hash,
+)
+from brain.server.errors import (
+    AlreadyExists,
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    memory_not_found,
+    supersede_target_not_found,
+)
+from brain.server.storage import memories as sql
+from brain.server.storage.visibility import Visibility
+from brain.v1 import common_pb2, memory_pb2
+
+
+class MemoryWrites(MemoryBase):
+    """Carries out the memory RPCs that change what the brain believes."""
+
+    async def replay(
+        self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, request: Message
+    ) -> common_pb2.Memory | None:
+        """When this idempotency key was used before for this request, the memory it produced
+        as it is now, read through the visibility predicate (the record holds no content, so
+        a replay after a forget shows the retracted memory, and one the caller can no longer
+        see answers NOT_FOUND)."""
+        if not idempotency_key:
+            return None
+        digest = request_hash(self.pepper, caller.method, request)
+        earlier = await sql.claim_idempotency_key(
+            conn,
+            caller.tenant_id,
+            caller.key.key_id,
+            idempotency_key,
+            caller.method,
+            digest,
+            self.limits.idempotency_retention,
+        )
+        if earlier is None:
+            return None
+        if earlier["method"] != caller.method or bytes(earlier["request_hash"]) != digest:
+            raise AlreadyExists(
+                "idempotency_key: already used by this key for a different request; "
+                "use a new key for a new request"
+            )
+        row = None
+        if earlier["memory_id"] is not None:
+            row = await sql.get_memory(
+                conn,
+                self.visibility(caller),
+                earlier["memory_id"],
+                sql.TimeCoords(any_valid_time=True),
+            )
+        if row is None:
+            raise memory_not_found()
+        return convert.shown(row, caller.has(Permission.READ.value))
+
+    async def remember(
+        self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, memory_id: str
+    ) -> None:
+        """Bind the idempotency key to the memory this request produced (its id only)."""
+        if idempotency_key:
+            await sql.store_idempotent_result(
+                conn, caller.tenant_id, caller.key.key_id, idempotency_key, uuid.UUID(memory_id)
+            )
+
+    def labels(self, caller: Caller, requested: list[str]) -> list[str]:
+        held = caller.key.labels
+        if not requested:
+            return [DEFAULT_LABEL] if DEFAULT_LABEL in held else sorted(held)
+        extra = set(requested) - held
+        if extra:
+            raise PermissionDenied(
+                f"memory.labels: this key cannot grant label(s) {sorted(extra)}; "
+                f"it holds {sorted(held)}"
+            )
+        return requested
+
+    def relabel_check(
+        self, caller: Caller, current: asyncpg.Record, requested: list[str]
+    ) -> list[str]:
+        """The labels an update may set. A key grants only labels it holds (keeping one
+        the memory already has is no grant) and likewise revokes only those: dropping a
+        label it does not hold would take the memory from readers it cannot speak for.
+        The messages name no label the key does not hold."""
+        held, present = caller.key.labels, set(current["labels"])
+        requested = requested or self.labels(caller, [])
+        extra = set(requested) - held - present
+        if extra:
+            raise PermissionDenied(
+                f"patch.labels: this key cannot grant label(s) {sorted(extra)}; "
+                f"it holds {sorted(held)}"
+            )
+        if not present - held <= set(requested):
+            raise PermissionDenied(
+                "patch.labels: this key cannot remove labels it does not hold; keep the "
+                "memory's other labels, or ask a key that holds them"
+            )
+        return requested
+
+    def new_memory(
+        self, caller: Caller, draft: common_pb2.MemoryDraft, *, status: str, change: str
+    ) -> sql.NewMemory:
+        """Validate a draft against the caller's scope and build the row to insert."""
+        scope = caller.scope
+        namespace = check.name("scope.namespace", scope.namespace, required=True)
+        check.name("scope.user_id", scope.user_id)
+        check.name("scope.session_id", scope.session_id)
+        content = check.content("memory.content", draft.content)
+        now = datetime.now(UTC)
+        valid_from = check.timestamp(draft.valid_from, draft.HasField("valid_from")) or now
+        valid_to = check.timestamp(draft.valid_to, draft.HasField("valid_to"))
+        if valid_to is not None and valid_to < valid_from:
+            raise InvalidArgument("memory.valid_to", "must not be before memory.valid_from")
+        labels = self.labels(
+            caller, check.names("memory.labels", draft.labels, limit=check.MAX_LABELS)
+        )
+        return sql.NewMemory(
+            namespace=namespace,
+            user_id=scope.user_id,
+            session_id=scope.session_id,
+            content=content,
+            fingerprint=fingerprint(self.pepper, content),
+            kind=check.text("memory.kind", draft.kind, limit=64) or DEFAULT_KIND,
+            tags=check.tags("memory.tags", draft.tags),
+            metadata=check.metadata("memory.metadata", dict(draft.metadata)),
+            labels=labels,
+            status=status,
+            confidence=check.unit_interval(
+                "memory.confidence", draft.confidence if draft.HasField("confidence") else 1.0
+            ),
+            importance=check.unit_interval(
+                "memory.importance", draft.importance if draft.HasField("importance") else 0.5
+            ),
+            valid_from=valid_from,
+            valid_to=valid_to,
+            expires_at=check.timestamp(draft.expires_at, draft.HasField("expires_at")),
+            created_by=caller.principal,
+            changed_by_key=caller.key.key_id,
+            change=change,
+        )
+
+    @staticmethod
+    def supersede_ids(values: Sequence[str]) -> list[uuid.UUID]:
+        if len(values) > MAX_SUPERSEDES:
+            raise InvalidArgument("supersedes", f"at most {MAX_SUPERSEDES} ids")
+        return sorted({check.memory_id("supersedes", v) for v in values})
+
+    @staticmethod
+    async def refuse_tombstoned(
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        field: str,
+        namespace: str,
+        user_id: str,
+        session_id: str,
+        value: bytes,
+    ) -> None:
+        """FAILED_PRECONDITION when a tombstone that binds this caller holds the value."""
+        tombstones = await sql.live_tombstones(conn, vis, namespace, user_id, session_id, value)
+        if tombstones:
+            raise FailedPrecondition(
+                f"{field}: this value was forgotten or rejected in this bucket (tombstone "
+                f"{tombstones[0]}); a reviewer must re-admit it before it can be stored again"
+            )
+
+    @staticmethod
+    def require_write_power(field: str, row: asyncpg.Record) -> None:
+        """A row the caller can read but may change only by proposing (``write_predicate``).
+
+        PERMISSION_DENIED tells nothing new: the caller can read the row."""
+        if not row["writable"]:
+            raise PermissionDenied(
+                f"{field}: memory {row['memory_id']} is outside this key's write scope: a key "
+                "confined to a user changes team-shared memories (and a key confined to a "
+                "session the user's session-less ones) only by proposing; use ProposeMemory "
+                "with supersedes, or a key not confined to a user"
+            )
+
+    async def refuse_unreviewed_change(
+        self, conn: asyncpg.Connection, caller: Caller, namespace: str, field: str
+    ) -> None:
+        """In a review-required namespace a non-reviewer changes content only by proposing."""
+        if self.review is not None and await self.review.review_required(conn, caller, namespace):
+            raise FailedPrecondition(
+                f"{field}: namespace {namespace} is review-required, so a key without "
+                "memories:review changes its memories only through review; propose the new "
+                "value with ProposeMemory (or SaveMemory) and supersedes=[id]"
+            )
+
+    async def lock_targets(
+        self,
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        ids: list[uuid.UUID],
+        *,
+        direct: bool = True,
+    ) -> list[asyncpg.Record]:
+        """Lock every memory to supersede; any missing or invisible one fails the write.
+
+        A ``direct`` supersede (not an approved proposal) also needs write power."""
+        targets = []
+        for target_id in ids:  # sorted: concurrent writers lock in the same order
+            row = await sql.lock_current(conn, vis, target_id)
+            if row is None:
+                raise supersede_target_not_found()
+            if direct:
+                self.require_write_power("supersedes", row)
+            if row["status"] != "active":
+                raise FailedPrecondition(
+                    f"supersedes: memory {target_id} is {row['status']}, not active; "
+                    "only active memories can be superseded"
+                )
+            targets.append(row)
+        return targets
+
+    async def insert_new(
+        self,
+        conn: asyncpg.Connection,
+        caller: Caller,
+        new: sql.NewMemory,
+        targets: list[asyncpg.Record],
+    ) -> asyncpg.Record:
+        """Insert ``new`` and mark ``targets`` superseded by it, at one transaction time."""
+        await quotas.reserve_memories(conn, adding=1 - len(targets))
+        memory_id = cursors.uuid7()
+        at = await sql.clock(conn)
+        new = replace(new, supersedes=[t["memory_id"] for t in targets])
+        row = await sql.insert_memory(conn, caller.tenant_id, new, memory_id, at)
+        await self.mark_superseded(conn, caller, targets, memory_id, at)
+        return row
+
+    @staticmethod
+    async def mark_superseded(
+        conn: asyncpg.Connection,
+        caller: Caller,
+        targets: Sequence[asyncpg.Record],
+        replacement: uuid.UUID,
+        at: datetime,
+    ) -> None:
+        """Close each locked target with a version that names its replacement."""
+        for target in targets:
+            await sql.new_version(
+                conn,
+                target,
+                at,
+                {
+                    "status": "superseded",
+                    "superseded_by": [*target["superseded_by"], replacement],
+                    "change": "supersede",
+                    "changed_by": caller.principal,
+                    "changed_by_key": caller.key.key_id,
+                },
+            )
+
+    async def save(
+        self, caller: Caller, req: memory_pb2.SaveMemoryRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.SaveMemoryResponse:
+        new = self.new_memory(caller, req.memory, status="active", change="save")
+        new.embedding, new.embedding_model = await self.embed_content(new.content)
+        supersedes = self.supersede_ids(req.supersedes)
+        idem = check.text("idempotency_key", req.idempotency_key, limit=128)
+        vis = self.visibility(caller)
+        async with self.tx(caller, timeout_ms=timeout_ms) as conn:
+            replayed = await self.replay(conn, caller, idem, req)
+            if replayed is not None:
+                return memory_pb2.SaveMemoryResponse(
+                    memory=replayed, outcome=memory_pb2.SAVE_OUTCOME_REPLAYED
+                )
+            if self.review is not None and await self.review.review_required(
+                conn, caller, new.namespace
+            ):
+                response = await self.review.save_as_candidate(conn, caller, new, supersedes)
+                await self.remember(conn, caller, idem, response.memory.id)
+                return response
+            await sql.lock_value(conn, caller.tenant_id, new)
+            await self.refuse_tombstoned(
+                conn, vis, "memory.content", new.namespace, new.user_id, new.session_id,
+                new.fingerprint,
+            )  # fmt: skip
+            # A key that may not read gets no existing row back: its save is stored anew.
+            duplicate = None
+            if not supersedes and caller.has(Permission.READ.value):
+                duplicate = await sql.find_duplicate(conn, vis, new)
+            if duplicate is not None:
+                response = memory_pb2.SaveMemoryResponse(
+                    memory=convert.memory(duplicate),
+                    outcome=memory_pb2.SAVE_OUTCOME_DEDUPLICATED,
+                )
+            else:
+                targets = await self.lock_targets(conn, vis, supersedes)
+                row = await self.insert_new(conn, caller, new, targets)
+                response = memory_pb2.SaveMemoryResponse(
+                    memory=convert.memory(row), outcome=memory_pb2.SAVE_OUTCOME_CREATED
+                )
+            await self.remember(conn, caller, idem, response.memory.id)
+        return response
+
+    async def update(
+        self, caller: Caller, req: memory_pb2.UpdateMemoryRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.UpdateMemoryResponse:
+        memory_id = check.memory_id("id", req.id)
+        paths = set(req.update_mask.paths)
+        if not paths:
+            raise InvalidArgument("update_mask", "name at least one field to change")
+        unknown = paths - UPDATABLE_FIELDS
+        if unknown:
+            raise InvalidArgument(
+                "update_mask",
+                f"cannot update {sorted(unknown)}; updatable: {sorted(UPDATABLE_FIELDS)}",
+            )
+        patch = req.patch
+        changes: dict[str, Any] = {}
+        if "content" in paths:
+            changes["content"] = check.content("patch.content", patch.content)
+            changes["fingerprint"] = fingerprint(self.pepper, changes["content"])
+            vector, model = await self.embed_content(changes["content"])
+            changes["embedding"] = vector
+            changes["embedding_model"] = model
+        if "kind" in paths:
+            changes["kind"] = check.text("patch.kind", patch.kind, limit=64) or DEFAULT_KIND
+        if "tags" in paths:
+            changes["tags"] = check.tags("patch.tags", patch.tags)
+        if "metadata" in paths:
+            changes["metadata"] = check.metadata("patch.metadata", dict(patch.metadata))
+        if "labels" in paths:
+            # Checked against the memory's labels once it is locked (relabel_check).
+            changes["labels"] = check.names("patch.labels", patch.labels, limit=check.MAX_LABELS)
+        if "confidence" in paths:
+            changes["confidence"] = check.unit_interval(
+                "patch.confidence", patch.confidence if patch.HasField("confidence") else 1.0
+            )
+        if "importance" in paths:
+            changes["importance"] = check.unit_interval(
+                "patch.importance", patch.importance if patch.HasField("importance") else 0.5
+            )
+        if "valid_from" in paths:
+            changes["valid_from"] = check.timestamp(
+                patch.valid_from, patch.HasField("valid_from")
+            ) or datetime.now(UTC)
+        if "valid_to" in paths:
+            changes["valid_to"] = check.timestamp(patch.valid_to, patch.HasField("valid_to"))
+        if "expires_at" in paths:
+            changes["expires_at"] = check.timestamp(patch.expires_at, patch.HasField("expires_at"))
+        idem = check.text("idempotency_key", req.idempotency_key, limit=128)
+        vis = self.visibility(caller)
+        async with self.tx(caller, timeout_ms=timeout_ms) as conn:
+            replayed = await self.replay(conn, caller, idem, req)
+            if replayed is not None:
+                return memory_pb2.UpdateMemoryResponse(memory=replayed)
+            current = await sql.lock_current(conn, vis, memory_id)
+            if current is None:
+                raise memory_not_found()
+            self.require_write_power("id", current)
+            if "labels" in changes:
+                changes["labels"] = self.relabel_check(caller, current, changes["labels"])
+            await self.refuse_unreviewed_change(conn, caller, current["namespace"], "id")
+            if req.expected_version and current["version"] != req.expected_version:
+                raise Conflict(
+                    f"expected_version: memory {req.id} is at version {current['version']}, "
+                    f"not {req.expected_version}; read it again and retry"
+                )
+            if current["status"] != "active":
+                raise FailedPrecondition(
+                    f"memory {req.id} is {current['status']}; only active memories can be updated"
+                )
+            valid_from = changes.get("valid_from", current["valid_from"])
+            valid_to = changes.get("valid_to", current["valid_to"])
+            if valid_to is not None and valid_to < valid_from:
+                raise InvalidArgument("patch.valid_to", "must not be before valid_from")
+            if "fingerprint" in changes and changes["fingerprint"] != current["fingerprint"]:
+                await self.refuse_tombstoned(
+                    conn, vis, "patch.content", current["namespace"], current["user_id"],
+                    current["session_id"], changes["fingerprint"],
+                )  # fmt: skip
+            at = await sql.clock(conn)
+            changes.update(
+                change="update", changed_by=caller.principal, changed_by_key=caller.key.key_id
+            )
+            row = await sql.new_version(conn, current, at, changes, shown_to=vis)
+            # The row holds fields this request did not set: a key without read sees a receipt.
+            response = memory_pb2.UpdateMemoryResponse(
+                memory=convert.shown(row, caller.has(Permission.READ.value))
+            )
+            await self.remember(conn, caller, idem, response.memory.id)
+        return response
+
+    async def forget(
+        self, caller: Caller, req: memory_pb2.ForgetMemoryRequest, timeout_ms: int | None = None
+    ) -> memory_pb2.ForgetMemoryResponse:
+        memory_id = check.memory_id("id", req.id)
+        reason = check.text("reason", req.reason, limit=500)
+        vis = self.visibility(caller)
+        async with self.tx(caller, timeout_ms=timeout_ms) as conn:
+            current = await sql.lock_current(conn, vis, memory_id)
+            if current is None:
+                raise memory_not_found()
+            # Forget is erasure, not a belief change: it needs write power and
+            # memories:forget, but no review, even in a review-required namespace.
+            self.require_write_power("id", current)
+            if current["status"] == "retracted":  # forgetting twice is a no-op
+                tombstone = await conn.fetchval(
+                    "SELECT tombstone_id FROM tombstones WHERE memory_id = $1 "
+                    "ORDER BY created_at LIMIT 1",
+                    memory_id,
+                )
+                return memory_pb2.ForgetMemoryResponse(id=req.id, tombstone_id=str(tombstone or ""))
+            tombstones = {
+                fp: await sql.add_tombstone(
+                    conn, current["tenant_id"], current, fp, "forget", caller.principal
+                )
+                for fp in await sql.version_fingerprints(
+                    conn, current["tenant_id"], current["memory_id"]
+                )
+            }
+            await sql.erase_all_versions(conn, current["tenant_id"], current["memory_id"])
+            at = await sql.clock(conn)
+            await sql.new_version(
+                conn,
+                current,
+                at,
+                {
+                    "status": "retracted",
+                    "change": "forget",
+                    "changed_by": caller.principal,
+                    "changed_by_key": caller.key.key_id,
+                    "review_reason": reason or None,
+                },
+            )
+        main = tombstones.get(bytes(current["fingerprint"])) if current["fingerprint"] else None
+        return memory_pb2.ForgetMemoryResponse(id=req.id, tombstone_id=str(main or ""))

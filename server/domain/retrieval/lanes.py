@@ -1,0 +1,444 @@
+"""Hybrid recall: lexical and semantic lanes, each filtered in SQL, then fused.
+
+Every lane puts the caller's visibility, status, expiry and time predicates inside its
+own statement, before the LIMIT, so a crowded bucket cannot starve it.
+
+- Lexical (two lanes): Okapi BM25 computed in SQL, over the ``english`` tsvector (stems,
+  no stop words) and, lighter, over the ``simple`` one (exact forms). Query terms are
+  OR-ed (a question rarely shares every word with its answer) and weighted by inverse
+  document frequency over the rows the caller can see.
+- Semantic: pgvector cosine distance over the HNSW index with iterative scans, so a
+  filtered search still returns its k rows; rows below a similarity floor are dropped so
+  an unrelated query can return nothing. In hybrid mode the query vector is first moved
+  toward the best lexical hits (pseudo-relevance feedback, Rocchio style).
+- Fusion: each lane's scores are min-max normalised and combined with a weight per lane,
+  plus small bounded boosts for importance and recency that reorder near-ties but cannot
+  overturn a clearly better match.
+
+The weights were tuned on the LoCoMo dev split only; ``brain-eval locomo --folds``
+re-chooses them leave-one-conversation-out to show how much of that tuning carries over
+(see README, Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from brain.server.storage.memories import (
+    RowFilter,
+    TimeCoords,
+    filter_predicate,
+    memory_columns,
+    time_predicate,
+)
+from brain.server.storage.visibility import (
+    Params,
+    Visibility,
+    cell_predicate,
+    visibility_predicate,
+)
+from brain.server.telemetry import metrics
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """Tuned on the LoCoMo dev split only (see README, Retrieval)."""
+
+    candidates: int = 50  # rows each lane contributes before fusion
+    # Turns and notes are short: length normalisation (b) only hurt on the dev split.
+    bm25_k1: float = 1.0
+    bm25_b: float = 0.0
+    lexical_weight: float = 0.6
+    exact_weight: float = 0.2  # the `simple` lexical lane
+    semantic_weight: float = 0.4
+    feedback_weight: float = 0.5  # how far the query vector moves toward the lexical top hits
+    feedback_docs: int = 3
+    similarity_floor: float = 0.30
+    importance_boost: float = 0.02  # at most this much for importance 1.0 vs 0.5
+    recency_boost: float = 0.01  # at most this much for a memory recorded just now
+    recency_half_life_days: float = 30.0
+    ef_search: int = 100
+    # The candidate budget: terms pull rows in rarest first while their document
+    # frequencies fit in it (see lexical_lanes; lexical_lane also stops counting there).
+    lexical_df_cap: int = 2000
+    # How a lane's hits count: "minmax" (scores scaled to 0..1) or "rrf" (1/(rrf_k + rank),
+    # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
+    fusion: str = "minmax"
+    rrf_k: int = 60
+
+
+# Text search configuration -> the generated tsvector column that holds it.
+TSVECTORS = {"english": "search_tsv", "simple": "search_tsv_simple"}
+
+
+@dataclass
+class LaneHit:
+    row: asyncpg.Record
+    score: float
+
+
+@dataclass
+class FusedHit:
+    row: asyncpg.Record
+    score: float
+    lexical_rank: int = 0
+    semantic_rank: int = 0
+    lexical_score: float = 0.0
+    semantic_similarity: float = 0.0
+    rerank_score: float = 0.0  # set when a reranker ordered the hit
+
+
+async def lexical_lane(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+    config: str = "english",
+    corpus_size: int | None = None,
+) -> list[LaneHit]:
+    """BM25 over the rows the caller may see; terms OR-ed, weighted by IDF.
+
+    ``corpus_size`` (from `corpus_size`) saves counting the visible rows again.
+    """
+    if config not in TSVECTORS:
+        raise ValueError(f"no tsvector column for text search configuration {config!r}")
+    tsv, cfg = TSVECTORS[config], f"'{config}'::regconfig"
+    p = Params(query)
+    scope_sql = (
+        f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
+    )
+    k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
+    if corpus_size is not None and not params.bm25_b:
+        # Counted once per search for both lexical lanes; with b = 0 length drops out.
+        corpus_sql = f"SELECT {p.add(float(corpus_size))}::float8 AS n, 1::float8 AS avgdl"
+    else:
+        avgdl = f"COALESCE(avg(length(m.{tsv})), 1)" if params.bm25_b else "1"
+        corpus_sql = (
+            f"SELECT count(*)::float8 AS n, {avgdl}::float8 AS avgdl "
+            f"FROM memories m WHERE {scope_sql}"
+        )
+    cap = p.add(params.lexical_df_cap)
+    sql = f"""
+        WITH terms AS (
+            SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS tq
+            FROM unnest(tsvector_to_array(to_tsvector({cfg}, $1))) AS lexeme
+        ),
+        -- Document frequency per term, counted up to the cap: a term in more rows than
+        -- that is common, weighs little, and is not worth reading every row it is in.
+        df AS (
+            SELECT t.lexeme, t.tq,
+                   (SELECT count(*) FROM (
+                        SELECT 1 FROM memories m WHERE m.{tsv} @@ t.tq AND {scope_sql}
+                        LIMIT {cap}) hits)::float8 AS df
+            FROM terms t
+        ),
+        q AS (
+            SELECT string_agg(quote_literal(lexeme), ' | ')
+                       FILTER (WHERE df < {cap})::tsquery AS rare,
+                   string_agg(quote_literal(lexeme), ' | ')::tsquery AS every
+            FROM df
+        ),
+        -- Candidates: rows holding a rare term; if every term is common (an unspecific
+        -- query), the first rows found holding any of them, up to the cap.
+        docs AS (
+            SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
+                   length(m.{tsv}) AS dl
+            FROM memories m, q
+            WHERE q.rare IS NOT NULL AND m.{tsv} @@ q.rare AND {scope_sql}
+            UNION ALL
+            (SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
+                    length(m.{tsv}) AS dl
+             FROM memories m, q
+             WHERE q.rare IS NULL AND q.every IS NOT NULL AND m.{tsv} @@ q.every
+               AND {scope_sql}
+             LIMIT {cap})
+        ),
+        corpus AS ({corpus_sql}),
+        tf AS (
+            SELECT d.tenant_id, d.memory_id, d.version, d.dl, u.lexeme,
+                   cardinality(u.positions)::float8 AS tf
+            FROM docs d, unnest(d.tsv) AS u
+            WHERE u.lexeme IN (SELECT lexeme FROM terms)
+        ),
+        scored AS (
+            SELECT tf.tenant_id, tf.memory_id, tf.version,
+                   sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))
+                       * tf.tf * ({k1} + 1)
+                       / (tf.tf + {k1} * (1 - {b} + {b} * tf.dl / GREATEST(c.avgdl, 1)))) AS score
+            FROM tf JOIN df USING (lexeme), corpus c
+            GROUP BY tf.tenant_id, tf.memory_id, tf.version
+            ORDER BY score DESC
+            LIMIT {p.add(limit)}
+        )
+        SELECT {memory_columns(v, p)}, s.score
+        FROM scored s JOIN memories m USING (tenant_id, memory_id, version)
+        ORDER BY s.score DESC, m.memory_id"""
+    with metrics.lane("lexical" if config == "english" else "exact"):
+        rows = await conn.fetch(sql, *p.values)
+    return [LaneHit(row=r, score=float(r["score"])) for r in rows]
+
+
+def uses_term_statistics(f: RowFilter, t: TimeCoords) -> bool:
+    """Whether the kept term statistics describe what this search runs over: they count
+    current active rows, so a search of the past or of other statuses counts instead."""
+    return t.as_of is None and list(f.statuses) == ["active"]
+
+
+async def lexical_lanes(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+) -> tuple[list[LaneHit], list[LaneHit]]:
+    """Both BM25 lanes (``english``, ``simple``) in one statement, from kept statistics.
+
+    Document frequencies and the corpus size are sums of the write-time counts of the
+    visibility cells the caller may see (migration 0010), never of other cells, so they
+    cost a few index lookups whatever the bucket's size. Candidates come through the GIN
+    index from the rarest query terms first, as many terms as fit ``lexical_df_cap`` rows
+    (always the rarest one), so the rows read follow the query's rare terms too.
+    """
+    p = Params(query)
+    scope_sql = (
+        f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
+    )
+    tenant, budget = f"{p.add(v.tenant_id)}::uuid", p.add(params.lexical_df_cap)
+    k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
+    recent = p.add(params.candidates * 4)
+    docs = " UNION ALL ".join(
+        f"""(SELECT '{config}'::text AS config, m.tenant_id, m.memory_id, m.version,
+                    m.{tsv} AS tsv
+             FROM picked q, memories m
+             WHERE q.config = '{config}' AND NOT q.common AND m.{tsv} @@ q.tq AND {scope_sql}
+             LIMIT {budget})
+            UNION ALL
+            (SELECT '{config}', r.* FROM picked q, LATERAL (
+                 SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv FROM memories m
+                 -- not through the GIN index: its posting list is most of the bucket
+                 WHERE (m.{tsv} || ''::tsvector) @@ q.tq AND {scope_sql}
+                 ORDER BY m.memory_id DESC LIMIT {recent}) r
+             WHERE q.config = '{config}' AND q.common)"""
+        for config, tsv in TSVECTORS.items()
+    )
+    sql = f"""
+        WITH cells AS (
+            SELECT c.cell_id FROM lexical_cells c
+            WHERE c.tenant_id = {tenant} AND {cell_predicate(v, p, "c")}
+        ),
+        terms AS (
+            SELECT 'english'::text AS config, l AS lexeme
+            FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) l
+            UNION ALL SELECT 'simple', l
+            FROM unnest(tsvector_to_array(to_tsvector('simple'::regconfig, $1))) l
+            UNION ALL SELECT 'english', '' UNION ALL SELECT 'simple', ''
+        ),
+        -- Lexeme '' is each cell's row count and total length (see migration 0010).
+        stats AS (
+            SELECT t.config, t.lexeme, s.df, s.len FROM terms t, LATERAL (
+                SELECT COALESCE(sum(s.df), 0)::float8 AS df,
+                       COALESCE(sum(s.total_length), 0)::float8 AS len
+                FROM lexical_terms s
+                WHERE s.tenant_id = {tenant} AND s.config = t.config AND s.lexeme = t.lexeme
+                  AND s.cell_id = ANY(ARRAY(SELECT cell_id FROM cells))) s
+        ),
+        corpus AS (
+            SELECT config, df AS n, CASE WHEN df > 0 THEN len / df ELSE 1 END AS avgdl
+            FROM stats WHERE lexeme = ''
+        ),
+        qterms AS (
+            SELECT s.config, s.lexeme, s.df,
+                   sum(s.df) OVER (PARTITION BY s.config ORDER BY s.df, s.lexeme
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS running
+            FROM stats s WHERE s.lexeme <> '' AND s.df > 0
+        ),
+        -- Candidates: rows holding the rarest terms, as many terms as fit the budget
+        -- (always the rarest one), through the GIN index. When even the rarest term is in
+        -- more than a twentieth of the rows (and over the budget), the query is unspecific:
+        -- its newest rows holding it are read instead, a bounded number.
+        picked AS (
+            SELECT q.config, string_agg(quote_literal(q.lexeme), ' | ')::tsquery AS tq,
+                   min(q.df) > {budget} AND min(q.df) * 20 > min(c.n) AS common
+            FROM qterms q JOIN corpus c USING (config)
+            WHERE q.running <= {budget} OR q.running = q.df
+            GROUP BY q.config
+        ),
+        docs AS ({docs}),
+        weights AS (
+            SELECT q.config, q.lexeme, c.avgdl,
+                   ln(1 + (c.n - q.df + 0.5) / (q.df + 0.5)) AS idf
+            FROM qterms q JOIN corpus c USING (config)
+        ),
+        -- Each candidate scored on its own: no join of every candidate's every word.
+        scored AS (
+            SELECT d.config, d.tenant_id, d.memory_id, d.version, (
+                SELECT sum(w.idf * cardinality(u.positions) * ({k1} + 1)
+                           / (cardinality(u.positions)
+                              + {k1} * (1 - {b} + {b} * length(d.tsv) / GREATEST(w.avgdl, 1))))
+                FROM unnest(d.tsv) AS u JOIN weights w ON w.lexeme = u.lexeme
+                WHERE w.config = d.config) AS score
+            FROM docs d
+        ),
+        ranked AS (
+            SELECT s.*, row_number() OVER (PARTITION BY s.config
+                                           ORDER BY s.score DESC, s.memory_id) AS rank
+            FROM scored s WHERE s.score IS NOT NULL
+        )
+        SELECT {memory_columns(v, p)}, r.config AS lane, r.score
+        FROM ranked r JOIN memories m USING (tenant_id, memory_id, version)
+        WHERE r.rank <= {p.add(limit)}
+        ORDER BY r.config, r.score DESC, m.memory_id"""
+    with metrics.lane("lexical"):
+        rows = await conn.fetch(sql, *p.values)
+    lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
+    for r in rows:
+        lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
+    return lanes["english"], lanes["simple"]
+
+
+async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
+    """How many rows the search runs over: N in BM25's inverse document frequency."""
+    p = Params()
+    value: int = await conn.fetchval(
+        f"""SELECT count(*) FROM memories m
+            WHERE {visibility_predicate(v, p)} AND {time_predicate(t, p)}
+              AND {filter_predicate(f, p)}""",
+        *p.values,
+    )
+    return value
+
+
+async def semantic_lane(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    vector: Sequence[float],
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+    model: str | None = None,
+) -> list[LaneHit]:
+    """Nearest neighbours by cosine, filtered in the scan; below the floor is dropped."""
+    # Iterative scans keep walking the HNSW graph until `limit` rows pass the filters.
+    await conn.execute(
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+        "set_config('hnsw.ef_search', $1, true)",
+        str(max(params.ef_search, limit)),
+    )
+    p = Params(list(vector))
+    same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
+    sql = f"""
+        SELECT * FROM (
+            SELECT {memory_columns(v, p)}, 1 - (m.embedding <=> $1::vector) AS similarity
+            FROM memories m
+            WHERE m.embedding IS NOT NULL {same_model}
+              AND {visibility_predicate(v, p)} AND {time_predicate(t, p)}
+              AND {filter_predicate(f, p)}
+            ORDER BY m.embedding <=> $1::vector
+            LIMIT {p.add(limit)}
+        ) hits
+        WHERE similarity >= {p.add(params.similarity_floor)}::float8
+        ORDER BY similarity DESC"""
+    with metrics.lane("semantic"):
+        rows = await conn.fetch(sql, *p.values)
+    return [LaneHit(row=r, score=float(r["similarity"])) for r in rows]
+
+
+def _key(row: asyncpg.Record) -> Any:
+    return (row["memory_id"], row["version"])
+
+
+def _reciprocal(hits: Sequence[LaneHit], k: int) -> list[float]:
+    return [(k + 1) / (k + rank) for rank in range(1, len(hits) + 1)]
+
+
+def _minmax(hits: Sequence[LaneHit]) -> list[float]:
+    if not hits:
+        return []
+    low, high = min(h.score for h in hits), max(h.score for h in hits)
+    return [(h.score - low) / (high - low) if high > low else 1.0 for h in hits]
+
+
+async def feedback_vector(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    vector: Sequence[float],
+    lexical: Sequence[LaneHit],
+    params: RetrievalParams,
+    model: str | None,
+) -> list[float]:
+    """The query vector moved toward the embeddings of the best lexical hits."""
+    top = [h.row for h in lexical[: params.feedback_docs]]
+    if not top or params.feedback_weight <= 0:
+        return list(vector)
+    p = Params(
+        [r["tenant_id"] for r in top], [r["memory_id"] for r in top], [r["version"] for r in top]
+    )
+    same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
+    rows = await conn.fetch(
+        f"""SELECT m.embedding FROM memories m
+            WHERE (m.tenant_id, m.memory_id, m.version) IN (
+                  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[]))
+              AND m.embedding IS NOT NULL {same_model} AND {visibility_predicate(v, p)}""",
+        *p.values,
+    )
+    if not rows:
+        return list(vector)
+    mixed = [float(x) for x in vector]
+    for row in rows:
+        for i, x in enumerate(row["embedding"].to_list()):
+            mixed[i] += params.feedback_weight * x / len(rows)
+    norm = math.sqrt(sum(x * x for x in mixed)) or 1.0
+    return [x / norm for x in mixed]
+
+
+def fuse(
+    lexical: Sequence[LaneHit],
+    semantic: Sequence[LaneHit],
+    limit: int,
+    params: RetrievalParams,
+    now: datetime | None = None,
+    exact: Sequence[LaneHit] = (),
+) -> list[FusedHit]:
+    """Combine the lanes into one ranking (see the module docstring)."""
+    now = now or datetime.now(UTC)
+    fused: dict[Any, FusedHit] = {}
+    lanes = (
+        ("lexical", lexical, params.lexical_weight),
+        ("exact", exact, params.exact_weight),
+        ("semantic", semantic, params.semantic_weight),
+    )
+    for kind, hits, weight in lanes:
+        norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)
+        for rank, (hit, norm) in enumerate(zip(hits, norms, strict=True), start=1):
+            item = fused.setdefault(_key(hit.row), FusedHit(row=hit.row, score=0.0))
+            item.score += weight * norm
+            if kind == "lexical":
+                item.lexical_rank, item.lexical_score = rank, hit.score
+            elif kind == "semantic":
+                item.semantic_rank, item.semantic_similarity = rank, hit.score
+    for item in fused.values():
+        item.score += boost(item.row, params, now)
+    ranked = sorted(fused.values(), key=lambda h: (-h.score, str(h.row["memory_id"])))
+    return ranked[:limit]
+
+
+def boost(row: asyncpg.Record, params: RetrievalParams, now: datetime) -> float:
+    """Bounded nudges: importance above/below 0.5, and recency of the version."""
+    importance = params.importance_boost * 2 * (float(row["importance"]) - 0.5)
+    age_days = max(0.0, (now - row["recorded_at"]).total_seconds() / 86400)
+    recency = params.recency_boost * math.exp(
+        -math.log(2) * age_days / params.recency_half_life_days
+    )
+    return importance + recency

@@ -1,0 +1,311 @@
+"""Human review: agents propose, a different principal approves or rejects.
+
+Separation of duties is enforced here and nowhere can a request turn it off: the
+proposer of a candidate can never review it, whatever permissions its key holds.
+Review-required namespaces (set with brain-admin) turn direct saves from keys
+without ``memories:review`` into candidates.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from brain.authz import Caller, Permission
+from brain.server.domain import convert, cursors, quotas
+from brain.server.domain import validation as check
+from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories
+from brain.server.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    ResourceExhausted,
+    memory_not_found,
+    supersede_target_not_found,
+)
+from brain.server.storage import memories as sql
+from brain.server.storage import review as review_sql
+from brain.v1 import memory_pb2, review_pb2
+
+DEFAULT_CANDIDATE_TTL = timedelta(days=7)
+REVIEW_REQUIRED_REASON = "saved into a review-required namespace"
+
+
+@dataclass(frozen=True)
+class ReviewLimits:
+    max_candidate_ttl: timedelta = timedelta(days=30)
+    proposals_per_hour: int = 100
+
+
+class Review:
+    """Carries out ReviewService RPCs, and the candidate path of SaveMemory."""
+
+    def __init__(self, memories: Memories, limits: ReviewLimits | None = None) -> None:
+        self.memories = memories
+        self.limits = limits or ReviewLimits()
+        memories.review = self
+
+    async def save_as_candidate(
+        self,
+        conn: asyncpg.Connection,
+        caller: Caller,
+        new: sql.NewMemory,
+        supersedes: list[uuid.UUID],
+    ) -> memory_pb2.SaveMemoryResponse:
+        """SaveMemory in a review-required namespace: store a candidate and say so."""
+        candidate = replace(new, proposal_reason=REVIEW_REQUIRED_REASON)
+        row, created = await self.propose_in_tx(conn, caller, candidate, supersedes, None)
+        outcome = (
+            memory_pb2.SAVE_OUTCOME_PROPOSED if created else memory_pb2.SAVE_OUTCOME_DEDUPLICATED
+        )
+        return memory_pb2.SaveMemoryResponse(memory=convert.memory(row), outcome=outcome)
+
+    async def propose_in_tx(
+        self,
+        conn: asyncpg.Connection,
+        caller: Caller,
+        new: sql.NewMemory,
+        supersedes: list[uuid.UUID],
+        review_within: timedelta | None,
+    ) -> tuple[asyncpg.Record, bool]:
+        """Store ``new`` as a candidate; (row, created). Checks tombstones and limits."""
+        vis = self.memories.visibility(caller)
+        await sql.lock_value(conn, caller.tenant_id, new)
+        await self.memories.refuse_tombstoned(
+            conn, vis, "memory.content", new.namespace, new.user_id, new.session_id,
+            new.fingerprint,
+        )  # fmt: skip
+        # A response never carries a row the caller could not read: without
+        # memories:read, only the caller's own pending proposal counts as a duplicate.
+        existing = await review_sql.pending_duplicate(
+            conn, vis, new.namespace, new.user_id, new.session_id, new.fingerprint,
+            own_candidates_of=None if caller.has(Permission.READ.value) else caller.principal,
+        )  # fmt: skip
+        if existing is not None:
+            return existing, False
+        for target_id in supersedes:  # checked now, superseded only on approval
+            if await sql.lock_current(conn, vis, target_id) is None:
+                raise supersede_target_not_found()
+        policy = await sql.namespace_policy(conn, new.namespace)
+        ttl = policy["candidate_ttl"] if policy else DEFAULT_CANDIDATE_TTL
+        if review_within is not None:
+            ttl = review_within
+        if ttl > self.limits.max_candidate_ttl:
+            raise InvalidArgument(
+                "review_within", f"at most {self.limits.max_candidate_ttl.days} days"
+            )
+        max_pending = policy["max_pending"] if policy else 1000
+        if (
+            await review_sql.pending_in_namespace(conn, caller.tenant_id, new.namespace)
+            >= max_pending
+        ):
+            raise ResourceExhausted(
+                f"namespace {new.namespace} already has {max_pending} candidates awaiting "
+                "review; review some before proposing more"
+            )
+        hour_ago = datetime.now(UTC) - timedelta(hours=1)
+        recent = await review_sql.proposals_since(conn, caller.key.key_id, hour_ago)
+        if recent >= self.limits.proposals_per_hour:
+            raise ResourceExhausted(
+                f"this key made {recent} proposals in the last hour; the limit is "
+                f"{self.limits.proposals_per_hour}"
+            )
+        await quotas.reserve_memories(conn, adding=1)
+        at = await sql.clock(conn)
+        candidate = replace(
+            new,
+            status="candidate",
+            change="propose",
+            supersedes=list(supersedes),
+            candidate_expires_at=at + ttl,
+        )
+        row = await sql.insert_memory(conn, caller.tenant_id, candidate, cursors.uuid7(), at)
+        return row, True
+
+    async def review_required(
+        self, conn: asyncpg.Connection, caller: Caller, namespace: str
+    ) -> bool:
+        """Whether a direct save by this caller must become a candidate."""
+        if caller.has(Permission.REVIEW.value):
+            return False
+        policy = await sql.namespace_policy(conn, namespace)
+        return bool(policy and policy["review_required"])
+
+    async def propose(
+        self, caller: Caller, req: review_pb2.ProposeMemoryRequest, timeout_ms: int | None = None
+    ) -> review_pb2.ProposeMemoryResponse:
+        m = self.memories
+        new = m.new_memory(caller, req.memory, status="candidate", change="propose")
+        new.embedding, new.embedding_model = await m.embed_content(new.content)
+        reason = check.text("reason", req.reason, limit=1000).strip()
+        if not reason:
+            raise InvalidArgument("reason", "is required: say why this should be remembered")
+        new = replace(new, proposal_reason=reason)
+        supersedes = m.supersede_ids(req.supersedes)
+        review_within = None
+        if req.HasField("review_within"):
+            review_within = req.review_within.ToTimedelta()
+            if review_within <= timedelta(0):
+                raise InvalidArgument("review_within", "must be positive")
+        idem = check.text("idempotency_key", req.idempotency_key, limit=128)
+        async with m.tx(caller, timeout_ms=timeout_ms) as conn:
+            replayed = await m.replay(conn, caller, idem, req)
+            if replayed is not None:
+                return review_pb2.ProposeMemoryResponse(candidate=replayed)
+            row, _ = await self.propose_in_tx(conn, caller, new, supersedes, review_within)
+            response = review_pb2.ProposeMemoryResponse(candidate=convert.memory(row))
+            await m.remember(conn, caller, idem, response.candidate.id)
+        return response
+
+    async def list_candidates(
+        self, caller: Caller, req: review_pb2.ListCandidatesRequest, timeout_ms: int | None = None
+    ) -> review_pb2.ListCandidatesResponse:
+        m = self.memories
+        size = m.page_size("page_size", req.page_size, DEFAULT_PAGE_SIZE)
+        proposed_by = check.text("proposed_by", req.proposed_by)
+        if not caller.has(Permission.REVIEW.value):
+            # Without review rights a key sees its own proposals only.
+            if proposed_by and proposed_by != caller.principal:
+                raise PermissionDenied(
+                    "proposed_by: without memories:review a key lists only its own proposals"
+                )
+            proposed_by = caller.principal
+        after = None
+        if req.page_token:
+            after = cursors.get_uuid(
+                "page_token", m.tokens.decode("page_token", req.page_token), "k"
+            )
+        async with m.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+            rows = await review_sql.candidates_page(
+                conn, m.visibility(caller), proposed_by, after, size + 1
+            )
+        token = m.tokens.encode({"k": str(rows[size - 1]["memory_id"])}) if len(rows) > size else ""
+        return review_pb2.ListCandidatesResponse(
+            candidates=[convert.memory(r) for r in rows[:size]], next_page_token=token
+        )
+
+    async def review(
+        self, caller: Caller, req: review_pb2.ReviewCandidateRequest, timeout_ms: int | None = None
+    ) -> review_pb2.ReviewCandidateResponse:
+        m = self.memories
+        memory_id = check.memory_id("id", req.id)
+        if req.decision not in (
+            review_pb2.REVIEW_DECISION_APPROVE,
+            review_pb2.REVIEW_DECISION_REJECT,
+        ):
+            raise InvalidArgument("decision", "must be APPROVE or REJECT")
+        reason = check.text("reason", req.reason, limit=1000).strip()
+        if not reason:
+            raise InvalidArgument("reason", "is required: say why you approve or reject")
+        vis = m.visibility(caller)
+        async with m.tx(caller, timeout_ms=timeout_ms) as conn:
+            current = await sql.lock_current(conn, vis, memory_id)
+            if current is None:
+                raise memory_not_found()
+            if current["status"] != "candidate":
+                raise FailedPrecondition(f"memory {req.id} is {current['status']}, not a candidate")
+            if current["created_by"] == caller.principal:
+                raise PermissionDenied(
+                    "a candidate cannot be reviewed by the principal that proposed it; "
+                    "ask another reviewer"
+                )
+            at = await sql.clock(conn)
+            if (
+                current["candidate_expires_at"] is not None
+                and current["candidate_expires_at"] <= at
+            ):
+                raise FailedPrecondition(
+                    f"candidate {req.id} expired at {current['candidate_expires_at'].isoformat()} "
+                    "and can no longer be reviewed"
+                )
+            reviewed = {
+                "reviewed_by": caller.principal,
+                "reviewed_at": at,
+                "review_reason": reason,
+                "changed_by": caller.principal,
+                "changed_by_key": caller.key.key_id,
+            }
+            if req.decision == review_pb2.REVIEW_DECISION_REJECT:
+                await sql.add_tombstone(
+                    conn, current["tenant_id"], current, bytes(current["fingerprint"]), "reject",
+                    caller.principal,
+                )  # fmt: skip
+                row = await sql.new_version(
+                    conn,
+                    current,
+                    at,
+                    {**reviewed, "status": "rejected", "change": "reject"},
+                    shown_to=vis,
+                )
+                return review_pb2.ReviewCandidateResponse(
+                    memory=convert.shown(row, caller.has(Permission.READ.value))
+                )
+            # Only tombstones the reviewer could see bind (and are lifted by) the approval.
+            tombstones = await sql.live_tombstones(
+                conn, vis, current["namespace"], current["user_id"], current["session_id"],
+                bytes(current["fingerprint"]),
+            )  # fmt: skip
+            if tombstones:
+                if not req.readmit_tombstoned:
+                    raise FailedPrecondition(
+                        f"this value is held by tombstone {tombstones[0]} in the bucket; set "
+                        "readmit_tombstoned to re-admit it explicitly"
+                    )
+                for tombstone in tombstones:
+                    await review_sql.readmit_tombstone(conn, tombstone, caller.principal)
+            # Approval is the review itself: the reviewer's visibility, not write scope.
+            targets = await m.lock_targets(conn, vis, sorted(current["supersedes"]), direct=False)
+            # Transaction time is read again now the targets are locked: a target changed
+            # while this waited has a version recorded after the first reading.
+            at = await sql.clock(conn)
+            reviewed = {**reviewed, "reviewed_at": at}
+            row = await sql.new_version(
+                conn,
+                current,
+                at,
+                {**reviewed, "status": "active", "change": "approve"},
+                shown_to=vis,
+            )
+            await m.mark_superseded(conn, caller, targets, current["memory_id"], at)
+        return review_pb2.ReviewCandidateResponse(
+            memory=convert.shown(row, caller.has(Permission.READ.value))
+        )
+
+    async def withdraw(
+        self,
+        caller: Caller,
+        req: review_pb2.WithdrawCandidateRequest,
+        timeout_ms: int | None = None,
+    ) -> review_pb2.WithdrawCandidateResponse:
+        m = self.memories
+        memory_id = check.memory_id("id", req.id)
+        reason = check.text("reason", req.reason, limit=1000)
+        vis = m.visibility(caller)
+        async with m.tx(caller, timeout_ms=timeout_ms) as conn:
+            current = await sql.lock_current(conn, vis, memory_id)
+            if current is None:
+                raise memory_not_found()
+            if current["status"] != "candidate":
+                raise FailedPrecondition(f"memory {req.id} is {current['status']}, not a candidate")
+            if current["created_by"] != caller.principal:
+                raise PermissionDenied(
+                    "only the principal that proposed a candidate can withdraw it"
+                )
+            at = await sql.clock(conn)
+            row = await sql.new_version(
+                conn,
+                current,
+                at,
+                {
+                    "status": "withdrawn",
+                    "change": "withdraw",
+                    "review_reason": reason or None,
+                    "changed_by": caller.principal,
+                    "changed_by_key": caller.key.key_id,
+                },
+                shown_to=vis,
+            )
+        return review_pb2.WithdrawCandidateResponse(memory=convert.memory(row))

@@ -1,0 +1,1 @@
+"""Measuring tools: `brain-eval` (retrieval quality) and the benchmarks."""

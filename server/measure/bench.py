@@ -1,0 +1,139 @@
+"""brain-bench: search and save throughput as a bucket grows, against the echo ceiling.
+
+``brain-bench --rows 10000 100000 --embedders none local``
+
+First a bare grpc.aio echo server is measured at each concurrency: the most calls per
+second a Python gRPC service can answer on this machine (the ceiling). Then, for each
+embedder, a private server starts on a fresh embedded database (as brain-eval does), one
+tenant's bucket is filled straight through SQL (Zipf-distributed words, random vectors;
+only the query is embedded) to each size in turn, and SearchMemories then SaveMemory are
+driven over real gRPC from a separate process at each concurrency, for ``--seconds`` or
+``--ops`` calls, whichever ends first. Every row says calls/s, p50/p99 and the ratio to
+the echo ceiling at the same concurrency. Figures depend on the machine and its load:
+compare rows within one run. ``python -m brain.server.measure.bench throughput`` is the older study
+of what saves wait on in PostgreSQL (see ``bench_throughput``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from brain.server.measure.evaluation import private_brain
+from brain.server.measure.load import drive, start_echo_server
+from brain.server.measure.synthetic import fill, tenant_of
+from brain.server.telemetry import logs
+
+KINDS = ("search", "save")
+
+
+async def run(
+    sizes: Sequence[int],
+    concurrencies: Sequence[int],
+    embedders: Sequence[str],
+    ops: int,
+    seconds: float,
+    seed: int,
+    kinds: Sequence[str] = KINDS,
+) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    spawn = multiprocessing.get_context("spawn")
+    results: dict[str, Any] = {"echo": {}, "runs": []}
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+
+        async def load(address: str, key: str, kind: str, c: int) -> dict[str, Any]:
+            print(f"  {kind} at concurrency {c}…", file=sys.stderr)
+            measured: dict[str, Any] = await loop.run_in_executor(
+                pool, drive, address, key, kind, c, ops, seed + c, seconds
+            )
+            return measured
+
+        print("echo ceiling…", file=sys.stderr)
+        server, address = await start_echo_server()
+        try:
+            for c in concurrencies:
+                results["echo"][c] = await load(address, "", "echo", c)
+        finally:
+            await server.stop(None)
+        for embedder in embedders:
+            async with private_brain(embedder) as brain:
+                bucket = await brain.bucket("bench")
+                tenant = await tenant_of(brain, bucket.api_key)
+                for size in sorted(sizes):
+                    print(f"{embedder}: filling to {size} memories…", file=sys.stderr)
+                    dimension = 0 if embedder == "none" else brain.memories.embedding_dimension
+                    cost = await fill(brain.owner_dsn, tenant, size, dimension, seed)
+                    for kind in kinds:
+                        for c in concurrencies:
+                            measured = await load(brain.address, bucket.api_key, kind, c)
+                            echo = results["echo"][c]["per_s"] or 1.0
+                            measured["vs_echo"] = round(measured["per_s"] / echo, 3)
+                            results["runs"].append(
+                                {"embedder": embedder, "rows": size, "kind": kind,
+                                 "concurrency": c, **measured, **cost}
+                            )  # fmt: skip
+    return results
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        f"{'':>8} {'rows':>9} {'kind':>6} {'conc':>4} {'calls/s':>8} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'vs echo':>8} {'errors':>6}"
+    ]
+    for c, e in results["echo"].items():
+        lines.append(
+            f"{'echo':>8} {'':>9} {'echo':>6} {c:>4} {e['per_s']:>8} {e['p50_ms']:>8} "
+            f"{e['p99_ms']:>8} {1.0:>8} {sum(e['errors'].values()):>6}"
+        )
+    for r in results["runs"]:
+        lines.append(
+            f"{r['embedder']:>8} {r['rows']:>9} {r['kind']:>6} {r['concurrency']:>4} "
+            f"{r['per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['vs_echo']:>8} "
+            f"{sum(r['errors'].values()):>6}"
+        )
+    fills = {(r["embedder"], r["rows"]): r for r in results["runs"]}
+    for (embedder, rows), r in fills.items():
+        hnsw = f", HNSW build {r['hnsw_build_s']} s ({r['hnsw_mb']} MB)" if "hnsw_mb" in r else ""
+        lines.append(
+            f"fill {embedder} to {rows}: {r['fill_s']} s, term statistics {r['stats_s']} s{hnsw}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["throughput"]:
+        from brain.server.measure import bench_throughput
+
+        bench_throughput.main(argv[1:])
+        return
+    parser = argparse.ArgumentParser(prog="brain-bench", description=__doc__)
+    parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument(
+        "--embedders", nargs="+", choices=["none", "local"], default=["none", "local"]
+    )
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--ops", type=int, default=2000, help="at most this many calls per row")
+    parser.add_argument("--seconds", type=float, default=10.0, help="at most this long per row")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if min(args.rows) < 1 or min(args.concurrency) < 1:
+        parser.error("--rows and --concurrency need positive numbers")
+    logs.configure("warning")
+    results = asyncio.run(
+        run(args.rows, args.concurrency, args.embedders, args.ops, args.seconds, args.seed,
+            args.kinds)
+    )  # fmt: skip
+    print(json.dumps(results) if args.json else report(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The brain-server process: configuration, startup, the embedded PostgreSQL and its supervisor."""

@@ -1,0 +1,370 @@
+"""brain-server: the gRPC server, its startup checks and graceful shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import asyncpg
+import grpc
+import structlog
+from grpc_health.v1 import _async as health_aio  # the asyncio servicer; health.aio is this
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from brain.authz import RateLimiter
+from brain.authz.interceptor import AuthorizationInterceptor
+from brain.server.domain import validation
+from brain.server.domain.audit import AuditLog
+from brain.server.domain.memories import Limits, Memories
+from brain.server.domain.retrieval.embedders import (
+    Embedder,
+    EmbedderError,
+    InstrumentedEmbedder,
+    build_embedder,
+)
+from brain.server.domain.retrieval.rerankers import RerankerError, build_reranker
+from brain.server.domain.review import Review, ReviewLimits
+from brain.server.domain.watch import close_feed
+from brain.server.edge.audit import AuditServicer
+from brain.server.edge.identity import IdentityServicer
+from brain.server.edge.memory import MemoryServicer
+from brain.server.edge.review import ReviewServicer
+from brain.server.runtime import embedded
+from brain.server.runtime.bootstrap import prepare_embedded
+from brain.server.runtime.config import Settings, add_server_arguments, settings_from_args
+from brain.server.runtime.pepper import PepperError, load_pepper
+from brain.server.runtime.supervisor import DatabaseSupervisor
+from brain.server.storage import migrate as migrations
+from brain.server.storage.db import Database, UnsafeRole
+from brain.server.telemetry import logs, metrics, tracing
+from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_pb2_grpc
+
+_log = structlog.get_logger("brain.server")
+SERVICES = (
+    "brain.v1.MemoryService",
+    "brain.v1.ReviewService",
+    "brain.v1.AuditService",
+    "brain.v1.IdentityService",
+)
+
+
+class StartupError(Exception):
+    """The server cannot start; the message is one line for the operator."""
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    db: Database
+    health: health_aio.HealthServicer
+    port: int
+    memories: Memories
+    supervisor: DatabaseSupervisor
+    embedded_pg: embedded.EmbeddedPostgres | None = None
+    metrics_server: metrics.MetricsServer | None = None
+    tracing_on: bool = False
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Refuse new calls, drain in-flight ones for up to ``grace`` s, then close."""
+        if self.stopped.is_set():
+            return
+        self.stopped.set()
+        await self.supervisor.stop()
+        await self.health.enter_graceful_shutdown()
+        metrics.SERVING.set(0)
+        await close_feed(self.db)  # watch streams end now, not after the grace period
+        await self.server.stop(grace)
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+        for pool in (self.db.pool, self.db.replica):
+            if pool is not None:
+                metrics.POOLS.forget(pool)
+        if self.tracing_on:
+            tracing.shutdown()
+        await self.db.close()
+        if self.embedded_pg is not None:
+            self.embedded_pg.stop()
+        _log.info("server stopped")
+
+
+async def open_database(settings: Settings) -> tuple[Database, embedded.EmbeddedPostgres | None]:
+    """Connect as the app role: embedded (started and migrated here) or BRAIN_DATABASE_URL."""
+    pg = None
+    if settings.database_url is None:
+        pg = embedded.start(settings.data_dir / "pg")
+        await prepare_embedded(pg)
+        dsn = pg.app_dsn
+    else:
+        dsn = settings.database_url
+        parts = urlsplit(dsn)
+        if parts.scheme not in ("postgres", "postgresql"):
+            raise StartupError(
+                f"BRAIN_DATABASE_URL {logs.redact_dsn(dsn)!r} is not a postgresql:// URL"
+            )
+    where = logs.redact_dsn(dsn)
+    try:
+        # Checked on a plain connection first: the pool's codecs need the migrated schema.
+        schema = await asyncio.wait_for(migrations.status(dsn), timeout=15)
+    except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
+        raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
+    if schema.unknown:
+        # An older server on a newer schema could write rows the new code would misread.
+        raise StartupError(f"{where}: {migrations.newer_schema_message(schema.unknown)}")
+    missing = schema.pending
+    if missing:
+        raise StartupError(
+            f"the database at {where} lacks {len(missing)} migration(s) (first: "
+            f"{missing[0].version}_{missing[0].name}); run `brain-admin migrate` as the owner"
+        )
+    replica = settings.read_database_url
+    if replica is not None and urlsplit(replica).scheme not in ("postgres", "postgresql"):
+        raise StartupError(
+            f"BRAIN_READ_DATABASE_URL {logs.redact_dsn(replica)!r} is not a postgresql:// URL"
+        )
+    try:
+        db = await asyncio.wait_for(Database.connect(dsn, replica_dsn=replica), timeout=15)
+    except (OSError, asyncpg.PostgresError, TimeoutError, ValueError) as exc:
+        where = logs.redact_dsn(dsn) + (f" or {logs.redact_dsn(replica)}" if replica else "")
+        raise StartupError(f"cannot connect to the database at {where}: {exc}") from exc
+    try:
+        await db.check_role_is_confined()
+    except UnsafeRole as exc:
+        await db.close()
+        raise StartupError(str(exc)) from exc
+    return db, pg
+
+
+def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    if settings.tls_cert is None and settings.tls_key is None:
+        if settings.tls_client_ca is not None:
+            raise StartupError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise StartupError("TLS needs both --tls-cert and --tls-key")
+    try:
+        cert = settings.tls_cert.read_bytes()
+        key = settings.tls_key.read_bytes()
+        ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+    except OSError as exc:
+        raise StartupError(f"cannot read TLS file: {exc}") from exc
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+async def start_server(settings: Settings) -> RunningServer:
+    """Open the database, build the gRPC server and start serving."""
+    credentials = _server_credentials(settings)
+    try:
+        pepper = load_pepper(
+            settings.pepper_file, settings.data_dir, create=settings.database_url is None
+        )
+    except PepperError as exc:
+        raise StartupError(str(exc)) from exc
+    db, pg = await open_database(settings)
+    try:
+        return await _serve(settings, db, pg, pepper, credentials)
+    except BaseException:
+        await db.close()
+        if pg is not None:
+            pg.stop()
+        raise
+
+
+async def _serve(
+    settings: Settings,
+    db: Database,
+    pg: embedded.EmbeddedPostgres | None,
+    pepper: bytes,
+    credentials: grpc.ServerCredentials | None,
+) -> RunningServer:
+    if settings.dev_key_file is not None and pg is not None:
+        from brain.server.admin.devkey import ensure_dev_key
+
+        await ensure_dev_key(pg.owner_dsn, pepper, settings.dev_key_file)
+
+    interceptor = AuthorizationInterceptor(
+        db.lookup_key,
+        pepper,
+        rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
+        touch_key=db.touch_key,
+        check_request=validation.malformed,
+        observer=metrics.RpcObserver(),
+        # Past its statement timeout a call is stuck, not slow (a frozen database).
+        max_call_seconds=settings.statement_timeout_ms / 1000 + 5,
+    )
+    options = [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.aio.server(interceptors=[interceptor], options=options)
+    try:
+        embedder: Embedder = build_embedder(
+            settings.embedder,
+            openai_url=settings.openai_url,
+            openai_model=settings.openai_model,
+            openai_api_key=settings.openai_api_key,
+            dimension=settings.embedding_dimension,
+        )
+    except EmbedderError as exc:
+        raise StartupError(f"embedder: {exc}") from exc
+    embedder = InstrumentedEmbedder(embedder)
+    try:
+        reranker = build_reranker(
+            settings.reranker_url,
+            settings.reranker_model,
+            api_key=settings.reranker_api_key,
+            timeout=settings.reranker_timeout_seconds,
+            top_n=settings.reranker_top_n,
+        )
+    except RerankerError as exc:
+        raise StartupError(f"reranker: {exc}") from exc
+    dimension = await db.embedding_dimension()
+    if embedder.dimension not in (0, dimension):
+        raise StartupError(
+            f"the {settings.embedder} embedder makes {embedder.dimension}-dimensional vectors but "
+            f"the database stores {dimension}; run `brain-admin embeddings set-dimension "
+            f"{embedder.dimension}` (then `brain-admin embeddings backfill`)"
+        )
+    memories = Memories(
+        db,
+        pepper,
+        Limits(
+            max_page_size=settings.max_page_size,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            app_filter=settings.app_filter,
+        ),
+        embedder=embedder,
+        embedding_dimension=dimension,
+        reranker=reranker,
+    )
+    memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)
+    review = Review(
+        memories,
+        ReviewLimits(
+            max_candidate_ttl=timedelta(days=settings.max_candidate_ttl_days),
+            proposals_per_hour=settings.proposals_per_hour,
+        ),
+    )
+    review_pb2_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(review), server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(
+        AuditServicer(AuditLog(db, memories.tokens, settings.statement_timeout_ms)), server
+    )
+    identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
+    health_servicer = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(settings.listen)
+        else:
+            port = server.add_secure_port(settings.listen, credentials)
+    except RuntimeError as exc:
+        raise StartupError(
+            f"cannot listen on {settings.listen}: the address is in use or not valid"
+        ) from exc
+    if port == 0:
+        raise StartupError(
+            f"cannot listen on {settings.listen}: the address is in use or not valid"
+        )
+    await server.start()
+    try:
+        metrics_server = _serve_metrics(settings, port)
+    except StartupError:
+        await server.stop(None)
+        raise
+    tracing_on = tracing.configure() is not None
+    metrics.POOLS.watch("primary", db.pool)
+    if db.replica is not None:
+        metrics.POOLS.watch("replica", db.replica)
+    for service in ("", *SERVICES):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    metrics.SERVING.set(1)
+    supervisor = DatabaseSupervisor(
+        db, health_servicer, SERVICES, pg=pg, interval=settings.health_interval_seconds
+    )
+    supervisor.start()
+    _log.info(
+        "serving",
+        listen=settings.listen,
+        port=port,
+        tls=credentials is not None,
+        mtls=settings.tls_client_ca is not None,
+        database="embedded" if pg is not None else logs.redact_dsn(settings.database_url or ""),
+        metrics=f"{settings.metrics_listen} (port {metrics_server.port})"
+        if metrics_server
+        else None,
+        tracing=tracing_on,
+    )
+    return RunningServer(
+        server=server,
+        db=db,
+        health=health_servicer,
+        port=port,
+        memories=memories,
+        supervisor=supervisor,
+        embedded_pg=pg,
+        metrics_server=metrics_server,
+        tracing_on=tracing_on,
+    )
+
+
+def _serve_metrics(settings: Settings, grpc_port: int) -> metrics.MetricsServer | None:
+    """Start the /metrics endpoint if asked for; never on the gRPC port."""
+    listen = settings.metrics_listen
+    if not listen:
+        return None
+    try:
+        _, port = metrics.host_port(listen)
+    except ValueError as exc:
+        raise StartupError(f"--metrics-listen: {exc}") from exc
+    if port == grpc_port:
+        raise StartupError(
+            f"--metrics-listen {listen} is the gRPC port; metrics need an address of their own"
+        )
+    try:
+        return metrics.serve(listen)
+    except OSError as exc:
+        raise StartupError(f"cannot serve metrics on {listen}: {exc}") from exc
+
+
+async def _run(settings: Settings) -> None:
+    running = await start_server(settings)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.create_task(running.server.wait_for_termination())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    _log.info("shutting down", grace_seconds=settings.grace_seconds)
+    await running.stop(settings.grace_seconds)
+    for task in (waiter, stopper):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="brain-server", description=__doc__)
+    add_server_arguments(parser)
+    settings = settings_from_args(parser.parse_args(argv))
+    logs.configure(settings.log_level, settings.log_format)
+    try:
+        asyncio.run(_run(settings))
+    except StartupError as exc:
+        print(f"brain-server: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

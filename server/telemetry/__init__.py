@@ -1,0 +1,1 @@
+"""Structured logs, Prometheus metrics and OpenTelemetry traces, used by every layer."""

@@ -1,0 +1,230 @@
+"""Prometheus metrics, served on their own optional address (``--metrics-listen``).
+
+Labels are bounded and hold no tenant content: gRPC method names (only the methods in
+the permission table reach the recorder), status code names, retrieval lane names, pool
+names and — for rate-limit refusals only — the public key id (never a secret). Memory
+text, queries and SQL values never become labels.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from brain.server.telemetry import tracing
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+RPC_REQUESTS = Counter(
+    "brain_rpc_requests",
+    "Finished brain.v1 calls, by method and gRPC status code.",
+    ["method", "code"],
+    registry=REGISTRY,
+)
+RPC_DURATION = Histogram(
+    "brain_rpc_duration_seconds",
+    "brain.v1 call latency, by method and gRPC status code.",
+    ["method", "code"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+RATE_LIMITED = Counter(
+    "brain_rate_limited",
+    "Calls refused by the per-key rate limit, by public key id.",
+    ["key_id"],
+    registry=REGISTRY,
+)
+LANE_DURATION = Histogram(
+    "brain_retrieval_lane_duration_seconds",
+    "Time one retrieval lane's query took, by lane (lexical, exact, semantic).",
+    ["lane"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+EMBED_DURATION = Histogram(
+    "brain_embedder_duration_seconds",
+    "Embedder call latency, by embedder.",
+    ["embedder"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+EMBED_BATCH = Histogram(
+    "brain_embedder_batch_size",
+    "Texts per embedder call, by embedder.",
+    ["embedder"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    registry=REGISTRY,
+)
+EMBED_FAILURES = Counter(
+    "brain_embedder_failures",
+    "Embedder calls that failed, by embedder.",
+    ["embedder"],
+    registry=REGISTRY,
+)
+POOL_WAITING = Gauge(
+    "brain_db_pool_waiting",
+    "Transactions waiting for a pool connection, by pool (primary, replica).",
+    ["pool"],
+    registry=REGISTRY,
+)
+STATEMENT_TIMEOUTS = Counter(
+    "brain_db_statement_timeouts",
+    "SQL statements cancelled by the statement timeout (or a cancelled request).",
+    registry=REGISTRY,
+)
+SERVING = Gauge(
+    "brain_serving",
+    "1 while gRPC health says SERVING (the database answers its probe), else 0.",
+    registry=REGISTRY,
+)
+WATCH_STREAMS = Gauge(
+    "brain_watch_streams_open", "WatchMemories streams open now.", registry=REGISTRY
+)
+AUDIT_EVENTS = Counter(
+    "brain_audit_events_written",
+    "Audit events written by this server's transactions (counted when metrics are served).",
+    registry=REGISTRY,
+)
+
+# Endpoints served by this process: measurements that cost a database round trip (audit
+# events) are only taken while there is one.
+_serving = 0
+
+
+def serving() -> bool:
+    return _serving > 0
+
+
+class MetricsServer:
+    """The exposition endpoint: prometheus-client's own HTTP server, in a thread."""
+
+    def __init__(self, listen: str) -> None:
+        host, port = host_port(listen)
+        self._server, self._thread = start_http_server(port, addr=host, registry=REGISTRY)
+        self.port: int = self._server.server_port
+
+    def stop(self) -> None:
+        global _serving
+        _serving -= 1
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve(listen: str) -> MetricsServer:
+    """Start serving /metrics on ``listen`` (host:port); raises OSError if it cannot."""
+    global _serving
+    server = MetricsServer(listen)
+    _serving += 1
+    return server
+
+
+def host_port(listen: str) -> tuple[str, int]:
+    parts = urlsplit(f"//{listen}")
+    if parts.hostname is None or parts.port is None:
+        raise ValueError(f"{listen!r} is not host:port")
+    return parts.hostname, parts.port
+
+
+class RpcObserver:
+    """The interceptor's hook: a trace span, a request count and a latency per call."""
+
+    def call_span(self, method: str) -> AbstractContextManager[str | None]:
+        return tracing.rpc_span(method)
+
+    def call_done(
+        self, method: str, code: grpc.StatusCode, seconds: float, server_fault: bool
+    ) -> None:
+        RPC_REQUESTS.labels(method, code.name).inc()
+        RPC_DURATION.labels(method, code.name).observe(seconds)
+        tracing.end_rpc(code.name, code.value[0], server_fault)
+
+    def rate_limited(self, key_id: str) -> None:
+        RATE_LIMITED.labels(key_id).inc()
+
+
+@contextmanager
+def lane(name: str) -> Iterator[None]:
+    """Time one retrieval lane's query."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        LANE_DURATION.labels(name).observe(time.perf_counter() - started)
+
+
+@asynccontextmanager
+async def acquire(pool: asyncpg.Pool, name: str) -> AsyncIterator[Any]:
+    """A pool connection, counted as waiting until the pool hands it over."""
+    waiting = POOL_WAITING.labels(name)
+    waiting.inc()
+    try:
+        conn = await pool.acquire()
+    finally:
+        waiting.dec()
+    try:
+        yield conn
+    finally:
+        await pool.release(conn)
+
+
+def log_query(record: Any) -> None:
+    """asyncpg's query logger: count statement timeouts, and trace the statement."""
+    if isinstance(record.exception, asyncpg.QueryCanceledError):
+        STATEMENT_TIMEOUTS.inc()
+    tracing.statement_span(record.query, record.elapsed, record.exception)
+
+
+async def audit_pending(conn: asyncpg.Connection) -> bool:
+    """Before a write transaction commits: whether its commit writes an audit event (the
+    audit triggers note changes and append one event per tenant at commit; migration
+    0003). Asked only while the endpoint is served: it costs a round trip."""
+    if not serving():
+        return False
+    pending = await conn.fetchval("SELECT current_setting('brain.audit_pending', true)")
+    return bool(pending)
+
+
+class PoolCollector(Collector):
+    """Pool size, in-use and idle connections, read from the pools at scrape time."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, asyncpg.Pool] = {}
+
+    def watch(self, name: str, pool: asyncpg.Pool) -> None:
+        self._pools[name] = pool
+        POOL_WAITING.labels(name)
+
+    def forget(self, pool: asyncpg.Pool) -> None:
+        self._pools = {n: p for n, p in self._pools.items() if p is not pool}
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "brain_db_pool_connections",
+            "Pool connections by pool and state (size, in_use, idle, max).",
+            labels=["pool", "state"],
+        )
+        for name, pool in list(self._pools.items()):
+            size, idle = pool.get_size(), pool.get_idle_size()
+            family.add_metric([name, "size"], size)
+            family.add_metric([name, "in_use"], size - idle)
+            family.add_metric([name, "idle"], idle)
+            family.add_metric([name, "max"], pool.get_max_size())
+        yield family
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return []
+
+
+POOLS = PoolCollector()
+REGISTRY.register(POOLS)
