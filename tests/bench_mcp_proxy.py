@@ -11,7 +11,7 @@ import os
 import statistics
 import time
 
-from brain.clients.client import AsyncBrainClient, Scope
+from brain.clients import AsyncBrainClient, Scope
 
 from .conftest import BrainServer, unique
 from .test_mcp_proxy import brain_env, call, mcp_session, text_of

@@ -17,8 +17,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from brain.clients import errors
-from brain.clients.client import AsyncBrainClient, BrainClient, RetryPolicy, Scope
+from brain.clients import AsyncBrainClient, BrainClient, RetryPolicy, Scope, errors
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique

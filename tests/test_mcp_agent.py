@@ -23,7 +23,7 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from brain.clients.client import BrainClient, Scope
+from brain.clients import BrainClient, Scope
 from brain.clients.mcp.capture import explicit_requests
 
 from .conftest import BrainServer, unique

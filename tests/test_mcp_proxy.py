@@ -20,8 +20,7 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from brain.clients import errors
-from brain.clients.client import BrainClient, Scope
+from brain.clients import BrainClient, Scope, errors
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .test_client import wait_until_down

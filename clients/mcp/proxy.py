@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from brain.clients.client import AsyncBrainClient, BrainClient, RetryPolicy, Scope
+from brain.clients import AsyncBrainClient, BrainClient, RetryPolicy, Scope
 from brain.clients.errors import BrainClientError, FailedPrecondition, InvalidArgument, RateLimited
 from brain.clients.mcp.tools import (
     TOOLS,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from brain.clients.client import AsyncBrainClient, DraftFields, time_travel
+from brain.clients import AsyncBrainClient, DraftFields, time_travel
 from brain.v1 import common_pb2, memory_pb2
 
 __all__ = [

@@ -186,7 +186,7 @@ async def _serve(
     credentials: grpc.ServerCredentials | None,
 ) -> RunningServer:
     if settings.dev_key_file is not None and pg is not None:
-        from brain.server.admin.devkey import ensure_dev_key
+        from brain.server.runtime.devkey import ensure_dev_key
 
         await ensure_dev_key(pg.owner_dsn, pepper, settings.dev_key_file)
 

@@ -1,0 +1,276 @@
+"""Request messages for every RPC, built once for the sync and the asyncio client.
+
+Each builder stamps the client's scope on the request's `scope` field (field 1).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Literal, TypeAlias, TypedDict
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.field_mask_pb2 import FieldMask
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from brain.v1 import (
+    audit_pb2,
+    common_pb2,
+    identity_pb2,
+    memory_pb2,
+    review_pb2,
+)
+
+Scope = common_pb2.Scope
+
+
+TimestampLike = datetime | Timestamp
+
+
+class DraftFields(TypedDict, total=False):
+    """Optional memory fields accepted by `save`, `propose` and `update` (see `MemoryDraft`)."""
+
+    kind: str
+    tags: Sequence[str]
+    metadata: Mapping[str, str]
+    labels: Sequence[str]
+    confidence: float
+    importance: float
+    valid_from: TimestampLike
+    valid_to: TimestampLike
+    expires_at: TimestampLike
+
+
+Decision: TypeAlias = Literal["approve", "reject"] | review_pb2.ReviewDecision.ValueType
+
+
+_DECISIONS = {
+    "approve": review_pb2.REVIEW_DECISION_APPROVE,
+    "reject": review_pb2.REVIEW_DECISION_REJECT,
+}
+
+
+def timestamp(value: TimestampLike) -> Timestamp:
+    if isinstance(value, Timestamp):
+        return value
+    if value.tzinfo is None:
+        raise ValueError(f"timestamp {value.isoformat()} has no timezone; pass an aware datetime")
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def time_travel(
+    *,
+    as_of: TimestampLike | None = None,
+    valid_at: TimestampLike | None = None,
+    any_valid_time: bool = False,
+) -> common_pb2.TimeTravel:
+    """Build the bitemporal read coordinates for `get`, `search`, `list` and `build_context`."""
+    t = common_pb2.TimeTravel(any_valid_time=any_valid_time)
+    if as_of is not None:
+        t.as_of.CopyFrom(timestamp(as_of))
+    if valid_at is not None:
+        t.valid_at.CopyFrom(timestamp(valid_at))
+    return t
+
+
+def draft(content: str | None, fields: DraftFields) -> common_pb2.MemoryDraft:
+    d = common_pb2.MemoryDraft(
+        content=content or "",
+        kind=fields.get("kind", ""),
+        tags=list(fields.get("tags", ())),
+        metadata=dict(fields.get("metadata", {})),
+        labels=list(fields.get("labels", ())),
+    )
+    if "confidence" in fields:
+        d.confidence = fields["confidence"]
+    if "importance" in fields:
+        d.importance = fields["importance"]
+    if "valid_from" in fields:
+        d.valid_from.CopyFrom(timestamp(fields["valid_from"]))
+    if "valid_to" in fields:
+        d.valid_to.CopyFrom(timestamp(fields["valid_to"]))
+    if "expires_at" in fields:
+        d.expires_at.CopyFrom(timestamp(fields["expires_at"]))
+    return d
+
+
+def duration(value: timedelta) -> Duration:
+    d = Duration()
+    d.FromTimedelta(value)
+    return d
+
+
+def fresh_idempotency_key(given: str | None) -> str:
+    """The caller's key, or a fresh one for this logical call ("" sends none)."""
+    return f"client-{uuid.uuid4()}" if given is None else given
+
+
+class Requests:
+    """Builds every request message with the client's scope stamped on field 1."""
+
+    def __init__(self, scope: common_pb2.Scope) -> None:
+        self.scope = scope
+
+    def save(
+        self, content: str, supersedes: Iterable[str], idempotency_key: str, fields: DraftFields
+    ) -> memory_pb2.SaveMemoryRequest:
+        return memory_pb2.SaveMemoryRequest(
+            scope=self.scope,
+            memory=draft(content, fields),
+            supersedes=list(supersedes),
+            idempotency_key=idempotency_key,
+        )
+
+    def update(
+        self,
+        id: str,
+        expected_version: int,
+        idempotency_key: str,
+        fields: DraftFields,
+        content: str | None,
+    ) -> memory_pb2.UpdateMemoryRequest:
+        paths = sorted(fields) + (["content"] if content is not None else [])
+        if not paths:
+            raise ValueError("update needs at least one field to change")
+        return memory_pb2.UpdateMemoryRequest(
+            scope=self.scope,
+            id=id,
+            patch=draft(content, fields),
+            update_mask=FieldMask(paths=paths),
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        )
+
+    def propose(
+        self,
+        content: str,
+        reason: str,
+        supersedes: Iterable[str],
+        review_within: timedelta | None,
+        idempotency_key: str,
+        fields: DraftFields,
+    ) -> review_pb2.ProposeMemoryRequest:
+        request = review_pb2.ProposeMemoryRequest(
+            scope=self.scope,
+            memory=draft(content, fields),
+            supersedes=list(supersedes),
+            reason=reason,
+            idempotency_key=idempotency_key,
+        )
+        if review_within is not None:
+            request.review_within.CopyFrom(duration(review_within))
+        return request
+
+    def review(
+        self, id: str, decision: Decision, reason: str, readmit_tombstoned: bool
+    ) -> review_pb2.ReviewCandidateRequest:
+        value = _DECISIONS[decision] if isinstance(decision, str) else decision
+        return review_pb2.ReviewCandidateRequest(
+            scope=self.scope,
+            id=id,
+            decision=value,
+            reason=reason,
+            readmit_tombstoned=readmit_tombstoned,
+        )
+
+    def audit(
+        self, memory_id: str, principal: str, since: TimestampLike | None, page_size: int
+    ) -> audit_pb2.ListAuditEventsRequest:
+        request = audit_pb2.ListAuditEventsRequest(
+            scope=self.scope, memory_id=memory_id, principal=principal, page_size=page_size
+        )
+        if since is not None:
+            request.since.CopyFrom(timestamp(since))
+        return request
+
+    def get(self, id: str, time: common_pb2.TimeTravel | None) -> memory_pb2.GetMemoryRequest:
+        return memory_pb2.GetMemoryRequest(scope=self.scope, id=id, time=time)
+
+    def forget(self, id: str, reason: str) -> memory_pb2.ForgetMemoryRequest:
+        return memory_pb2.ForgetMemoryRequest(scope=self.scope, id=id, reason=reason)
+
+    def search(
+        self,
+        query: str,
+        limit: int,
+        filter: common_pb2.MemoryFilter | None,
+        time: common_pb2.TimeTravel | None,
+        mode: memory_pb2.SearchMode.ValueType,
+        query_embedding: Sequence[float],
+    ) -> memory_pb2.SearchMemoriesRequest:
+        return memory_pb2.SearchMemoriesRequest(
+            scope=self.scope,
+            query=query,
+            limit=limit,
+            filter=filter,
+            time=time,
+            mode=mode,
+            query_embedding=list(query_embedding),
+        )
+
+    def list(
+        self,
+        filter: common_pb2.MemoryFilter | None,
+        time: common_pb2.TimeTravel | None,
+        page_size: int,
+    ) -> memory_pb2.ListMemoriesRequest:
+        return memory_pb2.ListMemoriesRequest(
+            scope=self.scope, filter=filter, time=time, page_size=page_size
+        )
+
+    def list_page(
+        self,
+        filter: common_pb2.MemoryFilter | None,
+        time: common_pb2.TimeTravel | None,
+        page_size: int,
+        page_token: str,
+    ) -> memory_pb2.ListMemoriesRequest:
+        return memory_pb2.ListMemoriesRequest(
+            scope=self.scope, filter=filter, time=time, page_size=page_size, page_token=page_token
+        )
+
+    def history(self, id: str) -> memory_pb2.GetMemoryHistoryRequest:
+        return memory_pb2.GetMemoryHistoryRequest(scope=self.scope, id=id)
+
+    def export(
+        self, filter: common_pb2.MemoryFilter | None, cursor: str, include_history: bool
+    ) -> memory_pb2.ExportMemoriesRequest:
+        return memory_pb2.ExportMemoriesRequest(
+            scope=self.scope, filter=filter, cursor=cursor, include_history=include_history
+        )
+
+    def watch(
+        self, filter: common_pb2.MemoryFilter | None, cursor: str
+    ) -> memory_pb2.WatchMemoriesRequest:
+        return memory_pb2.WatchMemoriesRequest(scope=self.scope, filter=filter, cursor=cursor)
+
+    def build_context(
+        self,
+        query: str,
+        token_budget: int,
+        max_memories: int,
+        filter: common_pb2.MemoryFilter | None,
+        time: common_pb2.TimeTravel | None,
+    ) -> memory_pb2.BuildContextRequest:
+        return memory_pb2.BuildContextRequest(
+            scope=self.scope,
+            query=query,
+            token_budget=token_budget,
+            max_memories=max_memories,
+            filter=filter,
+            time=time,
+        )
+
+    def list_candidates(self, proposed_by: str, page_size: int) -> review_pb2.ListCandidatesRequest:
+        return review_pb2.ListCandidatesRequest(
+            scope=self.scope, proposed_by=proposed_by, page_size=page_size
+        )
+
+    def withdraw(self, id: str, reason: str) -> review_pb2.WithdrawCandidateRequest:
+        return review_pb2.WithdrawCandidateRequest(scope=self.scope, id=id, reason=reason)
+
+    def whoami(self) -> identity_pb2.WhoAmIRequest:
+        return identity_pb2.WhoAmIRequest(scope=self.scope)
