@@ -66,7 +66,7 @@ class RetrievalParams:
     ef_search: int = 100
     # The candidate budget: terms pull rows in rarest first while their document
     # frequencies fit in it (see lexical_lanes; lexical_lane also stops counting there).
-    lexical_df_cap: int = 2000
+    lexical_df_cap: int = 1000
     # How a lane's hits count: "minmax" (scores scaled to 0..1) or "rrf" (1/(rrf_k + rank),
     # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
     fusion: str = "minmax"
