@@ -34,7 +34,7 @@ def test_brain_bench_runs_end_to_end_at_a_tiny_size() -> None:
         [
             sys.executable, "-m", "brain.server.measure.bench", "--rows", "60", "120",
             "--concurrency", "1", "2", "--ops", "6", "--seconds", "5",
-            "--embedders", "none", "--json",
+            "--embedders", "none", "--workers", "1", "--json",
         ],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

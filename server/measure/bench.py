@@ -18,19 +18,79 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
+import os
+import signal
+import socket
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from brain.server.measure.evaluation import private_brain
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from brain.server.measure.evaluation import PrivateBrain, private_brain
 from brain.server.measure.load import drive, start_echo_server
 from brain.server.measure.synthetic import fill, tenant_of
+from brain.server.runtime import embedded
 from brain.server.telemetry import logs
 
 KINDS = ("search", "save")
+
+
+@contextlib.asynccontextmanager
+async def worker_server(brain: PrivateBrain, embedder: str, workers: int) -> AsyncIterator[str]:
+    """The address to load: the private in-process server, or with ``workers`` > 1 a
+    ``brain-server --workers N`` process on the same database."""
+    if workers == 1:
+        yield brain.address
+        return
+    with tempfile.TemporaryDirectory(prefix="brain-bench-") as scratch:
+        pepper = Path(scratch) / "pepper"
+        pepper.write_bytes(brain.pepper)
+        pepper.chmod(0o600)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{probe.getsockname()[1]}"
+        env = {
+            **os.environ,
+            "BRAIN_DATABASE_URL": brain.owner_dsn.replace(
+                f"{embedded.OWNER_ROLE}@", f"{embedded.APP_LOGIN_ROLE}@", 1
+            ),
+            "BRAIN_PEPPER_FILE": str(pepper), "BRAIN_DATA_DIR": scratch,
+            "BRAIN_EMBEDDER": embedder, "BRAIN_WORKERS": str(workers),
+            "BRAIN_RATE_LIMIT": "1e9", "BRAIN_RATE_BURST": "1000000", "BRAIN_LOG_LEVEL": "warning",
+        }  # fmt: skip
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "brain.server.runtime.app", "--listen", address, env=env
+        )
+        try:
+            await _serving(address, server)
+            yield address
+        finally:
+            server.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(server.wait(), 60)
+
+
+async def _serving(address: str, server: asyncio.subprocess.Process) -> None:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for _ in range(600):
+            if server.returncode is not None:
+                raise RuntimeError(f"brain-server --workers exited with {server.returncode}")
+            try:
+                answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError("brain-server --workers did not start serving within 2 minutes")
 
 
 async def run(
@@ -41,6 +101,7 @@ async def run(
     seconds: float,
     seed: int,
     kinds: Sequence[str] = KINDS,
+    workers: int = 1,
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     spawn = multiprocessing.get_context("spawn")
@@ -62,7 +123,10 @@ async def run(
         finally:
             await server.stop(None)
         for embedder in embedders:
-            async with private_brain(embedder) as brain:
+            async with (
+                private_brain(embedder) as brain,
+                worker_server(brain, embedder, workers) as address,
+            ):
                 bucket = await brain.bucket("bench")
                 tenant = await tenant_of(brain, bucket.api_key)
                 for size in sorted(sizes):
@@ -71,12 +135,12 @@ async def run(
                     cost = await fill(brain.owner_dsn, tenant, size, dimension, seed)
                     for kind in kinds:
                         for c in concurrencies:
-                            measured = await load(brain.address, bucket.api_key, kind, c)
+                            measured = await load(address, bucket.api_key, kind, c)
                             echo = results["echo"][c]["per_s"] or 1.0
                             measured["vs_echo"] = round(measured["per_s"] / echo, 3)
                             results["runs"].append(
                                 {"embedder": embedder, "rows": size, "kind": kind,
-                                 "concurrency": c, **measured, **cost}
+                                 "concurrency": c, "workers": workers, **measured, **cost}
                             )  # fmt: skip
     return results
 
@@ -122,15 +186,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     parser.add_argument("--ops", type=int, default=2000, help="at most this many calls per row")
     parser.add_argument("--seconds", type=float, default=10.0, help="at most this long per row")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1,
+        help="server processes (brain-server --workers); 1: the private in-process server",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    if min(args.rows) < 1 or min(args.concurrency) < 1:
+    if min(args.rows) < 1 or args.workers < 1 or min(args.concurrency) < 1:
         parser.error("--rows and --concurrency need positive numbers")
     logs.configure("warning")
     results = asyncio.run(
         run(args.rows, args.concurrency, args.embedders, args.ops, args.seconds, args.seed,
-            args.kinds)
+            args.kinds, args.workers)
     )  # fmt: skip
     print(json.dumps(results) if args.json else report(results))
 
