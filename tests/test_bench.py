@@ -52,3 +52,20 @@ def test_brain_bench_runs_end_to_end_at_a_tiny_size() -> None:
     # The first fill inserts the whole size; the second only what the saves left missing.
     assert runs[0]["inserted"] == 60
     assert 0 <= runs[-1]["inserted"] <= 60
+
+
+def test_brain_bench_with_the_local_embedder_rebuilds_and_reports_the_hnsw_index() -> None:
+    """With an embedder the fill gives rows vectors, rebuilds the HNSW index and reports its
+    build time and size; hybrid searches then run without errors."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "brain.server.measure.bench", "--rows", "50",
+            "--concurrency", "1", "--ops", "5", "--seconds", "5", "--kinds", "search",
+            "--embedders", "local", "--workers", "1", "--json",
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = json.loads(done.stdout.strip().splitlines()[-1])["runs"]
+    assert run["embedder"] == "local" and run["ok"] > 0 and run["errors"] == {}, run
+    assert run["inserted"] == 50 and run["hnsw_mb"] > 0 and run["hnsw_build_s"] >= 0

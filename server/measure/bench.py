@@ -138,6 +138,7 @@ async def run(
                             measured = await load(address, bucket.api_key, kind, c)
                             echo = results["echo"][c]["per_s"] or 1.0
                             measured["vs_echo"] = round(measured["per_s"] / echo, 3)
+                            print(f"    {json.dumps(measured)}", file=sys.stderr)
                             results["runs"].append(
                                 {"embedder": embedder, "rows": size, "kind": kind,
                                  "concurrency": c, "workers": workers, **measured, **cost}

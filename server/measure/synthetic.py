@@ -80,7 +80,7 @@ async def fill(
             out["hnsw_build_s"] = round(time.perf_counter() - started, 1)
             out["hnsw_mb"] = round(
                 await conn.fetchval(
-                    "SELECT pg_relation_size('memories_embedding_hnsw') / 1048576.0"
+                    "SELECT pg_relation_size('memories_embedding_hnsw') / 1048576.0::float8"
                 ),
                 1,
             )

@@ -209,7 +209,10 @@ async def lexical_lanes(
     visibility cells the caller may see (migration 0010), never of other cells, so they
     cost a few index lookups whatever the bucket's size. Candidates come through the GIN
     index from the rarest query terms first, as many terms as fit ``lexical_df_cap`` rows
-    (always the rarest one), so the rows read follow the query's rare terms too.
+    (always the rarest one), so the rows read follow the query's rare terms too; when even
+    the rarest term is in a twentieth of the rows and over the budget, the newest
+    ``4 x candidates`` visible rows holding it are scored instead. Every choice depends
+    only on rows and statistics the caller may see.
     """
     p = Params(query)
     scope_sql = (
