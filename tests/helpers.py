@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -151,3 +155,67 @@ async def rpc_error(coro: Any) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await coro
     return err.value
+
+
+class JsonEndpoint(ThreadingHTTPServer):
+    """A real JSON-over-HTTP model server on 127.0.0.1 (embeddings, rerank, chat).
+
+    Subclasses decide each reply in `answer`: a status and a JSON payload, or None to hang
+    up without answering. Every request is recorded with its path and Authorization header.
+    `released` is set at teardown, so an answer that waits on it stops waiting.
+    """
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _JsonHandler)
+        self.requests: list[dict[str, Any]] = []
+        self.released = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def answer(self, body: Any) -> tuple[int, Any] | None:
+        raise NotImplementedError
+
+
+class _JsonHandler(BaseHTTPRequestHandler):
+    server: JsonEndpoint
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(
+            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+        )
+        reply = self.server.answer(body)
+        if reply is None:
+            self.close_connection = True
+            return
+        status, payload = reply
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+E = TypeVar("E", bound=JsonEndpoint)
+
+
+@contextmanager
+def serving(server: E) -> Iterator[E]:
+    """Serve ``server`` on a thread until the block ends, then release and close it."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.released.set()
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,8 @@ from brain.server.domain.retrieval.embedders import (
     OpenAIEmbedder,
     build_embedder,
 )
+
+from .helpers import JsonEndpoint, serving
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -155,62 +154,31 @@ def test_build_embedder_checks_its_configuration() -> None:
     assert built.dimension == 8
 
 
-class FakeEmbeddingServer(ThreadingHTTPServer):
+class FakeEmbeddingServer(JsonEndpoint):
     """A real OpenAI-style embeddings server on 127.0.0.1; tests set how it answers."""
 
-    daemon_threads = True
-
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), EmbeddingHandler)
+        super().__init__()
         self.dimension = 4
         self.status = 200
         self.delay = 0.0
-        self.released = threading.Event()  # set at teardown: a delayed answer stops waiting
-        self.requests: list[dict[str, Any]] = []
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class EmbeddingHandler(BaseHTTPRequestHandler):
-    server: FakeEmbeddingServer
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(
-            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-        )
-        self.server.released.wait(self.server.delay)
+    def answer(self, body: Any) -> tuple[int, Any]:
+        self.released.wait(self.delay)
+        if self.status != 200:
+            return self.status, {"error": {"message": "model not loaded"}}
         # Unnormalised vectors that differ per text, listed in reverse index order.
         data = [
-            {"index": i, "embedding": [float(len(text) + 1)] + [1.0] * (self.server.dimension - 1)}
+            {"index": i, "embedding": [float(len(text) + 1)] + [1.0] * (self.dimension - 1)}
             for i, text in enumerate(body["input"])
         ]
-        payload = {"object": "list", "data": data[::-1], "model": body["model"]}
-        if self.server.status != 200:
-            payload = {"error": {"message": "model not loaded"}}
-        raw = json.dumps(payload).encode()
-        self.send_response(self.server.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        return 200, {"object": "list", "data": data[::-1], "model": body["model"]}
 
 
 @pytest.fixture
 def http_server() -> Iterator[FakeEmbeddingServer]:
-    server = FakeEmbeddingServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.released.set()
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(FakeEmbeddingServer()) as server:
+        yield server
 
 
 async def test_openai_returns_unit_vectors_in_order(http_server: FakeEmbeddingServer) -> None:

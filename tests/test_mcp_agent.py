@@ -11,11 +11,9 @@ import asyncio
 import json
 import os
 import subprocess
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from brain.clients import BrainClient, Scope
 from brain.clients.mcp.capture import explicit_requests
 
 from .conftest import BrainServer, unique
+from .helpers import JsonEndpoint, serving
 from .test_mcp_proxy import (
     BRAIN_MCP,
     brain_env,
@@ -344,51 +343,23 @@ def test_capture_proposes_what_the_user_asked_to_remember(
     assert candidates(brain_server.target, reviewer, "ida", ns) == found
 
 
-class ChatServer(ThreadingHTTPServer):
+class ChatServer(JsonEndpoint):
     """A real OpenAI-style chat-completions server on 127.0.0.1 with a canned answer."""
 
-    daemon_threads = True
-
     def __init__(self, answer: str, status: int = 200) -> None:
-        super().__init__(("127.0.0.1", 0), ChatHandler)
-        self.answer, self.status = answer, status
-        self.requests: list[dict[str, Any]] = []
+        super().__init__()
+        self.canned, self.status = answer, status
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class ChatHandler(BaseHTTPRequestHandler):
-    server: ChatServer
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(
-            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-        )
-        payload = {"choices": [{"message": {"role": "assistant", "content": self.server.answer}}]}
-        raw = json.dumps(payload).encode()
-        self.send_response(self.server.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    def answer(self, body: Any) -> tuple[int, Any]:
+        message = {"role": "assistant", "content": self.canned}
+        return self.status, {"choices": [{"message": message}]}
 
 
 @pytest.fixture
 def chat_server(request: pytest.FixtureRequest) -> Iterator[ChatServer]:
     answer, status = request.param
-    server = ChatServer(answer, status)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(ChatServer(answer, status)) as server:
+        yield server
 
 
 FACT = "The release train leaves every second Thursday."

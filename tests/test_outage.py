@@ -6,6 +6,7 @@ The cluster here is private to this module; the session-wide test cluster is nev
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -218,8 +219,8 @@ def test_disk_full_is_resource_exhausted_with_a_clear_message(outage: Outage) ->
 def test_a_frozen_database_answers_unavailable_instead_of_never(outage: Outage) -> None:
     """PostgreSQL stopped with SIGSTOP is alive but silent and enforces no statement timeout:
     a call whose client set no deadline is answered UNAVAILABLE once it is stuck past the
-    statement timeout (not held forever), and after SIGCONT the same server answers again.
-    (Health during a freeze is not asserted: the probe can itself stall; see README.)"""
+    statement timeout (not held forever), health turns NOT_SERVING (the probe is abandoned,
+    not awaited), and after SIGCONT the same server answers again and health is SERVING."""
     outage.running.supervisor.hold_restarts = False
     eventually(lambda: outage.status() == SERVING)
     before = outage.save("written before the freeze").memory.id
@@ -238,6 +239,11 @@ def test_a_frozen_database_answers_unavailable_instead_of_never(outage: Outage) 
         with pytest.raises(grpc.RpcError) as err:
             outage.memories.GetMemory(no_deadline, metadata=outage.md)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        # A probe against the frozen server answers "not reachable" in its own time; the
+        # outer bound only turns a stalled probe into a failure instead of a hang.
+        probe = asyncio.wait_for(outage.running.db.ping(0.5), timeout=5)
+        assert outage.loop.run(probe) is False
+        eventually(lambda: outage.status() == NOT_SERVING)
     finally:
         for proc in frozen:
             proc.send_signal(signal.SIGCONT)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -14,75 +11,45 @@ from brain.server.domain.retrieval.rerankers import RerankerError, build_reranke
 from brain.v1 import memory_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
-from .helpers import Api
+from .helpers import Api, JsonEndpoint, serving
 
 # BM25 ranks these by how often "alpha" occurs: A, B, C (the fused order).
 DOCS = {"A": "alpha alpha alpha report", "B": "alpha alpha memo", "C": "alpha note"}
 
 
-class FakeRerankServer(ThreadingHTTPServer):
+class FakeRerankServer(JsonEndpoint):
     """A Cohere-style rerank server on 127.0.0.1: documents containing `prefer` score 1."""
 
-    daemon_threads = True
-
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), RerankHandler)
+        super().__init__()
         self.reset()
-        self.released = threading.Event()  # set at teardown: a delayed answer stops waiting
 
     def reset(self) -> None:
         self.prefer = "memo"
         self.mode = "cohere"  # cohere | tei | http_error | partial | hang_up | slow
-        self.requests: list[dict[str, Any]] = []
+        self.requests.clear()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class RerankHandler(BaseHTTPRequestHandler):
-    server: FakeRerankServer
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        mode = self.server.mode
-        self.server.requests.append(
-            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-        )
+    def answer(self, body: Any) -> tuple[int, Any] | None:
+        mode = self.mode
         if mode == "hang_up":
-            self.close_connection = True
-            return
+            return None
         if mode == "slow":
-            self.server.released.wait(60)
-        scores = [float(self.server.prefer in doc) for doc in body["documents"]]
-        results: Any = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)][::-1]
+            self.released.wait(60)
+        if mode == "http_error":
+            return 503, {"error": "loading"}
+        scores = [float(self.prefer in doc) for doc in body["documents"]]
         if mode == "tei":
-            results = [{"index": i, "score": s} for i, s in enumerate(scores)]
-        elif mode == "partial":
+            return 200, [{"index": i, "score": s} for i, s in enumerate(scores)]
+        results = [{"index": i, "relevance_score": s} for i, s in enumerate(scores)][::-1]
+        if mode == "partial":
             results = results[:1]
-        payload = results if mode == "tei" else {"results": results, "model": body["model"]}
-        status = 503 if mode == "http_error" else 200
-        raw = json.dumps(payload if status == 200 else {"error": "loading"}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        return 200, {"results": results, "model": body["model"]}
 
 
 @pytest.fixture(scope="module")
 def rerank_http() -> Iterator[FakeRerankServer]:
-    server = FakeRerankServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.released.set()
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(FakeRerankServer()) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,7 @@ class Database:
         self.dsn = dsn  # for connections that must outlive a pool checkout (LISTEN)
         self.replica = replica
         self._written: dict[str, str] = {}  # key id -> primary WAL position after its last write
+        self._probe: asyncio.Task[bool] | None = None  # the health probe in flight, if any
 
     @classmethod
     async def connect(
@@ -123,6 +124,8 @@ class Database:
         return cls(pool, dsn, replica)
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()  # an abandoned probe may still wait on a frozen server
         await self.pool.close()
         if self.replica is not None:
             await self.replica.close()
@@ -287,7 +290,19 @@ class Database:
             raise KeyStoreUnavailable(UNAVAILABLE_MESSAGE) from exc
 
     async def ping(self, seconds: float) -> bool:
-        """Whether the database answers a trivial query within ``seconds``."""
+        """Whether the database answers a trivial query within ``seconds``.
+
+        The probe runs as its own task and is abandoned, not awaited, once ``seconds`` pass:
+        against a frozen server even cancelling a query can wait on the socket, and the
+        answer "not reachable" must not wait with it. While an abandoned probe is still
+        stuck, later pings wait on it instead of piling up new ones.
+        """
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.create_task(self._select_one(seconds), name="database-probe")
+        done, _ = await asyncio.wait({self._probe}, timeout=seconds)
+        return bool(done) and self._probe.result()
+
+    async def _select_one(self, seconds: float) -> bool:
         try:
             async with asyncio.timeout(seconds):
                 await self.pool.fetchval("SELECT 1")

@@ -17,14 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import http.client
 import importlib.util
-import json
 import math
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from brain.server.domain.endpoints import EndpointError, post_json, v1_endpoint
 from brain.server.telemetry import metrics, tracing
 
 __all__ = [
@@ -233,8 +230,7 @@ class OpenAIEmbedder:
         timeout: float = 10.0,
         batch_size: int = 64,
     ) -> None:
-        root = url.rstrip("/")
-        self.endpoint = (root if root.endswith("/v1") else root + "/v1") + "/embeddings"
+        self.endpoint = v1_endpoint(url, "embeddings")
         self.model = model
         self.dimension = dimension
         self._api_key = api_key
@@ -250,27 +246,13 @@ class OpenAIEmbedder:
         return vectors
 
     def _post(self, texts: list[str]) -> list[list[float]]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        body = json.dumps({"model": self.model, "input": texts}).encode()
-        request = urllib.request.Request(self.endpoint, data=body, headers=headers)
+        body = {"model": self.model, "input": texts}
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                payload = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(300).decode(errors="replace")
-            raise EmbedderError(
-                f"embedding endpoint {self.endpoint} answered HTTP {exc.code}: {detail}"
-            ) from exc
-        except (http.client.HTTPException, OSError) as exc:  # URLError is an OSError
-            reason = getattr(exc, "reason", exc)
-            raise EmbedderError(
-                f"cannot reach embedding endpoint {self.endpoint}: {reason}; "
-                "check that the server is running and the URL is right"
-            ) from exc
-        except ValueError as exc:
-            raise EmbedderError(f"embedding endpoint {self.endpoint} sent invalid JSON") from exc
+            payload = post_json(
+                self.endpoint, body, what="embedding", api_key=self._api_key, timeout=self._timeout
+            )
+        except EndpointError as exc:
+            raise EmbedderError(str(exc)) from exc
         return _unit_rows(self._vectors(payload, len(texts)))
 
     def _vectors(self, payload: Any, count: int) -> npt.NDArray[np.float32]:

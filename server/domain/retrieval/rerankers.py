@@ -10,13 +10,11 @@ order and says so, exactly as a failing embedder leaves search lexical.
 from __future__ import annotations
 
 import asyncio
-import http.client
-import json
 import math
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any, Protocol
+
+from brain.server.domain.endpoints import EndpointError, post_json, v1_endpoint
 
 __all__ = ["HttpReranker", "Reranker", "RerankerError", "build_reranker"]
 
@@ -46,8 +44,7 @@ class HttpReranker:
         timeout: float = 5.0,
         top_n: int = 20,
     ) -> None:
-        root = url.rstrip("/")
-        self.endpoint = (root if root.endswith("/v1") else root + "/v1") + "/rerank"
+        self.endpoint = v1_endpoint(url, "rerank")
         self.model = model
         self.top_n = top_n
         self._api_key = api_key
@@ -66,27 +63,18 @@ class HttpReranker:
             ) from exc
 
     def _post(self, query: str, documents: list[str]) -> list[float]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        body: dict[str, Any] = {"model": self.model, "query": query, "documents": documents}
-        body["top_n"] = len(documents)
-        request = urllib.request.Request(
-            self.endpoint, data=json.dumps(body).encode(), headers=headers
-        )
+        body = {
+            "model": self.model,
+            "query": query,
+            "documents": documents,
+            "top_n": len(documents),
+        }
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                payload = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(300).decode(errors="replace")
-            raise RerankerError(
-                f"rerank endpoint {self.endpoint} answered HTTP {exc.code}: {detail}"
-            ) from exc
-        except (http.client.HTTPException, OSError) as exc:  # URLError and timeouts too
-            reason = getattr(exc, "reason", exc)
-            raise RerankerError(f"cannot reach rerank endpoint {self.endpoint}: {reason}") from exc
-        except ValueError as exc:
-            raise RerankerError(f"rerank endpoint {self.endpoint} sent invalid JSON") from exc
+            payload = post_json(
+                self.endpoint, body, what="rerank", api_key=self._api_key, timeout=self._timeout
+            )
+        except EndpointError as exc:
+            raise RerankerError(str(exc)) from exc
         return self._scores(payload, len(documents))
 
     def _scores(self, payload: Any, count: int) -> list[float]:
