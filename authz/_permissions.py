@@ -12,6 +12,11 @@ class Permission(enum.StrEnum):
     REVIEW = "memories:review"
     FORGET = "memories:forget"
     AUDIT = "audit:read"
+    # Knowledge documents are a separate decision from memories: a key that may save
+    # memories does not thereby publish or erase documents.
+    KNOWLEDGE_READ = "knowledge:read"
+    KNOWLEDGE_WRITE = "knowledge:write"
+    KNOWLEDGE_DELETE = "knowledge:delete"
 
 
 ALL_PERMISSIONS: frozenset[str] = frozenset(p.value for p in Permission)
@@ -26,6 +31,9 @@ class MethodClass(enum.StrEnum):
     REVIEW = "review"
     FORGET = "forget"
     AUDIT = "audit"
+    KNOWLEDGE_READ = "knowledge_read"
+    KNOWLEDGE_WRITE = "knowledge_write"
+    KNOWLEDGE_DELETE = "knowledge_delete"
     ROWLESS = "rowless"
 
 
@@ -37,6 +45,9 @@ REQUIRED_PERMISSION: dict[MethodClass, Permission | None] = {
     MethodClass.REVIEW: Permission.REVIEW,
     MethodClass.FORGET: Permission.FORGET,
     MethodClass.AUDIT: Permission.AUDIT,
+    MethodClass.KNOWLEDGE_READ: Permission.KNOWLEDGE_READ,
+    MethodClass.KNOWLEDGE_WRITE: Permission.KNOWLEDGE_WRITE,
+    MethodClass.KNOWLEDGE_DELETE: Permission.KNOWLEDGE_DELETE,
     MethodClass.ROWLESS: None,
 }
 
@@ -59,6 +70,11 @@ METHOD_CLASSES: dict[str, MethodClass] = {
     "/brain.v1.ReviewService/WithdrawCandidate": MethodClass.PROPOSE,
     "/brain.v1.AuditService/ListAuditEvents": MethodClass.AUDIT,
     "/brain.v1.IdentityService/WhoAmI": MethodClass.ROWLESS,
+    "/brain.v1.KnowledgeService/PutDocument": MethodClass.KNOWLEDGE_WRITE,
+    "/brain.v1.KnowledgeService/GetDocument": MethodClass.KNOWLEDGE_READ,
+    "/brain.v1.KnowledgeService/ListDocuments": MethodClass.KNOWLEDGE_READ,
+    "/brain.v1.KnowledgeService/DeleteDocument": MethodClass.KNOWLEDGE_DELETE,
+    "/brain.v1.KnowledgeService/SearchKnowledge": MethodClass.KNOWLEDGE_READ,
 }
 
 

@@ -43,6 +43,8 @@ from brain.v1 import (
     common_pb2,
     identity_pb2,
     identity_pb2_grpc,
+    knowledge_pb2,
+    knowledge_pb2_grpc,
     memory_pb2,
     memory_pb2_grpc,
     review_pb2,
@@ -84,6 +86,7 @@ class AsyncBrainClient(ClientBase):
         self._review = review_pb2_grpc.ReviewServiceStub(self._channel)
         self._audit = audit_pb2_grpc.AuditServiceStub(self._channel)
         self._identity = identity_pb2_grpc.IdentityServiceStub(self._channel)
+        self._knowledge = knowledge_pb2_grpc.KnowledgeServiceStub(self._channel)
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
@@ -323,10 +326,16 @@ class AsyncBrainClient(ClientBase):
         max_memories: int = 0,
         filter: common_pb2.MemoryFilter | None = None,
         time: common_pb2.TimeTravel | None = None,
+        knowledge_collections: Iterable[str] = (),
+        exclude_knowledge: bool = False,
         timeout: float | None = None,
     ) -> memory_pb2.BuildContextResponse:
-        """Pack the best matches for `query` into a prompt-ready block within `token_budget`."""
-        request = self._requests.build_context(query, token_budget, max_memories, filter, time)
+        """Pack the best matches for `query` into a prompt-ready block within `token_budget`:
+        memories and, for keys with knowledge:read, chunks of documents (each item says which)."""
+        request = self._requests.build_context(
+            query, token_budget, max_memories, filter, time, knowledge_collections,
+            exclude_knowledge,
+        )  # fmt: skip
         return await self._unary(
             "BuildContext", self._memory.BuildContext, request, idempotent=True, timeout=timeout
         )
@@ -401,6 +410,74 @@ class AsyncBrainClient(ClientBase):
             idempotent=False,
             timeout=timeout,
         )
+
+    # -- KnowledgeService ------------------------------------------------------------------
+
+    async def put_document(
+        self,
+        collection: str,
+        path: str,
+        content: str,
+        *,
+        format: knowledge_pb2.DocumentFormat.ValueType = knowledge_pb2.DOCUMENT_FORMAT_UNSPECIFIED,
+        labels: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> knowledge_pb2.PutDocumentResponse:
+        """Store a document or its next version; the same content again is a no-op (so a
+        retry is safe)."""
+        request = self._requests.put_document(collection, path, content, format, labels)
+        return await self._unary(
+            "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
+        )
+
+    async def get_document(
+        self,
+        id: str,
+        *,
+        version: int = 0,
+        include_content: bool = False,
+        timeout: float | None = None,
+    ) -> knowledge_pb2.GetDocumentResponse:
+        """One document (the current version unless `version` is given)."""
+        request = self._requests.get_document(id, version, include_content)
+        return await self._unary(
+            "GetDocument", self._knowledge.GetDocument, request, idempotent=True, timeout=timeout
+        )
+
+    def list_documents(
+        self, *, collection: str = "", page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[knowledge_pb2.Document]:
+        """Every current document (of `collection`), fetched page by page."""
+        request = self._requests.list_documents(collection, page_size)
+        return self._pages(
+            "ListDocuments", self._knowledge.ListDocuments, request, lambda p: p.documents, timeout
+        )
+
+    async def delete_document(
+        self, id: str, *, timeout: float | None = None
+    ) -> knowledge_pb2.DeleteDocumentResponse:
+        """Erase a document's text in every version and chunk (safe to retry)."""
+        request = self._requests.delete_document(id)
+        return await self._unary(
+            "DeleteDocument", self._knowledge.DeleteDocument, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+    async def search_knowledge(
+        self,
+        query: str,
+        *,
+        limit: int = 0,
+        collections: Iterable[str] = (),
+        lexical_only: bool = False,
+        timeout: float | None = None,
+    ) -> knowledge_pb2.SearchKnowledgeResponse:
+        """Chunks of documents, best first, each with its source (document, headings, lines)."""
+        request = self._requests.search_knowledge(query, limit, collections, lexical_only)
+        return await self._unary(
+            "SearchKnowledge", self._knowledge.SearchKnowledge, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
 
     # -- AuditService, IdentityService -----------------------------------------------------
 

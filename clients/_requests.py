@@ -18,6 +18,7 @@ from brain.v1 import (
     audit_pb2,
     common_pb2,
     identity_pb2,
+    knowledge_pb2,
     memory_pb2,
     review_pb2,
 )
@@ -254,6 +255,8 @@ class Requests:
         max_memories: int,
         filter: common_pb2.MemoryFilter | None,
         time: common_pb2.TimeTravel | None,
+        knowledge_collections: Iterable[str] = (),
+        exclude_knowledge: bool = False,
     ) -> memory_pb2.BuildContextRequest:
         return memory_pb2.BuildContextRequest(
             scope=self.scope,
@@ -262,6 +265,8 @@ class Requests:
             max_memories=max_memories,
             filter=filter,
             time=time,
+            knowledge_collections=list(knowledge_collections),
+            exclude_knowledge=exclude_knowledge,
         )
 
     def list_candidates(self, proposed_by: str, page_size: int) -> review_pb2.ListCandidatesRequest:
@@ -274,3 +279,48 @@ class Requests:
 
     def whoami(self) -> identity_pb2.WhoAmIRequest:
         return identity_pb2.WhoAmIRequest(scope=self.scope)
+
+    # -- KnowledgeService ------------------------------------------------------------------
+
+    def put_document(
+        self,
+        collection: str,
+        path: str,
+        content: str,
+        format: knowledge_pb2.DocumentFormat.ValueType,
+        labels: Iterable[str],
+    ) -> knowledge_pb2.PutDocumentRequest:
+        return knowledge_pb2.PutDocumentRequest(
+            scope=self.scope,
+            collection=collection,
+            path=path,
+            content=content,
+            format=format,
+            labels=list(labels),
+        )
+
+    def get_document(
+        self, id: str, version: int, include_content: bool
+    ) -> knowledge_pb2.GetDocumentRequest:
+        return knowledge_pb2.GetDocumentRequest(
+            scope=self.scope, id=id, version=version, include_content=include_content
+        )
+
+    def list_documents(self, collection: str, page_size: int) -> knowledge_pb2.ListDocumentsRequest:
+        return knowledge_pb2.ListDocumentsRequest(
+            scope=self.scope, collection=collection, page_size=page_size
+        )
+
+    def delete_document(self, id: str) -> knowledge_pb2.DeleteDocumentRequest:
+        return knowledge_pb2.DeleteDocumentRequest(scope=self.scope, id=id)
+
+    def search_knowledge(
+        self, query: str, limit: int, collections: Iterable[str], lexical_only: bool
+    ) -> knowledge_pb2.SearchKnowledgeRequest:
+        return knowledge_pb2.SearchKnowledgeRequest(
+            scope=self.scope,
+            query=query,
+            limit=limit,
+            collections=list(collections),
+            lexical_only=lexical_only,
+        )

@@ -12,7 +12,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$HERE/.venv}
 PY=$VENV/bin/python
-TESTS=${EXTERNAL_TESTS:-tests/test_isolation.py tests/test_authz.py tests/test_authz_matrix.py tests/test_lifecycle.py tests/test_deployment.py tests/test_replica.py}
+TESTS=${EXTERNAL_TESTS:-tests/test_isolation.py tests/test_authz.py tests/test_authz_matrix.py tests/test_lifecycle.py tests/test_knowledge.py tests/test_deployment.py tests/test_replica.py}
 
 [ "$(id -u)" -eq 0 ] || { echo "make test-external needs root (apt-get, runuser)" >&2; exit 1; }
 ROOT=$(mktemp -d /tmp/brain-external.XXXXXX)

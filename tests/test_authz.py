@@ -15,7 +15,7 @@ from brain.authz.interceptor import AuthorizationInterceptor
 from brain.server.errors import DeadlineExceeded
 from brain.server.runtime.app import StartupError, start_server
 from brain.server.storage.db import Database
-from brain.v1 import audit_pb2, common_pb2, identity_pb2, memory_pb2, review_pb2
+from brain.v1 import audit_pb2, common_pb2, identity_pb2, knowledge_pb2, memory_pb2, review_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .helpers import Api, rpc_error
@@ -26,7 +26,7 @@ FULL = ",".join(sorted(ALL_PERMISSIONS))
 def test_every_declared_rpc_is_classified() -> None:
     """Every method of every brain.v1 service is in the classification table, and no other."""
     declared = set()
-    for module in (memory_pb2, review_pb2, audit_pb2, identity_pb2):
+    for module in (memory_pb2, review_pb2, audit_pb2, identity_pb2, knowledge_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             declared |= {f"/{service.full_name}/{m.name}" for m in service.methods}
     assert declared == set(METHOD_CLASSES)
@@ -45,7 +45,7 @@ async def test_every_classified_rpc_is_served(
         service, name = method.strip("/").split("/")
         descriptor = next(
             m.DESCRIPTOR.services_by_name[service.split(".")[-1]]
-            for m in (memory_pb2, review_pb2, audit_pb2, identity_pb2)
+            for m in (memory_pb2, review_pb2, audit_pb2, identity_pb2, knowledge_pb2)
             if service.split(".")[-1] in m.DESCRIPTOR.services_by_name
         )
         streaming = descriptor.methods_by_name[name].server_streaming

@@ -26,6 +26,8 @@ from brain.v1 import (
     common_pb2,
     identity_pb2,
     identity_pb2_grpc,
+    knowledge_pb2,
+    knowledge_pb2_grpc,
     memory_pb2,
     review_pb2,
 )
@@ -114,6 +116,20 @@ async def build_world(server: BrainServer, channel: grpc.aio.Channel) -> World:
             metadata=api.md,
         )
         w.ids[name] = response.candidate.id
+    for name, api, scope in [
+        ("alice_doc", w.full_a, {"namespace": NS, "user_id": "alice"}),
+        ("bob_doc", w.full_a, {"namespace": NS, "user_id": "bob"}),
+        ("team_doc", w.full_a, {"namespace": NS, "user_id": ""}),
+        ("b_doc", w.full_b, {"namespace": NS, "user_id": "alice"}),
+    ]:
+        put = await knowledge_pb2_grpc.KnowledgeServiceStub(channel).PutDocument(
+            knowledge_pb2.PutDocumentRequest(
+                scope=common_pb2.Scope(**scope), collection="world", path=f"{name}.md",
+                content=f"# {name}\n\nmatrix document {name}\n",
+            ),
+            metadata=api.md,
+        )  # fmt: skip
+        w.ids[name] = put.document.id
     return w
 
 
@@ -138,6 +154,16 @@ class Call:
         )
         return saved.memory.id
 
+    async def fresh_document(self) -> str:
+        put = await knowledge_pb2_grpc.KnowledgeServiceStub(self.world.channel).PutDocument(
+            knowledge_pb2.PutDocumentRequest(
+                scope=common_pb2.Scope(namespace=NS, user_id="alice"), collection="world",
+                path=f"fresh-{secrets.token_hex(4)}.md", content="# fresh\n\nfresh text\n",
+            ),
+            metadata=self.world.full_a.md,
+        )  # fmt: skip
+        return put.document.id
+
     async def fresh_candidate(self, by: Api) -> str:
         response = await by.review.ProposeMemory(
             review_pb2.ProposeMemoryRequest(
@@ -154,6 +180,7 @@ async def run_rpc(method: str, call: Call) -> tuple[grpc.StatusCode, list[str] |
     """Invoke ``method`` for ``call``; return the status and, for collections, the ids."""
     api, scope, md = call.api, call.scope, call.metadata
     mem, rev = api.memories, api.review
+    kb = knowledge_pb2_grpc.KnowledgeServiceStub(api.channel)
     try:
         ids: list[str] | None = None
         match method.rsplit("/", 1)[1]:
@@ -262,6 +289,38 @@ async def run_rpc(method: str, call: Call) -> tuple[grpc.StatusCode, list[str] |
                 await api.audit.ListAuditEvents(
                     audit_pb2.ListAuditEventsRequest(scope=scope), metadata=md
                 )
+            case "PutDocument":
+                await kb.PutDocument(
+                    knowledge_pb2.PutDocumentRequest(
+                        scope=scope, collection="scratch", path=f"{secrets.token_hex(4)}.md",
+                        content="# new\n\nnew text\n",
+                    ),
+                    metadata=md,
+                )  # fmt: skip
+            case "GetDocument":
+                await kb.GetDocument(
+                    knowledge_pb2.GetDocumentRequest(scope=scope, id=call.world.ids["alice_doc"]),
+                    metadata=md,
+                )
+            case "ListDocuments":
+                r = await kb.ListDocuments(
+                    knowledge_pb2.ListDocumentsRequest(scope=scope, collection="world"),
+                    metadata=md,
+                )
+                ids = [d.id for d in r.documents]
+            case "DeleteDocument":
+                target = await call.fresh_document()
+                await kb.DeleteDocument(
+                    knowledge_pb2.DeleteDocumentRequest(scope=scope, id=target), metadata=md
+                )
+            case "SearchKnowledge":
+                r = await kb.SearchKnowledge(
+                    knowledge_pb2.SearchKnowledgeRequest(
+                        scope=scope, query="matrix document", collections=["world"]
+                    ),
+                    metadata=md,
+                )
+                ids = sorted({h.source.document_id for h in r.hits})
             case "WhoAmI":
                 stub = identity_pb2_grpc.IdentityServiceStub(api.channel)
                 await stub.WhoAmI(identity_pb2.WhoAmIRequest(scope=scope), metadata=md)

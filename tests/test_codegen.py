@@ -45,10 +45,10 @@ def test_every_request_carries_scope_as_field_one() -> None:
     """Every RPC's request message has `Scope scope = 1`; no RPC takes opaque JSON."""
     from google.protobuf import descriptor_pool
 
-    from brain.v1 import audit_pb2, identity_pb2, memory_pb2, review_pb2
+    from brain.v1 import audit_pb2, identity_pb2, knowledge_pb2, memory_pb2, review_pb2
 
     seen = 0
-    for module in (memory_pb2, review_pb2, audit_pb2, identity_pb2):
+    for module in (memory_pb2, review_pb2, audit_pb2, identity_pb2, knowledge_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 field = method.input_type.fields_by_number[1]
@@ -61,5 +61,5 @@ def test_every_request_carries_scope_as_field_one() -> None:
                         "google.protobuf.Value",
                     ), f"{method.full_name}.{f.name} is opaque"
                 seen += 1
-    assert seen == 16
+    assert seen == 21
     assert descriptor_pool.Default().FindServiceByName("brain.v1.MemoryService")

@@ -26,7 +26,7 @@ from brain.server.runtime.app import StartupError, start_server
 from brain.server.storage import admin, backup
 from brain.server.storage.backup import BackupError
 from brain.server.storage.migrate import MigrationError, load_migrations, migrate
-from brain.v1 import common_pb2, memory_pb2
+from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc, memory_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .helpers import Api, rpc_error
@@ -332,6 +332,20 @@ async def test_backup_and_restore_keep_the_guarantees(
     await api.update(kept, ["content"], content="Backups run nightly at 03:00")
     erased = (await api.save("The vault code is 7391")).memory.id
     await api.forget(erased)
+    docs = knowledge_pb2_grpc.KnowledgeServiceStub(channel)
+
+    async def put(path: str, content: str) -> knowledge_pb2.Document:
+        request = knowledge_pb2.PutDocumentRequest(
+            scope=api.scope(), collection="ops", path=path, content=content
+        )
+        return (await docs.PutDocument(request, metadata=api.md)).document
+
+    runbook = (await put("runbook.md", "# Runbook\n\nRestore drills run quarterly.\n")).id
+    await put("runbook.md", "# Runbook\n\nRestore drills run monthly.\n")
+    dropped = await put("payroll.md", "# Payroll\n\nThe payroll PIN is quokkazebra.\n")
+    await docs.DeleteDocument(
+        knowledge_pb2.DeleteDocumentRequest(scope=api.scope(), id=dropped.id), metadata=api.md
+    )
     brain_server.admin("namespaces", "set", "reviewed", "--tenant", tenant, "--review-required")
     other = Api(channel, brain_server.mint_key(unique("bk"), "bob"), namespace="proj")
     await other.save("Another team's roadmap")
@@ -342,6 +356,7 @@ async def test_backup_and_restore_keep_the_guarantees(
     assert path.stat().st_mode & 0o777 == 0o600
     assert "02:00" in text and "03:00" in text  # every version
     assert "7391" not in text and "roadmap" not in text  # no erased value, no other tenant
+    assert "quarterly" in text and "monthly" in text and "quokkazebra" not in text  # documents too
     assert key.split("_")[2][:16] not in text and "secret_hash" not in text
     events = brain_server.sql(
         "SELECT count(*) FROM audit_events a JOIN tenants t USING (tenant_id) WHERE t.name = $1",
@@ -389,6 +404,21 @@ async def test_backup_and_restore_keep_the_guarantees(
             err = await rpc_error(restored.save("the vault code is 7391"))
             assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert (await restored.save("A new fact")).outcome == memory_pb2.SAVE_OUTCOME_CREATED
+            stub = knowledge_pb2_grpc.KnowledgeServiceStub(ch)
+            found = await stub.SearchKnowledge(
+                knowledge_pb2.SearchKnowledgeRequest(
+                    scope=restored.scope(), query="restore drills monthly"
+                ),
+                metadata=restored.md,
+            )
+            assert [h.source.document_id for h in found.hits] == [runbook]
+            old = await stub.GetDocument(
+                knowledge_pb2.GetDocumentRequest(
+                    scope=restored.scope(), id=runbook, version=1, include_content=True
+                ),
+                metadata=restored.md,
+            )
+            assert "quarterly" in old.document.content
     finally:
         await running.stop(grace=0)
     after = run_admin(owner_dsn, pg_cluster.pepper_file, "audit", "verify", "--tenant", tenant)

@@ -13,11 +13,13 @@ import secrets
 import asyncpg
 import grpc
 
-from brain.v1 import common_pb2, memory_pb2
+from brain.v1 import audit_pb2, common_pb2, knowledge_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
 from .edge import RANDOM_ID, get_call, outcome
 from .helpers import Api
+from .test_knowledge import KB, delete_call, found_paths, put
+from .test_knowledge import get_call as get_document_call
 from .test_review import decide, propose
 
 OWNER = "memories:read,memories:write,memories:forget,memories:propose"
@@ -44,6 +46,9 @@ def holders(server: BrainServer, needles: dict[str, str]) -> dict[str, set[str]]
             )
             assert {(r["table_name"], r["column_name"]) for r in columns} >= {
                 ("memories", "content"),
+                ("documents", "content"),
+                ("document_chunks", "content"),
+                ("document_chunks", "heading_path"),
                 ("audit_events", "outcome"),
                 ("idempotency_keys", "idempotency_key"),
             }
@@ -172,3 +177,63 @@ async def test_replay_of_a_memory_the_key_no_longer_sees_answers_like_a_random_i
     hidden = await outcome(saver.memories.SaveMemory(req, metadata=saver.md))
     assert hidden == await outcome(get_call(saver, RANDOM_ID))
     assert hidden[0] == grpc.StatusCode.NOT_FOUND
+
+
+async def test_delete_erases_every_version_and_chunk_and_is_audited(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """After a delete no column of any table holds the document's text, headings or path;
+    ids and the audit events (put, erase, delete) remain, listed to the tenant's auditor."""
+    token = secrets.token_hex(5)
+    needles = {
+        "v1": f"heron{token}",
+        "v2": f"egret{token}",
+        "heading": f"Crane{token}",
+        "path": f"stork{token}",
+    }
+    tenant = unique("kb")
+    api = Api(
+        channel,
+        brain_server.mint_key(tenant, "owner", permissions=f"{KB},audit:read,memories:read"),
+    )
+    path = f"birds/{needles['path']}.md"
+    doc = (await put(api, path, f"# {needles['heading']}\n\nthe {needles['v1']} nests\n")).document
+    await put(api, path, f"# {needles['heading']}\n\nthe {needles['v2']} nests\n")
+    kept = (await put(api, "kept.md", f"# Kept\n\nkept{token} stays\n")).document
+    before = holders(brain_server, needles)
+    assert {"documents.content", "document_chunks.content"} <= before["v1"]
+    assert {"documents.content", "document_chunks.content"} <= before["v2"]
+    assert "document_chunks.heading_path" in before["heading"]
+    assert {"documents.path", "document_chunks.path"} <= before["path"]
+
+    deleted = await delete_call(api, doc.id)
+    assert deleted.version == 3
+    assert holders(brain_server, needles) == {name: set() for name in needles}
+    assert holders(brain_server, {"kept": f"kept{token}"})["kept"] >= {"documents.content"}
+    gone = (await get_document_call(api, doc.id, include_content=True)).document
+    assert (gone.status, gone.content, gone.path, gone.content_hash) == (
+        knowledge_pb2.DOCUMENT_STATUS_DELETED, "", "", "",
+    )  # fmt: skip
+    assert (await delete_call(api, doc.id)).version == 3  # twice: a no-op
+    assert await found_paths(api, f"egret{token}", lexical_only=True) == set()
+    assert await found_paths(api, f"kept{token}", lexical_only=True) == {"kept.md"}
+
+    events = await api.audit.ListAuditEvents(
+        audit_pb2.ListAuditEventsRequest(scope=api.scope()),
+        metadata=api.md,
+    )
+    about = [
+        (e.method.rsplit("/", 1)[-1], e.outcome) for e in events.events if doc.id in e.memory_ids
+    ]
+    assert about == [
+        ("PutDocument", "document.put"),
+        ("PutDocument", "document.put"),
+        ("DeleteDocument", "document.erase,document.delete"),
+    ]
+    assert any(kept.id in e.memory_ids for e in events.events)
+    outsider = Api(channel, brain_server.mint_key(unique("kb"), "o", permissions="audit:read"))
+    theirs = await outsider.audit.ListAuditEvents(
+        audit_pb2.ListAuditEventsRequest(scope=outsider.scope()),
+        metadata=outsider.md,
+    )
+    assert not any(doc.id in e.memory_ids for e in theirs.events)

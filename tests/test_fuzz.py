@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from brain.authz import ALL_PERMISSIONS
-from brain.v1 import audit_pb2, common_pb2, identity_pb2, memory_pb2, review_pb2
+from brain.v1 import audit_pb2, common_pb2, identity_pb2, knowledge_pb2, memory_pb2, review_pb2
 
 from .conftest import BrainServer, unique
 
-FILES = (memory_pb2, review_pb2, audit_pb2, identity_pb2)
+FILES = (memory_pb2, review_pb2, audit_pb2, identity_pb2, knowledge_pb2)
 METHODS: list[MethodDescriptor] = [
     method
     for module in FILES

@@ -41,6 +41,7 @@ ALL_TOOLS = {
     "propose_memory",
     "list_candidates",
     "build_context",
+    "search_knowledge",
 }
 
 
@@ -121,8 +122,9 @@ async def test_remember_recall_forget_in_the_scope_from_env(brain_server: BrainS
         mcp_session(brain_env(brain_server.target, bob_key, "bob", ns)) as bob,
     ):
         # Tools follow WhoAmI's allowed_methods: no propose permission, and bob cannot forget.
-        assert await tool_names(alice) == ALL_TOOLS - {"propose_memory"}
-        assert await tool_names(bob) == ALL_TOOLS - {"propose_memory", "forget"}
+        no_kb = {"propose_memory", "search_knowledge"}
+        assert await tool_names(alice) == ALL_TOOLS - no_kb
+        assert await tool_names(bob) == ALL_TOOLS - no_kb - {"forget"}
         schema = next(t for t in (await alice.list_tools()).tools if t.name == "remember")
         assert schema.input_schema["required"] == ["content"]
 

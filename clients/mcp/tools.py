@@ -447,12 +447,62 @@ async def _list_candidates(client: AsyncBrainClient, args: Mapping[str, Any]) ->
     return "\n".join(lines), {"candidates": [memory_json(c) for c in found]}
 
 
+def _source_json(s: common_pb2.ChunkSource) -> dict[str, Any]:
+    """Where a knowledge chunk comes from, to cite it (`_SOURCE_SCHEMA`)."""
+    return {
+        "document_id": s.document_id,
+        "version": s.version,
+        "collection": s.collection,
+        "path": s.path,
+        "heading_path": list(s.heading_path),
+        "line_start": s.line_start,
+        "line_end": s.line_end,
+    }
+
+
+def _cite(s: common_pb2.ChunkSource) -> str:
+    where = f"{s.collection}/{s.path}"
+    if s.heading_path:
+        where += " § " + " > ".join(s.heading_path)
+    return f"{where} (lines {s.line_start}-{s.line_end})"
+
+
+async def _search_knowledge(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
+    query = _text(args, "query", required=True)
+    response = await client.search_knowledge(
+        query,
+        limit=_integer(args, "limit", low=1, high=50, default=5),
+        collections=_strings(args, "collections"),
+    )
+    hits = [
+        {
+            "score": relevance(h.score),
+            "source": _source_json(h.source),
+            "content": h.content,
+        }
+        for h in response.hits
+    ]
+    if not hits:
+        return "No documents found.", {"hits": []}
+    lines = [f"{len(hits)} passages, best first (score = relevance 0..1):"]
+    for i, h in enumerate(response.hits, 1):
+        lines.append(f"{i}. score {relevance(h.score):.2f} {_cite(h.source)}\n{h.content}")
+    return "\n".join(lines), {"hits": hits}
+
+
 async def _build_context(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
     response = await client.build_context(
         _text(args, "query", required=True),
         token_budget=_integer(args, "token_budget", low=1, high=100_000, default=0),
     )
-    items = [{"id": i.id, "score": relevance(i.score), "tokens": i.tokens} for i in response.items]
+    items = []
+    for i in response.items:
+        item: dict[str, Any] = {"id": i.id, "score": relevance(i.score), "tokens": i.tokens}
+        if i.kind == memory_pb2.CONTEXT_ITEM_KIND_KNOWLEDGE:
+            item.update(kind="knowledge", source=_source_json(i.source))
+        else:
+            item["kind"] = "memory"
+        items.append(item)
     structured = {
         "context": response.context,
         "items": items,
@@ -472,6 +522,21 @@ def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[st
 
 
 _MEMORY = "/brain.v1.MemoryService/"
+_KNOWLEDGE = "/brain.v1.KnowledgeService/"
+_SOURCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Where the passage is: document, collection, path, headings and lines.",
+    "properties": {
+        "document_id": {"type": "string"},
+        "version": {"type": "integer"},
+        "collection": {"type": "string"},
+        "path": {"type": "string"},
+        "heading_path": _STRINGS,
+        "line_start": {"type": "integer"},
+        "line_end": {"type": "integer"},
+    },
+    "required": ["document_id", "collection", "path", "line_start", "line_end"],
+}
 _REVIEW = "/brain.v1.ReviewService/"
 _HISTORY_DESCRIPTION = (
     "List every version of one memory, oldest first: who changed it, when, and how."
@@ -691,6 +756,8 @@ TOOLS: tuple[ToolSpec, ...] = (
                             "id": {"type": "string"},
                             "score": _SCORE,
                             "tokens": {"type": "integer"},
+                            "kind": {"type": "string", "description": "memory or knowledge"},
+                            "source": _SOURCE_SCHEMA,
                         },
                         "required": ["id", "score", "tokens"],
                     },
@@ -700,6 +767,41 @@ TOOLS: tuple[ToolSpec, ...] = (
             }
         ),
         _build_context,
+        read_only=True,
+    ),
+    ToolSpec(
+        "search_knowledge",
+        "Search team documents",
+        _KNOWLEDGE + "SearchKnowledge",
+        "Search the team's documents (runbooks, docs, code ingested with `brain ingest`) by "
+        "keywords and meaning. Returns passages, best first, each with where it comes from "
+        "(collection, path, section headings, line range) so you can cite it. Use recall for "
+        "what was decided or said; use this for what the documents say.",
+        _schema(
+            {
+                "query": {"type": "string", "description": "What to look for, in plain words."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
+                "collections": {**_STRINGS, "description": "Only these collections."},
+            },
+            ["query"],
+        ),
+        _output(
+            {
+                "hits": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "score": _SCORE,
+                            "source": _SOURCE_SCHEMA,
+                            "content": {"type": "string"},
+                        },
+                        "required": ["score", "source", "content"],
+                    },
+                }
+            }
+        ),
+        _search_knowledge,
         read_only=True,
     ),
 )

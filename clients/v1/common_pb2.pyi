@@ -431,3 +431,50 @@ class TimeTravel(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TimeTravel: _TypeAlias = TimeTravel  # noqa: Y015
+
+@_typing.final
+class ChunkSource(_message.Message):
+    """Where a knowledge chunk comes from, so an agent can cite it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHUNK_ID_FIELD_NUMBER: _builtins.int
+    DOCUMENT_ID_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    HEADING_PATH_FIELD_NUMBER: _builtins.int
+    LINE_START_FIELD_NUMBER: _builtins.int
+    LINE_END_FIELD_NUMBER: _builtins.int
+    chunk_id: _builtins.str
+    document_id: _builtins.str
+    version: _builtins.int
+    """The document version the chunk belongs to."""
+    collection: _builtins.str
+    path: _builtins.str
+    line_start: _builtins.int
+    """1-based, inclusive line range of the chunk in the document."""
+    line_end: _builtins.int
+    @_builtins.property
+    def heading_path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Markdown: the headings above the chunk, outermost first; Python: the definition name."""
+
+    def __init__(
+        self,
+        *,
+        chunk_id: _builtins.str = ...,
+        document_id: _builtins.str = ...,
+        version: _builtins.int = ...,
+        collection: _builtins.str = ...,
+        path: _builtins.str = ...,
+        heading_path: _abc.Iterable[_builtins.str] | None = ...,
+        line_start: _builtins.int = ...,
+        line_end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "collection", b"collection", "document_id", b"document_id", "heading_path", b"heading_path", "line_end", b"line_end", "line_start", b"line_start", "path", b"path", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChunkSource: _TypeAlias = ChunkSource  # noqa: Y015

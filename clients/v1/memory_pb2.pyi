@@ -128,6 +128,28 @@ CHANGE_KIND_REJECTED: ChangeKind.ValueType  # 7
 CHANGE_KIND_WITHDRAWN: ChangeKind.ValueType  # 8
 Global___ChangeKind: _TypeAlias = ChangeKind  # noqa: Y015
 
+class _ContextItemKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ContextItemKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ContextItemKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONTEXT_ITEM_KIND_UNSPECIFIED: _ContextItemKind.ValueType  # 0
+    CONTEXT_ITEM_KIND_MEMORY: _ContextItemKind.ValueType  # 1
+    """A memory; `id` is the memory id."""
+    CONTEXT_ITEM_KIND_KNOWLEDGE: _ContextItemKind.ValueType  # 2
+    """A chunk of a knowledge document; `id` is the chunk id and `source` says where it is."""
+
+class ContextItemKind(_ContextItemKind, metaclass=_ContextItemKindEnumTypeWrapper):
+    """What a context item is."""
+
+CONTEXT_ITEM_KIND_UNSPECIFIED: ContextItemKind.ValueType  # 0
+CONTEXT_ITEM_KIND_MEMORY: ContextItemKind.ValueType  # 1
+"""A memory; `id` is the memory id."""
+CONTEXT_ITEM_KIND_KNOWLEDGE: ContextItemKind.ValueType  # 2
+"""A chunk of a knowledge document; `id` is the chunk id and `source` says where it is."""
+Global___ContextItemKind: _TypeAlias = ContextItemKind  # noqa: Y015
+
 @_typing.final
 class SaveMemoryRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -688,17 +710,27 @@ class BuildContextRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
     MAX_MEMORIES_FIELD_NUMBER: _builtins.int
+    KNOWLEDGE_COLLECTIONS_FIELD_NUMBER: _builtins.int
+    EXCLUDE_KNOWLEDGE_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     token_budget: _builtins.int
     """Upper bound for the packed context, in tokens (approximate). Default 1000."""
     max_memories: _builtins.int
     """At most this many memories. Default 20."""
+    exclude_knowledge: _builtins.bool
+    """Leave knowledge out: memories only."""
     @_builtins.property
     def scope(self) -> _common_pb2.Scope: ...
     @_builtins.property
     def filter(self) -> _common_pb2.MemoryFilter: ...
     @_builtins.property
     def time(self) -> _common_pb2.TimeTravel: ...
+    @_builtins.property
+    def knowledge_collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Knowledge chunks are mixed in for keys holding knowledge:read (at most max_memories
+        of them): from these collections only, or every collection when empty.
+        """
+
     def __init__(
         self,
         *,
@@ -708,10 +740,12 @@ class BuildContextRequest(_message.Message):
         filter: _common_pb2.MemoryFilter | None = ...,
         time: _common_pb2.TimeTravel | None = ...,
         max_memories: _builtins.int = ...,
+        knowledge_collections: _abc.Iterable[_builtins.str] | None = ...,
+        exclude_knowledge: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "scope", b"scope", "time", b"time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "max_memories", b"max_memories", "query", b"query", "scope", b"scope", "time", b"time", "token_budget", b"token_budget"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exclude_knowledge", b"exclude_knowledge", "filter", b"filter", "knowledge_collections", b"knowledge_collections", "max_memories", b"max_memories", "query", b"query", "scope", b"scope", "time", b"time", "token_budget", b"token_budget"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -728,15 +762,22 @@ class ContextItem(_message.Message):
     VALID_TO_FIELD_NUMBER: _builtins.int
     TOKENS_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     score: _builtins.float
     status: _common_pb2.MemoryStatus.ValueType
     tokens: _builtins.int
     content: _builtins.str
+    kind: Global___ContextItemKind.ValueType
     @_builtins.property
     def valid_from(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def valid_to(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def source(self) -> _common_pb2.ChunkSource:
+        """Set for knowledge items: the document, version, heading path and lines to cite."""
+
     def __init__(
         self,
         *,
@@ -747,10 +788,12 @@ class ContextItem(_message.Message):
         valid_to: _timestamp_pb2.Timestamp | None = ...,
         tokens: _builtins.int = ...,
         content: _builtins.str = ...,
+        kind: Global___ContextItemKind.ValueType = ...,
+        source: _common_pb2.ChunkSource | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["source", b"source", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "id", b"id", "score", b"score", "status", b"status", "tokens", b"tokens", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "id", b"id", "kind", b"kind", "score", b"score", "source", b"source", "status", b"status", "tokens", b"tokens", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

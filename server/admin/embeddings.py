@@ -12,7 +12,7 @@ from pgvector.asyncpg import register_vector
 
 from brain.server.admin.registry import Context, UsageError, command, output
 from brain.server.domain.memories import model_id
-from brain.server.domain.retrieval.embedders import EmbedderError, build_embedder
+from brain.server.domain.retrieval.embedders import Embedder, EmbedderError, build_embedder
 from brain.server.runtime.config import add_embedder_arguments, embedder_settings
 from brain.server.storage.db import embedding_dimension
 
@@ -145,10 +145,46 @@ async def cmd_backfill(ctx: Context) -> None:
             print(
                 f"\rbackfilled {done}/{total} ({pct:.0f}%), {rate:.0f}/s", end="", file=sys.stderr
             )
+        print(file=sys.stderr)
+        chunks = await _backfill_chunks(conn, embedder, model, where, args, ctx.args.batch)
     print(file=sys.stderr)
 
-    summary = f"backfilled {done} memories with {model}"
-    output(ctx.args, {"backfilled": done, "model": model}, summary)
+    summary = f"backfilled {done} memories and {chunks} document chunks with {model}"
+    output(ctx.args, {"backfilled": done, "chunks": chunks, "model": model}, summary)
+
+
+async def _backfill_chunks(
+    conn: asyncpg.Connection, embedder: Embedder, model: str | None, where: str,
+    args: list[Any], batch: int,
+) -> int:  # fmt: skip
+    """Embed every current knowledge chunk without a vector (the embedder was down at put)."""
+    pending = "m.embedding IS NULL AND m.retired_at IS NULL AND m.content <> ''"
+    done, n = 0, len(args)
+    after = ("00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
+    while True:
+        rows = await conn.fetch(
+            f"""SELECT m.tenant_id, m.chunk_id, m.content FROM document_chunks m
+                WHERE {pending} AND {where}
+                  AND (m.tenant_id, m.chunk_id) > (${n + 1}::uuid, ${n + 2}::uuid)
+                ORDER BY m.tenant_id, m.chunk_id LIMIT ${n + 3}""",
+            *args,
+            *after,
+            batch,
+        )
+        if not rows:
+            return done
+        try:
+            vectors = await embedder.embed([r["content"] for r in rows])
+        except EmbedderError as exc:
+            raise UsageError(f"embedder failed after {done} document chunks: {exc}") from exc
+        await conn.executemany(
+            """UPDATE document_chunks SET embedding = $3, embedding_model = $4
+               WHERE tenant_id = $1 AND chunk_id = $2 AND embedding IS NULL""",
+            [(r["tenant_id"], r["chunk_id"], v, model) for r, v in zip(rows, vectors, strict=True)],
+        )
+        done += len(rows)
+        after = (str(rows[-1]["tenant_id"]), str(rows[-1]["chunk_id"]))
+        print(f"\rbackfilled {done} document chunks", end="", file=sys.stderr)
 
 
 async def cmd_set_dimension(ctx: Context) -> None:
@@ -157,20 +193,22 @@ async def cmd_set_dimension(ctx: Context) -> None:
         raise UsageError("dimension must be between 1 and 16000")
     if not ctx.args.yes:
         raise UsageError("this drops every stored vector; pass --yes to confirm")
+    index_note = ""
     async with ctx.connect() as conn, conn.transaction():
-        await conn.execute("DROP INDEX IF EXISTS memories_embedding_hnsw")
-        await conn.execute(
-            f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({dimension}) USING NULL"
-        )
-        await conn.execute("UPDATE memories SET embedding_model = NULL")
-        index_note = ""
-        if dimension <= 2000:  # pgvector's HNSW limit for vector
+        # Memories and knowledge chunks share the dimension (one embedder serves both).
+        for table in ("memories", "document_chunks"):
+            await conn.execute(f"DROP INDEX IF EXISTS {table}_embedding_hnsw")
             await conn.execute(
-                """CREATE INDEX memories_embedding_hnsw ON memories
-                   USING hnsw (embedding vector_cosine_ops) WHERE retired_at IS NULL"""
+                f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({dimension}) USING NULL"
             )
-        else:
-            index_note = " (over 2000 dimensions: no HNSW index, searches scan exactly)"
+            await conn.execute(f"UPDATE {table} SET embedding_model = NULL")
+            if dimension <= 2000:  # pgvector's HNSW limit for vector
+                await conn.execute(
+                    f"""CREATE INDEX {table}_embedding_hnsw ON {table}
+                        USING hnsw (embedding vector_cosine_ops) WHERE retired_at IS NULL"""
+                )
+            else:
+                index_note = " (over 2000 dimensions: no HNSW index, searches scan exactly)"
 
     output(
         ctx.args,

@@ -1,4 +1,9 @@
-"""BuildContext: the best matches for a query packed into a token budget for a prompt."""
+"""BuildContext: the best matches for a query packed into a token budget for a prompt.
+
+Memories and knowledge chunks (for keys holding ``knowledge:read``) are interleaved by
+their fused score — each normalised within its own search, so the best of each leads —
+and every item says what it is and where it comes from, so an agent can cite it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from brain.server.domain import convert
 from brain.server.errors import InvalidArgument
-from brain.v1 import memory_pb2
+from brain.v1 import common_pb2, memory_pb2
 
 if TYPE_CHECKING:
     from brain.server.domain.retrieval.lanes import FusedHit as Hit
@@ -17,6 +22,10 @@ DEFAULT_TOKEN_BUDGET = 1000
 MAX_TOKEN_BUDGET = 32_000
 DEFAULT_MAX_MEMORIES = 20
 HEADER = "Relevant memories from the shared brain (id, validity, status, score):"
+MIXED_HEADER = (
+    "Relevant memories (id, validity, status, score) and documents (collection/path, "
+    "section, lines, score) from the shared brain:"
+)
 
 
 def estimate_tokens(text: str) -> int:
@@ -36,6 +45,17 @@ def line_for(hit: Hit) -> str:
     )
 
 
+def chunk_line(hit: Hit) -> str:
+    row = hit.row
+    where = f"{row['collection']}/{row['path']}"
+    if row["heading_path"]:
+        where += " § " + " > ".join(row["heading_path"])
+    return (
+        f"- [doc {where}, lines {row['line_start']}-{row['line_end']}] ({hit.score:.3f}) "
+        f"{row['content']}"
+    )
+
+
 def budget(req: memory_pb2.BuildContextRequest) -> tuple[int, int]:
     tokens = req.token_budget or DEFAULT_TOKEN_BUDGET
     if not 0 < tokens <= MAX_TOKEN_BUDGET:
@@ -46,34 +66,65 @@ def budget(req: memory_pb2.BuildContextRequest) -> tuple[int, int]:
     return tokens, count
 
 
-def pack(hits: Sequence[Hit], token_budget: int) -> memory_pb2.BuildContextResponse:
+def pack(
+    hits: Sequence[Hit], token_budget: int, chunks: Sequence[Hit] = ()
+) -> memory_pb2.BuildContextResponse:
     """Greedy in score order: take each hit whose line still fits the budget."""
-    used = estimate_tokens(HEADER)
+    header = MIXED_HEADER if chunks else HEADER
+    used = estimate_tokens(header)
     lines: list[str] = []
     items: list[memory_pb2.ContextItem] = []
-    for hit in hits:
-        line = line_for(hit)
+    tagged = [(h, False) for h in hits] + [(h, True) for h in chunks]
+    tagged.sort(key=lambda pair: -pair[0].score)  # stable: memories first on ties
+    for hit, is_chunk in tagged:
+        line = chunk_line(hit) if is_chunk else line_for(hit)
         cost = estimate_tokens(line)
         if used + cost > token_budget:
             continue
         used += cost
         lines.append(line)
-        item = memory_pb2.ContextItem(
-            id=str(hit.row["memory_id"]),
-            score=hit.score,
-            status=convert.STATUS_TO_PROTO[hit.row["status"]],
-            tokens=cost,
-            content=hit.row["content"],
-        )
-        for name in ("valid_from", "valid_to"):
-            stamp = convert.ts(hit.row[name])
-            if stamp is not None:
-                getattr(item, name).CopyFrom(stamp)
-        items.append(item)
-    context = "\n".join([HEADER, *lines]) if lines else ""
+        items.append(_chunk_item(hit, cost) if is_chunk else _memory_item(hit, cost))
+    context = "\n".join([header, *lines]) if lines else ""
     return memory_pb2.BuildContextResponse(
         context=context,
         items=items,
         tokens_used=used if lines else 0,
-        omitted=len(hits) - len(items),
+        omitted=len(tagged) - len(items),
+    )
+
+
+def _memory_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
+    item = memory_pb2.ContextItem(
+        id=str(hit.row["memory_id"]),
+        score=hit.score,
+        status=convert.STATUS_TO_PROTO[hit.row["status"]],
+        tokens=cost,
+        content=hit.row["content"],
+        kind=memory_pb2.CONTEXT_ITEM_KIND_MEMORY,
+    )
+    for name in ("valid_from", "valid_to"):
+        stamp = convert.ts(hit.row[name])
+        if stamp is not None:
+            getattr(item, name).CopyFrom(stamp)
+    return item
+
+
+def _chunk_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
+    row = hit.row
+    return memory_pb2.ContextItem(
+        id=str(row["chunk_id"]),
+        score=hit.score,
+        tokens=cost,
+        content=row["content"],
+        kind=memory_pb2.CONTEXT_ITEM_KIND_KNOWLEDGE,
+        source=common_pb2.ChunkSource(
+            chunk_id=str(row["chunk_id"]),
+            document_id=str(row["document_id"]),
+            version=row["version"],
+            collection=row["collection"],
+            path=row["path"],
+            heading_path=row["heading_path"],
+            line_start=row["line_start"],
+            line_end=row["line_end"],
+        ),
     )

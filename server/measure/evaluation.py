@@ -49,7 +49,7 @@ from brain.authz import Confinement
 from brain.server.domain.memories import Memories
 from brain.server.domain.retrieval.lanes import RetrievalParams
 from brain.server.domain.validation import normalise
-from brain.server.measure import crossval
+from brain.server.measure import crossval, knowledge_eval
 from brain.server.runtime import embedded
 from brain.server.runtime.app import StartupError, start_server
 from brain.server.runtime.bootstrap import prepare_embedded
@@ -930,12 +930,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="cross-validate the retrieval parameters, leaving one conversation out at a time "
         "(private server only; asks every question once per candidate)",
     )
+    knowledge_eval.add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "knowledge":
+        logs.configure("warning")
+        try:
+            found = asyncio.run(knowledge_eval.run(args))
+        except (OSError, ValueError, KeyError, StartupError) as exc:
+            _fail(str(exc), 2)
+        except grpc.aio.AioRpcError as exc:
+            _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
+        print(
+            json.dumps(found.as_json(), indent=2)
+            if args.json
+            else knowledge_eval.format_table(found)
+        )
+        return
     if args.target is not None and not args.api_key:
         _fail("--target needs --api-key (or BRAIN_API_KEY): a key with memories:read,write", 2)
     if args.target is not None and args.embedder is not None:

@@ -22,6 +22,7 @@ from brain.authz import RateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
 from brain.server.domain import validation
 from brain.server.domain.audit import AuditLog
+from brain.server.domain.knowledge import Knowledge
 from brain.server.domain.memories import Limits, Memories
 from brain.server.domain.retrieval.embedders import (
     Embedder,
@@ -34,6 +35,7 @@ from brain.server.domain.review import Review, ReviewLimits
 from brain.server.domain.watch import close_feed
 from brain.server.edge.audit import AuditServicer
 from brain.server.edge.identity import IdentityServicer
+from brain.server.edge.knowledge import KnowledgeServicer
 from brain.server.edge.memory import MemoryServicer
 from brain.server.edge.review import ReviewServicer
 from brain.server.runtime import embedded
@@ -44,7 +46,13 @@ from brain.server.runtime.supervisor import DatabaseSupervisor
 from brain.server.storage import migrate as migrations
 from brain.server.storage.db import Database, UnsafeRole
 from brain.server.telemetry import logs, metrics, tracing
-from brain.v1 import audit_pb2_grpc, identity_pb2_grpc, memory_pb2_grpc, review_pb2_grpc
+from brain.v1 import (
+    audit_pb2_grpc,
+    identity_pb2_grpc,
+    knowledge_pb2_grpc,
+    memory_pb2_grpc,
+    review_pb2_grpc,
+)
 
 _log = structlog.get_logger("brain.server")
 SERVICES = (
@@ -52,6 +60,7 @@ SERVICES = (
     "brain.v1.ReviewService",
     "brain.v1.AuditService",
     "brain.v1.IdentityService",
+    "brain.v1.KnowledgeService",
 )
 
 
@@ -261,6 +270,9 @@ async def _serve(
         AuditServicer(AuditLog(db, memories.tokens, settings.statement_timeout_ms)), server
     )
     identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
+    knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(
+        KnowledgeServicer(Knowledge(memories)), server
+    )
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:

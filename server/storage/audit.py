@@ -14,7 +14,12 @@ from datetime import datetime
 import asyncpg
 
 from brain.server.storage.memories import RowFilter, filter_predicate, memory_columns
-from brain.server.storage.visibility import Params, Visibility, visibility_predicate
+from brain.server.storage.visibility import (
+    Params,
+    Visibility,
+    object_visibility,
+    visibility_predicate,
+)
 
 EVENT_COLUMNS = (
     "tenant_id, seq, at, key_id, principal, method, memory_ids, outcome, prev_hash, hash"
@@ -36,19 +41,25 @@ async def list_events(
 ) -> list[asyncpg.Record]:
     """Events of one tenant after ``q.after_seq``, oldest first, at most ``q.limit``.
 
-    An event about memories is listed only when ``v`` may see every memory it names (a
+    An event about memories (or documents) is listed only when ``v`` may see every one it
+    names (a
     memory's bucket never changes, so the ids say what it covers; labels and proposals
     bind as on every read). Tenant events (keys, policies), which name no memory, only
     when ``tenant_wide`` (a key confined to nothing).
     """
     p = Params(tenant_id, q.after_seq)
     clauses = ["tenant_id = $1::uuid", "seq > $2"]
+    # The ids name memories or knowledge documents (migration 0020): each must be visible.
     every_memory_visible = f"""NOT EXISTS (
                 SELECT 1 FROM unnest(memory_ids) AS u (id)
                 WHERE NOT EXISTS (
                     SELECT 1 FROM memories m
                     WHERE m.tenant_id = audit_events.tenant_id AND m.memory_id = u.id
-                      AND m.retired_at IS NULL AND {visibility_predicate(v, p)}))"""
+                      AND m.retired_at IS NULL AND {visibility_predicate(v, p)})
+                  AND NOT EXISTS (
+                    SELECT 1 FROM documents d
+                    WHERE d.tenant_id = audit_events.tenant_id AND d.document_id = u.id
+                      AND d.retired_at IS NULL AND {object_visibility(v, p, "d")}))"""
     if tenant_wide:
         clauses.append(f"(cardinality(memory_ids) = 0 OR {every_memory_visible})")
     else:

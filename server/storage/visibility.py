@@ -89,17 +89,24 @@ def visibility_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
     )
 
 
-def cell_predicate(v: Visibility, p: Params, alias: str = "c") -> str:
-    """SQL boolean over a ``lexical_cells`` row: whether ``v`` sees the cell's rows.
-
-    A cell (tenant, namespace, user, session, label set) holds only current active rows,
-    which every caller sees all or nothing of: the same scope and label rules as
-    ``visibility_predicate``, with no proposal to ask about.
-    """
+def object_visibility(v: Visibility, p: Params, alias: str) -> str:
+    """The same rule over a row that carries its object's scope and labels itself and has
+    no proposal state: a knowledge document version or chunk (migration 0020 keeps labels
+    equal on every row of a document, so each row is its own head)."""
     if not v.app_filter:
         return "TRUE"
     labels = p.add(sorted(v.labels))
     return f"({_scope_rule(v, p, alias)} AND {alias}.labels && {labels}::text[])"
+
+
+def cell_predicate(v: Visibility, p: Params, alias: str = "c") -> str:
+    """SQL boolean over a ``lexical_cells`` row: whether ``v`` sees the cell's rows.
+
+    A cell (tenant, namespace, user, session, label set) holds only current active rows,
+    which every caller sees all or nothing of: the object rule, with no proposal to ask
+    about.
+    """
+    return object_visibility(v, p, alias)
 
 
 def _scope_rule(v: Visibility, p: Params, a: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from brain.server.domain.memories._common import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_SEARCH_LIMIT,
+    KnowledgeRecall,
     Limits,
     Recalled,
     ReviewGate,
@@ -22,6 +23,7 @@ from brain.server.domain.memories.writes import MemoryWrites
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "DEFAULT_SEARCH_LIMIT",
+    "KnowledgeRecall",
     "Limits",
     "Memories",
     "Recalled",

@@ -37,6 +37,7 @@ DEFAULT_SEARCH_LIMIT = 10
 DEFAULT_PAGE_SIZE = 50
 EXPORT_BATCH = 200
 MAX_SUPERSEDES = 100
+MAX_KNOWLEDGE_COLLECTIONS = 16
 ALL_STATUSES = tuple(PROTO_TO_STATUS.values())
 UPDATABLE_FIELDS = frozenset(
     {"content", "kind", "tags", "metadata", "labels", "confidence", "importance",
@@ -129,6 +130,22 @@ class ReviewGate(Protocol):
     ) -> memory_pb2.SaveMemoryResponse: ...
 
 
+class KnowledgeRecall(Protocol):
+    """What BuildContext needs from the knowledge base (`brain.server.domain.knowledge.
+    Knowledge` provides it); a protocol, so memories never import knowledge."""
+
+    async def recall_chunks(
+        self,
+        caller: Caller,
+        query_text: str,
+        limit: int,
+        collections: Sequence[str],
+        timeout_ms: int | None,
+        vector: Sequence[float] | None,
+        lexical_only: bool,
+    ) -> list[FusedHit]: ...
+
+
 class MemoryBase:
     """State and plumbing shared by `MemoryWrites` and `MemoryReads`."""
 
@@ -154,6 +171,8 @@ class MemoryBase:
         # Set by Review: saves into review-required namespaces become candidates.
         self.review: ReviewGate | None = None
         self.query_vectors = QueryVectors()
+        # Set by Knowledge: BuildContext mixes in document chunks.
+        self.knowledge: KnowledgeRecall | None = None
 
     def tx(
         self,

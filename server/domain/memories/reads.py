@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import asyncpg
 import structlog
 
-from brain.authz import Caller
+from brain.authz import Caller, Permission
 from brain.server.domain import context, convert, cursors
 from brain.server.domain import validation as check
 from brain.server.domain.memories._common import (
@@ -21,6 +21,7 @@ from brain.server.domain.memories._common import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_SEARCH_LIMIT,
     EXPORT_BATCH,
+    MAX_KNOWLEDGE_COLLECTIONS,
     MemoryBase,
     Recalled,
     row_filter,
@@ -129,8 +130,35 @@ class MemoryReads(MemoryBase):
         self, caller: Caller, req: memory_pb2.BuildContextRequest, timeout_ms: int | None = None
     ) -> memory_pb2.BuildContextResponse:
         token_budget, count = context.budget(req)
-        found = await self.recall(caller, req.query, count, req.filter, req.time, timeout_ms)
-        return context.pack(found.hits, token_budget)
+        collections = check.names(
+            "knowledge_collections", req.knowledge_collections, limit=MAX_KNOWLEDGE_COLLECTIONS
+        )
+        query = check.query("query", req.query)
+        # One query vector serves memories and documents: a slow or failing embedder is
+        # waited for once, and both fall back to their lexical lanes together.
+        vector: list[float] | None = None
+        lexical_only = False
+        if self.embedder.dimension:
+            try:
+                vector = await self.query_vector(query, ())
+            except EmbedderError as exc:
+                _log.warning("query embedding failed; lexical only", error=str(exc))
+                lexical_only = True
+        found = await self.recall(
+            caller, query, count, req.filter, req.time, timeout_ms,
+            mode=memory_pb2.SEARCH_MODE_LEXICAL if lexical_only else memory_pb2.SEARCH_MODE_HYBRID,
+            query_embedding=vector or (),
+        )  # fmt: skip
+        chunks: list[FusedHit] = []
+        if (
+            self.knowledge is not None
+            and not req.exclude_knowledge
+            and caller.has(Permission.KNOWLEDGE_READ.value)
+        ):
+            chunks = await self.knowledge.recall_chunks(
+                caller, query, count, collections, timeout_ms, vector, lexical_only
+            )
+        return context.pack(found.hits, token_budget, chunks)
 
     async def recall(
         self,

@@ -23,7 +23,7 @@ re-chooses them leave-one-conversation-out to show how much of that tuning carri
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -95,6 +95,32 @@ class FusedHit:
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """What the lanes search: a table (aliased ``m`` in every statement) whose rows carry
+    ``search_tsv``, ``search_tsv_simple``, ``embedding`` and ``embedding_model``, the
+    columns that identify a row within its tenant, and the columns a hit shows."""
+
+    table: str
+    keys: tuple[tuple[str, str], ...]  # (column, SQL type)
+    columns: Callable[[Visibility, Params], str]
+
+    def key(self, row: asyncpg.Record) -> tuple[Any, ...]:
+        return tuple(row[name] for name, _ in self.keys)
+
+
+MEMORIES = Corpus("memories", (("memory_id", "uuid"), ("version", "int")), memory_columns)
+# A lane's filter over ``m``: visibility, status, time and the caller's narrowing filters.
+Where = Callable[[Params], str]
+
+
+def memory_where(v: Visibility, f: RowFilter, t: TimeCoords) -> Where:
+    """The predicate every memory lane puts inside its statement, before its LIMIT."""
+    return lambda p: (
+        f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
+    )
+
+
 async def lexical_lane(
     conn: asyncpg.Connection,
     v: Visibility,
@@ -106,17 +132,37 @@ async def lexical_lane(
     config: str = "english",
     corpus_size: int | None = None,
 ) -> list[LaneHit]:
-    """BM25 over the rows the caller may see; terms OR-ed, weighted by IDF.
+    """BM25 over the memories the caller may see; terms OR-ed, weighted by IDF.
 
     ``corpus_size`` (from `corpus_size`) saves counting the visible rows again.
     """
+    return await bm25_lane(
+        conn, MEMORIES, v, memory_where(v, f, t), query, limit, params, config, corpus_size
+    )
+
+
+async def bm25_lane(
+    conn: asyncpg.Connection,
+    corpus: Corpus,
+    v: Visibility,
+    where: Where,
+    query: str,
+    limit: int,
+    params: RetrievalParams,
+    config: str = "english",
+    corpus_size: int | None = None,
+) -> list[LaneHit]:
+    """BM25 over the rows of ``corpus`` that pass ``where``; terms OR-ed, weighted by IDF."""
     if config not in TSVECTORS:
         raise ValueError(f"no tsvector column for text search configuration {config!r}")
     tsv, cfg = TSVECTORS[config], f"'{config}'::regconfig"
+    table = corpus.table
+    keys = ", ".join(name for name, _ in corpus.keys)
+    m_keys = ", ".join(f"m.{name}" for name, _ in corpus.keys)
+    d_keys = ", ".join(f"d.{name}" for name, _ in corpus.keys)
+    tf_keys = ", ".join(f"tf.{name}" for name, _ in corpus.keys)
     p = Params(query)
-    scope_sql = (
-        f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
-    )
+    scope_sql = where(p)
     k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
     if corpus_size is not None and not params.bm25_b:
         # Counted once per search for both lexical lanes; with b = 0 length drops out.
@@ -125,7 +171,7 @@ async def lexical_lane(
         avgdl = f"COALESCE(avg(length(m.{tsv})), 1)" if params.bm25_b else "1"
         corpus_sql = (
             f"SELECT count(*)::float8 AS n, {avgdl}::float8 AS avgdl "
-            f"FROM memories m WHERE {scope_sql}"
+            f"FROM {table} m WHERE {scope_sql}"
         )
     cap = p.add(params.lexical_df_cap)
     sql = f"""
@@ -138,7 +184,7 @@ async def lexical_lane(
         df AS (
             SELECT t.lexeme, t.tq,
                    (SELECT count(*) FROM (
-                        SELECT 1 FROM memories m WHERE m.{tsv} @@ t.tq AND {scope_sql}
+                        SELECT 1 FROM {table} m WHERE m.{tsv} @@ t.tq AND {scope_sql}
                         LIMIT {cap}) hits)::float8 AS df
             FROM terms t
         ),
@@ -151,38 +197,36 @@ async def lexical_lane(
         -- Candidates: rows holding a rare term; if every term is common (an unspecific
         -- query), the first rows found holding any of them, up to the cap.
         docs AS (
-            SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
-                   length(m.{tsv}) AS dl
-            FROM memories m, q
+            SELECT m.tenant_id, {m_keys}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
+            FROM {table} m, q
             WHERE q.rare IS NOT NULL AND m.{tsv} @@ q.rare AND {scope_sql}
             UNION ALL
-            (SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
-                    length(m.{tsv}) AS dl
-             FROM memories m, q
+            (SELECT m.tenant_id, {m_keys}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
+             FROM {table} m, q
              WHERE q.rare IS NULL AND q.every IS NOT NULL AND m.{tsv} @@ q.every
                AND {scope_sql}
              LIMIT {cap})
         ),
         corpus AS ({corpus_sql}),
         tf AS (
-            SELECT d.tenant_id, d.memory_id, d.version, d.dl, u.lexeme,
+            SELECT d.tenant_id, {d_keys}, d.dl, u.lexeme,
                    cardinality(u.positions)::float8 AS tf
             FROM docs d, unnest(d.tsv) AS u
             WHERE u.lexeme IN (SELECT lexeme FROM terms)
         ),
         scored AS (
-            SELECT tf.tenant_id, tf.memory_id, tf.version,
+            SELECT tf.tenant_id, {tf_keys},
                    sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))
                        * tf.tf * ({k1} + 1)
                        / (tf.tf + {k1} * (1 - {b} + {b} * tf.dl / GREATEST(c.avgdl, 1)))) AS score
             FROM tf JOIN df USING (lexeme), corpus c
-            GROUP BY tf.tenant_id, tf.memory_id, tf.version
+            GROUP BY tf.tenant_id, {tf_keys}
             ORDER BY score DESC
             LIMIT {p.add(limit)}
         )
-        SELECT {memory_columns(v, p)}, s.score
-        FROM scored s JOIN memories m USING (tenant_id, memory_id, version)
-        ORDER BY s.score DESC, m.memory_id"""
+        SELECT {corpus.columns(v, p)}, s.score
+        FROM scored s JOIN {table} m USING (tenant_id, {keys})
+        ORDER BY s.score DESC, {m_keys}"""
     with metrics.lane("lexical" if config == "english" else "exact"):
         rows = await conn.fetch(sql, *p.values)
     return [LaneHit(row=r, score=float(r["score"])) for r in rows]
@@ -312,13 +356,15 @@ async def lexical_lanes(
 
 
 async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
-    """How many rows the search runs over: N in BM25's inverse document frequency."""
+    """How many memories the search runs over: N in BM25's inverse document frequency."""
+    return await rows_in(conn, MEMORIES, memory_where(v, f, t))
+
+
+async def rows_in(conn: asyncpg.Connection, corpus: Corpus, where: Where) -> int:
+    """How many rows of ``corpus`` pass ``where``."""
     p = Params()
     value: int = await conn.fetchval(
-        f"""SELECT count(*) FROM memories m
-            WHERE {visibility_predicate(v, p)} AND {time_predicate(t, p)}
-              AND {filter_predicate(f, p)}""",
-        *p.values,
+        f"SELECT count(*) FROM {corpus.table} m WHERE {where(p)}", *p.values
     )
     return value
 
@@ -329,6 +375,22 @@ async def semantic_lane(
     vector: Sequence[float],
     f: RowFilter,
     t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+    model: str | None = None,
+) -> list[LaneHit]:
+    """Nearest memories by cosine, filtered in the scan; below the floor is dropped."""
+    return await nearest_lane(
+        conn, MEMORIES, v, memory_where(v, f, t), vector, limit, params, model
+    )
+
+
+async def nearest_lane(
+    conn: asyncpg.Connection,
+    corpus: Corpus,
+    v: Visibility,
+    where: Where,
+    vector: Sequence[float],
     limit: int,
     params: RetrievalParams,
     model: str | None = None,
@@ -344,11 +406,9 @@ async def semantic_lane(
     same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
     sql = f"""
         SELECT * FROM (
-            SELECT {memory_columns(v, p)}, 1 - (m.embedding <=> $1::vector) AS similarity
-            FROM memories m
-            WHERE m.embedding IS NOT NULL {same_model}
-              AND {visibility_predicate(v, p)} AND {time_predicate(t, p)}
-              AND {filter_predicate(f, p)}
+            SELECT {corpus.columns(v, p)}, 1 - (m.embedding <=> $1::vector) AS similarity
+            FROM {corpus.table} m
+            WHERE m.embedding IS NOT NULL {same_model} AND {where(p)}
             ORDER BY m.embedding <=> $1::vector
             LIMIT {p.add(limit)}
         ) hits
@@ -357,10 +417,6 @@ async def semantic_lane(
     with metrics.lane("semantic"):
         rows = await conn.fetch(sql, *p.values)
     return [LaneHit(row=r, score=float(r["similarity"])) for r in rows]
-
-
-def _key(row: asyncpg.Record) -> Any:
-    return (row["memory_id"], row["version"])
 
 
 def _reciprocal(hits: Sequence[LaneHit], k: int) -> list[float]:
@@ -381,20 +437,22 @@ async def feedback_vector(
     lexical: Sequence[LaneHit],
     params: RetrievalParams,
     model: str | None,
+    corpus: Corpus = MEMORIES,
+    where: Where | None = None,
 ) -> list[float]:
     """The query vector moved toward the embeddings of the best lexical hits."""
     top = [h.row for h in lexical[: params.feedback_docs]]
     if not top or params.feedback_weight <= 0:
         return list(vector)
-    p = Params(
-        [r["tenant_id"] for r in top], [r["memory_id"] for r in top], [r["version"] for r in top]
-    )
+    p = Params([r["tenant_id"] for r in top])
+    arrays = ", ".join(f"{p.add([r[name] for r in top])}::{kind}[]" for name, kind in corpus.keys)
+    columns = ", ".join(f"m.{name}" for name, _ in corpus.keys)
     same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
+    allowed = where(p) if where is not None else visibility_predicate(v, p)
     rows = await conn.fetch(
-        f"""SELECT m.embedding FROM memories m
-            WHERE (m.tenant_id, m.memory_id, m.version) IN (
-                  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[]))
-              AND m.embedding IS NOT NULL {same_model} AND {visibility_predicate(v, p)}""",
+        f"""SELECT m.embedding FROM {corpus.table} m
+            WHERE (m.tenant_id, {columns}) IN (SELECT * FROM unnest($1::uuid[], {arrays}))
+              AND m.embedding IS NOT NULL {same_model} AND {allowed}""",
         *p.values,
     )
     if not rows:
@@ -414,6 +472,7 @@ def fuse(
     params: RetrievalParams,
     now: datetime | None = None,
     exact: Sequence[LaneHit] = (),
+    corpus: Corpus = MEMORIES,
 ) -> list[FusedHit]:
     """Combine the lanes into one ranking (see the module docstring)."""
     now = now or datetime.now(UTC)
@@ -426,7 +485,7 @@ def fuse(
     for kind, hits, weight in lanes:
         norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)
         for rank, (hit, norm) in enumerate(zip(hits, norms, strict=True), start=1):
-            item = fused.setdefault(_key(hit.row), FusedHit(row=hit.row, score=0.0))
+            item = fused.setdefault(corpus.key(hit.row), FusedHit(row=hit.row, score=0.0))
             item.score += weight * norm
             if kind == "lexical":
                 item.lexical_rank, item.lexical_score = rank, hit.score
@@ -434,7 +493,7 @@ def fuse(
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
     for item in fused.values():
         item.score += boost(item.row, params, now)
-    ranked = sorted(fused.values(), key=lambda h: (-h.score, str(h.row["memory_id"])))
+    ranked = sorted(fused.values(), key=lambda h: (-h.score, str(corpus.key(h.row)[0])))
     return ranked[:limit]
 
 

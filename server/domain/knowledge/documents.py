@@ -1,0 +1,427 @@
+"""The knowledge domain: validation and the transaction behind each KnowledgeService RPC.
+
+Documents share the memories' machinery (caller transactions, the visibility predicate,
+labels, page tokens, the embedder and the retrieval lanes) through ``Memories``, and the
+same rules: everything is validated before a transaction opens, a document outside the
+key's scope answers NOT_FOUND byte-identical to an id that never existed, and write
+power follows write scope.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+import structlog
+
+from brain.authz import Caller
+from brain.server.domain import convert, cursors
+from brain.server.domain import validation as check
+from brain.server.domain.knowledge import chunking
+from brain.server.domain.memories import DEFAULT_PAGE_SIZE, DEFAULT_SEARCH_LIMIT, Memories
+from brain.server.domain.retrieval import lanes as retrieval
+from brain.server.domain.retrieval.embedders import EmbedderError
+from brain.server.domain.retrieval.lanes import Corpus, FusedHit
+from brain.server.errors import InvalidArgument, NotFound, PermissionDenied
+from brain.server.storage import knowledge as sql
+from brain.server.storage.visibility import Visibility
+from brain.v1 import common_pb2, knowledge_pb2
+
+MAX_DOCUMENT_BYTES = 1024 * 1024
+MAX_PATH_CHARS = 512
+MAX_COLLECTIONS = 16
+# Chunks embedded per embedder call.
+EMBED_BATCH = 32
+DOCUMENT_NOT_FOUND = "document not found"
+CHUNKS = Corpus("document_chunks", (("chunk_id", "uuid"),), sql.chunk_columns)
+
+FORMAT_FROM_PROTO = {
+    knowledge_pb2.DOCUMENT_FORMAT_MARKDOWN: "markdown",
+    knowledge_pb2.DOCUMENT_FORMAT_PYTHON: "python",
+    knowledge_pb2.DOCUMENT_FORMAT_CODE: "code",
+    knowledge_pb2.DOCUMENT_FORMAT_TEXT: "text",
+}
+FORMAT_TO_PROTO = {v: k for k, v in FORMAT_FROM_PROTO.items()}
+STATUS_TO_PROTO = {
+    "active": knowledge_pb2.DOCUMENT_STATUS_ACTIVE,
+    "deleted": knowledge_pb2.DOCUMENT_STATUS_DELETED,
+}
+
+_log = structlog.get_logger("brain.knowledge")
+
+
+def document_not_found() -> NotFound:
+    """The one NOT_FOUND for a document id: byte-identical for missing and out-of-scope ids."""
+    return NotFound(DOCUMENT_NOT_FOUND)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A knowledge search's hits, best first, and which lanes ran (a ``KnowledgeLanes``)."""
+
+    hits: list[FusedHit]
+    lanes: int
+
+
+def document_message(row: asyncpg.Record, with_content: bool = False) -> knowledge_pb2.Document:
+    d = knowledge_pb2.Document(
+        id=str(row["document_id"]),
+        version=row["version"],
+        scope=common_pb2.Scope(
+            user_id=row["user_id"], namespace=row["namespace"], session_id=row["session_id"]
+        ),
+        collection=row["collection"],
+        path=row["path"],
+        format=FORMAT_TO_PROTO[row["format"]],
+        labels=row["labels"],
+        status=STATUS_TO_PROTO[row["status"]],
+        content_hash=bytes(row["content_hash"]).hex() if row["content_hash"] else "",
+        size_bytes=row["size_bytes"],
+        chunk_count=row["chunk_count"],
+        content=row["content"] if with_content else "",
+        created_by=row["created_by"],
+        changed_by=row["changed_by"],
+        change=row["change"],
+        fully_embedded=row["fully_embedded"],
+    )
+    for name in ("recorded_at", "retired_at"):
+        stamp = convert.ts(row[name])
+        if stamp is not None:
+            getattr(d, name).CopyFrom(stamp)
+    return d
+
+
+def chunk_source(row: asyncpg.Record) -> common_pb2.ChunkSource:
+    return common_pb2.ChunkSource(
+        chunk_id=str(row["chunk_id"]),
+        document_id=str(row["document_id"]),
+        version=row["version"],
+        collection=row["collection"],
+        path=row["path"],
+        heading_path=row["heading_path"],
+        line_start=row["line_start"],
+        line_end=row["line_end"],
+    )
+
+
+def hit_message(hit: FusedHit) -> knowledge_pb2.KnowledgeHit:
+    return knowledge_pb2.KnowledgeHit(
+        source=chunk_source(hit.row),
+        content=hit.row["content"],
+        score=hit.score,
+        lexical_rank=hit.lexical_rank,
+        semantic_rank=hit.semantic_rank,
+        lexical_score=hit.lexical_score,
+        semantic_similarity=hit.semantic_similarity,
+    )
+
+
+def document_path(field: str, value: str) -> str:
+    """A document's path in its collection: printable text, no NUL, at most 512 characters."""
+    check.text(field, value, limit=MAX_PATH_CHARS)
+    if not value.strip():
+        raise InvalidArgument(field, "is required")
+    if any(ch in value for ch in "\n\r\t"):
+        raise InvalidArgument(field, "must be one line")
+    return value
+
+
+def document_content(field: str, value: str) -> str:
+    if "\x00" in value:
+        raise InvalidArgument(field, "must not contain NUL bytes")
+    if not value.strip():
+        raise InvalidArgument(field, "must not be empty")
+    size = len(value.encode())
+    if size > MAX_DOCUMENT_BYTES:
+        raise InvalidArgument(
+            field, f"is {size} bytes; the limit is {MAX_DOCUMENT_BYTES} bytes (1 MiB)"
+        )
+    return value
+
+
+def document_id(field: str, value: str) -> uuid.UUID:
+    if not value:
+        raise InvalidArgument(field, "is required")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidArgument(field, "is not a document id (a UUID)") from None
+
+
+class Knowledge:
+    """Carries out KnowledgeService RPCs for an authenticated caller."""
+
+    def __init__(self, memories: Memories) -> None:
+        self.memories = memories
+        memories.knowledge = self
+
+    async def put(
+        self, caller: Caller, req: knowledge_pb2.PutDocumentRequest, timeout_ms: int | None = None
+    ) -> knowledge_pb2.PutDocumentResponse:
+        scope = caller.scope
+        namespace = check.name("scope.namespace", scope.namespace, required=True)
+        check.name("scope.user_id", scope.user_id)
+        check.name("scope.session_id", scope.session_id)
+        collection = check.name("collection", req.collection, required=True)
+        path = document_path("path", req.path)
+        content = document_content("content", req.content)
+        if req.format not in knowledge_pb2.DocumentFormat.values():
+            raise InvalidArgument("format", f"unknown document format {req.format}")
+        fmt = FORMAT_FROM_PROTO.get(req.format) or chunking.detect_format(path)
+        requested = check.names("labels", req.labels, limit=check.MAX_LABELS)
+        held = caller.key.labels
+        if set(requested) - held:
+            raise PermissionDenied(
+                f"labels: this key cannot grant label(s) {sorted(set(requested) - held)}; "
+                f"it holds {sorted(held)}"
+            )
+        digest = hashlib.sha256(content.encode()).digest()
+        vis = self.memories.visibility(caller)
+        bucket = (namespace, scope.user_id, scope.session_id, collection, path)
+        # Chunk and embed outside the transaction, unless the content is unchanged.
+        async with self.memories.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+            seen = await sql.find_at_path(conn, vis, *bucket)
+        chunks: list[sql.NewChunk] = []
+        if seen is None or bytes(seen["content_hash"] or b"") != digest:
+            chunks = await self.embedded_chunks(chunking.chunk(content, fmt))
+        async with self.memories.tx(caller, timeout_ms=timeout_ms) as conn:
+            await sql.lock_path(conn, caller.tenant_id, *bucket)
+            current = await self.locked_at_path(conn, vis, bucket)
+            labels = self.labels_for(caller, current, requested)
+            if current is not None and bytes(current["content_hash"] or b"") == digest:
+                if labels != sorted(current["labels"]):
+                    await sql.relabel(conn, current["tenant_id"], current["document_id"], labels)
+                    current = await sql.find_at_path(conn, vis, *bucket)
+                    assert current is not None
+                return knowledge_pb2.PutDocumentResponse(
+                    document=document_message(current), outcome=knowledge_pb2.PUT_OUTCOME_UNCHANGED
+                )
+            if current is not None and not chunks:  # changed since the first look
+                chunks = await self.embedded_chunks(chunking.chunk(content, fmt))
+            at = await sql.clock(conn)
+            if current is None:
+                doc_id, version, created_by = cursors.uuid7(), 1, caller.principal
+            else:
+                doc_id, version = current["document_id"], current["version"] + 1
+                created_by = current["created_by"]
+                await sql.retire(conn, current["tenant_id"], doc_id, current["version"], at)
+                if labels != sorted(current["labels"]):
+                    await sql.relabel(conn, current["tenant_id"], doc_id, labels)
+            new = sql.NewVersion(
+                document_id=doc_id, version=version, namespace=namespace,
+                user_id=scope.user_id, session_id=scope.session_id, collection=collection,
+                path=path, format=fmt, labels=labels, content=content, content_hash=digest,
+                created_by=created_by, changed_by=caller.principal,
+                changed_by_key=caller.key.key_id, chunks=chunks,
+            )  # fmt: skip
+            await sql.insert_version(conn, caller.tenant_id, new, at)
+            row = await sql.get(conn, vis, doc_id, 0)
+        assert row is not None
+        outcome = (
+            knowledge_pb2.PUT_OUTCOME_CREATED if version == 1 else knowledge_pb2.PUT_OUTCOME_UPDATED
+        )
+        return knowledge_pb2.PutDocumentResponse(document=document_message(row), outcome=outcome)
+
+    @staticmethod
+    async def locked_at_path(
+        conn: asyncpg.Connection, vis: Visibility, bucket: tuple[str, str, str, str, str]
+    ) -> asyncpg.Record | None:
+        """The document at the path, read again once its writer lock is held: a delete holds
+        that lock (not the path's), so a put never builds on a version being erased."""
+        current = await sql.find_at_path(conn, vis, *bucket)
+        locked: set[uuid.UUID] = set()
+        while current is not None and current["document_id"] not in locked:
+            await sql.lock_document(conn, current["tenant_id"], current["document_id"])
+            locked.add(current["document_id"])
+            current = await sql.find_at_path(conn, vis, *bucket)
+        return current
+
+    def labels_for(
+        self, caller: Caller, current: asyncpg.Record | None, requested: list[str]
+    ) -> list[str]:
+        """A new document gets the requested labels (default ``team``); a re-put keeps the
+        document's labels unless it names others, and then, as an update of a memory,
+        removes only labels the key holds."""
+        if current is None:
+            return self.memories.labels(caller, requested)
+        present = set(current["labels"])
+        if not requested:
+            return sorted(present)
+        if not present - caller.key.labels <= set(requested):
+            raise PermissionDenied(
+                "labels: this key cannot remove labels it does not hold; keep the "
+                "document's other labels, or ask a key that holds them"
+            )
+        return requested
+
+    async def embedded_chunks(self, chunks: Sequence[chunking.Chunk]) -> list[sql.NewChunk]:
+        """Chunks with vectors; a failing embedder stores them without (never fails a put)."""
+        vectors: list[list[float] | None] = [None] * len(chunks)
+        model = None
+        embedder = self.memories.embedder
+        if embedder.dimension and chunks:
+            try:
+                done: list[list[float] | None] = []
+                for at in range(0, len(chunks), EMBED_BATCH):
+                    batch = [c.content for c in chunks[at : at + EMBED_BATCH]]
+                    done.extend(await embedder.embed(batch))
+                vectors, model = done, self.memories.embedding_model
+            except EmbedderError as exc:
+                _log.warning("embedding chunks failed; stored without vectors", error=str(exc))
+        return [
+            sql.NewChunk(
+                content=c.content,
+                heading_path=list(c.heading_path),
+                line_start=c.line_start,
+                line_end=c.line_end,
+                embedding=vector,
+                embedding_model=model if vector is not None else None,
+            )
+            for c, vector in zip(chunks, vectors, strict=True)
+        ]
+
+    async def get(
+        self, caller: Caller, req: knowledge_pb2.GetDocumentRequest, timeout_ms: int | None = None
+    ) -> knowledge_pb2.GetDocumentResponse:
+        doc_id = document_id("id", req.id)
+        if req.version < 0:
+            raise InvalidArgument("version", "must not be negative")
+        vis = self.memories.visibility(caller)
+        async with self.memories.tx(
+            caller, timeout_ms=timeout_ms, readonly=True, replica=True
+        ) as conn:
+            row = await sql.get(conn, vis, doc_id, req.version)
+        if row is None:
+            raise document_not_found()
+        return knowledge_pb2.GetDocumentResponse(
+            document=document_message(row, with_content=req.include_content)
+        )
+
+    async def list_page(
+        self, caller: Caller, req: knowledge_pb2.ListDocumentsRequest, timeout_ms: int | None = None
+    ) -> knowledge_pb2.ListDocumentsResponse:
+        size = self.memories.page_size("page_size", req.page_size, DEFAULT_PAGE_SIZE)
+        collection = check.name("collection", req.collection)
+        after = None
+        if req.page_token:
+            data = self.memories.tokens.decode("page_token", req.page_token)
+            after = cursors.get_uuid("page_token", data, "d")
+        vis = self.memories.visibility(caller)
+        async with self.memories.tx(
+            caller, timeout_ms=timeout_ms, readonly=True, replica=True
+        ) as conn:
+            rows = await sql.list_page(conn, vis, collection, after, size + 1)
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = self.memories.tokens.encode({"d": str(rows[-1]["document_id"])})
+        return knowledge_pb2.ListDocumentsResponse(
+            documents=[document_message(r) for r in rows], next_page_token=token
+        )
+
+    async def delete(
+        self,
+        caller: Caller,
+        req: knowledge_pb2.DeleteDocumentRequest,
+        timeout_ms: int | None = None,
+    ) -> knowledge_pb2.DeleteDocumentResponse:
+        doc_id = document_id("id", req.id)
+        vis = self.memories.visibility(caller)
+        async with self.memories.tx(caller, timeout_ms=timeout_ms) as conn:
+            current = await sql.lock_current(conn, vis, doc_id)
+            if current is None:
+                raise document_not_found()
+            if not current["writable"]:
+                raise PermissionDenied(
+                    f"id: document {req.id} is outside this key's write scope: a key confined "
+                    "to a user (or session) deletes only that user's (or session's) documents"
+                )
+            if current["status"] == "deleted":  # deleting twice is a no-op
+                return knowledge_pb2.DeleteDocumentResponse(id=req.id, version=current["version"])
+            await sql.erase(conn, current["tenant_id"], doc_id)
+            at = await sql.clock(conn)
+            version = await sql.insert_deletion(
+                conn, current, at, caller.principal, caller.key.key_id
+            )
+        return knowledge_pb2.DeleteDocumentResponse(id=req.id, version=version)
+
+    async def search(
+        self,
+        caller: Caller,
+        req: knowledge_pb2.SearchKnowledgeRequest,
+        timeout_ms: int | None = None,
+    ) -> Found:
+        limit = self.memories.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
+        collections = check.names("collections", req.collections, limit=MAX_COLLECTIONS)
+        return await self.recall(
+            caller, req.query, limit, collections, timeout_ms, lexical_only=req.lexical_only
+        )
+
+    async def recall(
+        self,
+        caller: Caller,
+        query_text: str,
+        limit: int,
+        collections: Sequence[str],
+        timeout_ms: int | None,
+        *,
+        lexical_only: bool = False,
+        vector: Sequence[float] | None = None,
+    ) -> Found:
+        """Ranked chunks of current documents: the memories' lanes over the chunk table, each
+        filtered by visibility and collection inside its statement before its LIMIT."""
+        query = check.query("query", query_text)
+        m = self.memories
+        lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL
+        if vector is not None:  # the caller embedded the query already (BuildContext)
+            lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
+        elif not lexical_only and m.embedder.dimension:
+            try:
+                vector = await m.query_vector(query, ())
+                lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
+            except EmbedderError as exc:
+                _log.warning("query embedding failed; lexical only", error=str(exc))
+                lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE
+        n = max(limit, m.params.candidates)
+        vis = m.visibility(caller)
+        where = sql.chunk_where(vis, collections)
+        async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            size = await retrieval.rows_in(conn, CHUNKS, where)
+            lexical = await retrieval.bm25_lane(
+                conn, CHUNKS, vis, where, query, n, m.params, corpus_size=size
+            )
+            exact = await retrieval.bm25_lane(
+                conn, CHUNKS, vis, where, query, n, m.params, "simple", size
+            )
+            semantic: list[retrieval.LaneHit] = []
+            if vector is not None:
+                model = m.embedding_model
+                vector = await retrieval.feedback_vector(
+                    conn, vis, vector, lexical, m.params, model, CHUNKS, where
+                )
+                semantic = await retrieval.nearest_lane(
+                    conn, CHUNKS, vis, where, vector, n, m.params, model
+                )
+        fused = retrieval.fuse(lexical, semantic, limit, m.params, exact=exact, corpus=CHUNKS)
+        return Found(fused, lanes)
+
+    async def recall_chunks(
+        self,
+        caller: Caller,
+        query_text: str,
+        limit: int,
+        collections: Sequence[str],
+        timeout_ms: int | None,
+        vector: Sequence[float] | None,
+        lexical_only: bool,
+    ) -> list[FusedHit]:
+        """The chunks BuildContext mixes with memories (``KnowledgeRecall``), searched with
+        the query vector it already has."""
+        found = await self.recall(
+            caller, query_text, limit, collections, timeout_ms,
+            lexical_only=lexical_only, vector=vector,
+        )  # fmt: skip
+        return found.hits

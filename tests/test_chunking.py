@@ -1,0 +1,144 @@
+"""Chunking by structure: Markdown headings, Python definitions, code windows, paragraphs."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brain.server.domain.knowledge import chunk, detect_format
+from brain.server.domain.knowledge.chunking import CODE_WINDOW_LINES, FORMATS, Chunk
+
+DOC = """Preamble line.
+
+# Title
+
+Intro.
+
+```sh
+# not a heading
+make run
+```
+
+## Install
+
+Step one.
+
+### Linux
+
+apt-get install it
+
+Setext section
+--------------
+
+Body.
+"""
+
+
+def lines_of(text: str, c: Chunk) -> str:
+    return "\n".join(text.splitlines()[c.line_start - 1 : c.line_end])
+
+
+def test_markdown_follows_headings_and_knows_its_lines() -> None:
+    """Each section is a chunk under its heading path; a # in a code fence is no heading; the
+    line range points at exactly the chunk's text."""
+    chunks = chunk(DOC, "markdown")
+    assert [c.heading_path for c in chunks] == [
+        (),
+        ("Title",),
+        ("Title", "Install"),
+        ("Title", "Install", "Linux"),
+        ("Title", "Setext section"),
+    ]
+    assert "# not a heading" in chunks[1].content
+    for c in chunks:
+        assert lines_of(DOC, c) == c.content
+    assert (chunks[2].line_start, chunks[2].line_end) == (12, 14)
+
+
+def test_oversize_sections_split_at_paragraphs_then_lines_then_characters() -> None:
+    """A section over the cap is cut at blank lines first, a paragraph over it at lines, and a
+    single line over it at characters; every piece fits and keeps the heading path."""
+    paragraphs = "\n\n".join(f"para {i} " + "word " * 30 for i in range(6))
+    long_line = "x" * 450
+    text = f"# Big\n\n{paragraphs}\n\n{long_line}\n"
+    chunks = chunk(text, "markdown", max_chars=200)
+    assert all(len(c.content) <= 200 for c in chunks)
+    assert all(c.heading_path == ("Big",) for c in chunks)
+    assert any(c.content.startswith("para 3") for c in chunks)  # cut at a paragraph break
+    pieces = [c for c in chunks if set(c.content) == {"x"}]
+    assert [len(c.content) for c in pieces] == [200, 200, 50]
+    assert {(c.line_start, c.line_end) for c in pieces} == {(15, 15)}
+
+
+def test_python_by_top_level_definitions() -> None:
+    """Functions and classes (with decorators) are chunks named by the definition; the code
+    between them is a chunk of its own; source that does not parse falls back to windows."""
+    source = (
+        '"""Module."""\nimport os\n\n\n@cache\ndef load(path):\n    return open(path).read()\n'
+        "\n\nclass Store:\n    def get(self):\n        return 1\n\n\nVALUE = 3\n"
+    )
+    chunks = chunk(source, "python")
+    assert [(c.heading_path, c.line_start, c.line_end) for c in chunks] == [
+        ((), 1, 2),
+        (("load",), 5, 7),
+        (("Store",), 10, 12),
+        ((), 15, 15),
+    ]
+    assert chunks[1].content.startswith("@cache")
+    broken = chunk("def broken(:\n    pass\n", "python")
+    assert [(c.heading_path, c.line_start, c.line_end) for c in broken] == [((), 1, 2)]
+
+
+def test_code_windows_overlap_and_text_packs_paragraphs() -> None:
+    """Long code is cut into overlapping line windows; plain text into paragraph groups."""
+    code = "\n".join(f"line {i};" for i in range(1, 101))
+    windows = chunk(code, "code")
+    assert windows[0].line_start == 1 and windows[-1].line_end == 100
+    assert all(c.line_end - c.line_start + 1 <= CODE_WINDOW_LINES for c in windows)
+    assert all(b.line_start <= a.line_end for a, b in pairwise(windows))
+    text = chunk("One.\n\nTwo.\n\n\nThree.\n", "text", max_chars=11)
+    assert [(c.content, c.line_start, c.line_end) for c in text] == [
+        ("One.\n\nTwo.", 1, 3),
+        ("Three.", 6, 6),
+    ]
+
+
+def test_formats_follow_the_extension() -> None:
+    """Markdown, Python, other code and text are told apart by the path."""
+    assert [detect_format(p) for p in ("a/B.MD", "x.py", "main.go", "Makefile", "notes")] == [
+        "markdown", "python", "code", "code", "text",
+    ]  # fmt: skip
+
+
+LINES = st.sampled_from(
+    ["", "# Head", "## Sub", "```", "text words here", "def f():", "    return 1", "x" * 90]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(body=st.lists(LINES, max_size=40), fmt=st.sampled_from(FORMATS))
+def test_every_line_lands_in_a_chunk_within_the_cap(body: list[str], fmt: str) -> None:
+    """Whatever the input: chunks fit the cap, their ranges lie inside the document, their
+    text is the document's, and every non-blank line is in some chunk's range."""
+    text = "\n".join(body)
+    chunks = chunk(text, fmt, max_chars=120)
+    total = len(text.splitlines())
+    for c in chunks:
+        assert 0 < len(c.content) <= 120
+        assert 1 <= c.line_start <= c.line_end <= max(total, 1)
+        assert c.content in text
+    covered = {n for c in chunks for n in range(c.line_start, c.line_end + 1)}
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            assert n in covered, (n, line)
+
+
+def test_a_bare_heading_opens_the_next_sections_chunk() -> None:
+    """A heading directly followed by a subheading is no chunk of its own: its line starts
+    the subsection's chunk, whose path names both."""
+    chunks = chunk("# Ops\n\n## Backups\n\nNightly at 02:00.\n", "markdown")
+    assert [(c.heading_path, c.line_start, c.line_end) for c in chunks] == [
+        (("Ops", "Backups"), 1, 5)
+    ]
