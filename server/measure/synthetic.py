@@ -27,7 +27,7 @@ FILL_SQL = """
     SELECT $1, gen_random_uuid(), 1, $5,
            (SELECT string_agg('w' || (floor(power(1 - random(), -1 / 1.1))::bigint
                                       % $4::int), ' ')
-            FROM generate_series(1, 8 + (g * 7919 + $6::int) % 23)),
+            FROM generate_series(1, 8 + (g::bigint * 7919 + $6::int) % 23)),
            '{team}', 'active', now(), 'bench', 'bench', 'bench', 'save',
            CASE WHEN $3::int > 0 THEN
                (SELECT array_agg(random() - 0.5)::vector FROM generate_series(1, $3::int + g * 0))
