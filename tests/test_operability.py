@@ -206,14 +206,24 @@ async def test_without_tracing_no_spans_and_request_ids_stay_random(
     """With tracing off nothing is exported and request ids are random."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))  # never installed
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
     api = Api(channel, brain_server.mint_key(unique("untraced"), "alice"))
+    # Positive control: installed, the same provider and exporter do receive the call's span.
+    tracing.install(provider)
+    try:
+        await api.whoami()
+    finally:
+        tracing.install(None)
+    traced = exporter.get_finished_spans()
+    assert [s.name for s in traced if s.kind == SpanKind.SERVER] == [WHOAMI.lstrip("/")]
+    exporter.clear()
     logs.configure("info")
     try:
         with structlog.testing.capture_logs() as captured:
             await api.whoami()
     finally:
         logs.configure("warning")
+        provider.shutdown()
     assert not tracing.enabled() and exporter.get_finished_spans() == ()
     rpc_logs = [e for e in captured if e.get("event") == "rpc" and e.get("method") == WHOAMI]
     assert len(rpc_logs) == 1 and len(rpc_logs[0]["request_id"]) == 32
