@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncpg
 import grpc
+import pytest
 
+from brain.authz import Confinement
 from brain.v1 import memory_pb2
 
 from .conftest import BrainServer, unique
@@ -119,3 +122,39 @@ async def test_term_statistics_follow_every_write_and_match_a_recount(
         "SELECT brain_rebuild_lexical_stats(tenant_id) FROM tenants WHERE name = $1", tenant
     )
     assert term_counts(brain_server, tenant) == kept
+
+
+async def test_row_level_security_shows_only_the_cells_a_key_may_see(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Read as the app role with the application's predicate out of the picture, a key sees
+    the statistics of its own cells (positive control) and none of another label's, another
+    user's or another tenant's; the app role cannot write them."""
+    tenant, other_tenant, namespace = unique("t"), unique("t"), unique("ns")
+    writer = Api(channel, brain_server.mint_key(tenant, "w", labels=("team", "hr")), namespace)
+    stranger = Api(channel, brain_server.mint_key(other_tenant, "s"), namespace)
+    await writer.save("zeppelin shared with the team")
+    await writer.save("zeppelin for hr only", labels=["hr"])
+    await writer.save("zeppelin of bob", scope=writer.scope(user_id="bob"))
+    await stranger.save("zeppelin elsewhere")
+    (tenant_id,) = [r[0] for r in brain_server.sql(
+        "SELECT tenant_id::text FROM tenants WHERE name = $1", tenant)]  # fmt: skip
+    assert brain_server.running is not None
+    db = brain_server.running.db
+
+    async def seen() -> tuple[set[tuple[str, tuple[str, ...]]], int]:
+        async with db.tenant_tx(
+            tenant_id, labels=frozenset({"team"}), confinement=Confinement(user_id="alice")
+        ) as conn:
+            cells = {(r["user_id"], tuple(r["labels"])) for r in await conn.fetch(
+                "SELECT user_id, labels FROM lexical_cells")}  # fmt: skip
+            df = await conn.fetchval(
+                "SELECT sum(df) FROM lexical_terms WHERE config = 'english' AND lexeme = 'zeppelin'"
+            )
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute("UPDATE lexical_terms SET df = df + 1")
+            return cells, df
+
+    cells, df = brain_server.loop.run(seen())
+    assert cells == {("", ("team",))}  # its own cell only: not hr, not bob, not the stranger's
+    assert df == 1
