@@ -3,12 +3,15 @@ BuildContext. Every statement carries the caller's visibility predicate."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import NamedTuple
 
+import asyncpg
 import structlog
 
 from brain.authz import Caller, Permission
@@ -37,9 +40,21 @@ from brain.server.errors import (
     memory_not_found,
 )
 from brain.server.storage import memories as sql
+from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, memory_pb2
 
 _log = structlog.get_logger("brain.memories")
+
+
+class Lanes(NamedTuple):
+    """What the lanes of one search found, how many rows they searched (BM25's N, 0 when
+    no lexical lane ran) and whether the semantic lane ran."""
+
+    lexical: list[retrieval.LaneHit]
+    exact: list[retrieval.LaneHit]
+    semantic: list[retrieval.LaneHit]
+    rows: int
+    hybrid: bool
 
 
 class MemoryReads(MemoryBase):
@@ -189,7 +204,12 @@ class MemoryReads(MemoryBase):
         if mode not in memory_pb2.SearchMode.values():
             raise InvalidArgument("mode", f"unknown search mode {mode}")
         vector = None
-        if mode != memory_pb2.SEARCH_MODE_LEXICAL:
+        pending: asyncio.Task[list[float] | None] | None = None
+        if mode == memory_pb2.SEARCH_MODE_HYBRID and not query_embedding:
+            # Embedded while the lexical lanes run; awaited before the semantic lane.
+            if self.embedder.dimension:
+                pending = asyncio.create_task(self.query_vector(query, ()))
+        elif mode != memory_pb2.SEARCH_MODE_LEXICAL:
             try:
                 vector = await self.query_vector(query, query_embedding)
             except EmbedderError as exc:
@@ -206,38 +226,27 @@ class MemoryReads(MemoryBase):
                 )
         n = max(limit, self.params.candidates)
         vis = self.visibility(caller)
-        model = self.embedding_model
-        size = 0
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
-            lexical: list[retrieval.LaneHit] = []
-            exact: list[retrieval.LaneHit] = []
-            if mode != memory_pb2.SEARCH_MODE_SEMANTIC:
-                size = await retrieval.corpus_size(conn, vis, f, t)
-                lexical = await retrieval.lexical_lane(
-                    conn, vis, query, f, t, n, self.params, corpus_size=size
-                )
-                exact = await retrieval.lexical_lane(
-                    conn, vis, query, f, t, n, self.params, config="simple", corpus_size=size
-                )
-            semantic: list[retrieval.LaneHit] = []
-            if vector is not None:
-                if mode == memory_pb2.SEARCH_MODE_HYBRID:
-                    vector = await retrieval.feedback_vector(
-                        conn, vis, vector, lexical, self.params, model
-                    )
-                semantic = await retrieval.semantic_lane(
-                    conn, vis, vector, f, t, n, self.params, model=model
-                )
-        relevance = self.params.hybrid_model if vector is not None else self.params.lexical_model
+        try:
+            async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+                found = await self.lanes(conn, vis, query, f, t, n, mode, vector, pending)
+        finally:
+            if pending is not None:
+                pending.cancel()  # a no-op once awaited
+        relevance = self.params.hybrid_model if found.hybrid else self.params.lexical_model
         fused = retrieval.fuse(
-            lexical, semantic, None, self.params, exact=exact, corpus_size=size, model=relevance
-        )
+            found.lexical, found.semantic, None, self.params, exact=found.exact,
+            corpus_size=found.rows, model=relevance,
+        )  # fmt: skip
         if self.observer is not None:
-            self.observer(fused, size)
+            self.observer(fused, found.rows)
         # The search answers only when its best hit reaches the floor: weaker hits of an
         # answered query still come (ranked lower), but a query that matched nothing well
         # returns nothing (see the relevance module and README, Retrieval).
-        floor = min_relevance if min_relevance is not None else self.default_floor(relevance, size)
+        floor = (
+            min_relevance
+            if min_relevance is not None
+            else self.default_floor(relevance, found.rows)
+        )
         if fused and max(h.relevance for h in fused) < floor:
             return Recalled([], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused)))
         depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
@@ -247,6 +256,50 @@ class MemoryReads(MemoryBase):
         """The model's floor, once the lexical lanes ran over enough rows for BM25's term
         weights to mean something (a semantic-only search keeps its similarity floor)."""
         return model.floor if searched_rows >= self.params.floor_min_rows else 0.0
+
+    async def lanes(
+        self,
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        query: str,
+        f: sql.RowFilter,
+        t: sql.TimeCoords,
+        n: int,
+        mode: int,
+        vector: list[float] | None,
+        pending: asyncio.Task[list[float] | None] | None,
+    ) -> Lanes:
+        """The lexical lanes, then the semantic one once the query's vector is there."""
+        model = self.embedding_model
+        lexical: list[retrieval.LaneHit] = []
+        exact: list[retrieval.LaneHit] = []
+        size = 0
+        if mode != memory_pb2.SEARCH_MODE_SEMANTIC and retrieval.uses_term_statistics(f, t):
+            lexical, exact = await retrieval.lexical_lanes(conn, vis, query, f, t, n, self.params)
+            size = retrieval.searched_rows(lexical + exact)
+        elif mode != memory_pb2.SEARCH_MODE_SEMANTIC:
+            size = await retrieval.corpus_size(conn, vis, f, t)
+            lexical = await retrieval.lexical_lane(
+                conn, vis, query, f, t, n, self.params, corpus_size=size
+            )
+            exact = await retrieval.lexical_lane(
+                conn, vis, query, f, t, n, self.params, config="simple", corpus_size=size
+            )
+        semantic: list[retrieval.LaneHit] = []
+        if pending is not None:
+            try:
+                vector = await pending
+            except EmbedderError as exc:
+                _log.warning("query embedding failed; lexical only", error=str(exc))
+        if vector is not None:
+            if mode == memory_pb2.SEARCH_MODE_HYBRID:
+                vector = await retrieval.feedback_vector(
+                    conn, vis, vector, lexical, self.params, model
+                )
+            semantic = await retrieval.semantic_lane(
+                conn, vis, vector, f, t, n, self.params, model=model
+            )
+        return Lanes(lexical, exact, semantic, size, hybrid=vector is not None)
 
     async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
         """The reranker's order for the top N, the rest after them in fused order.
@@ -280,4 +333,5 @@ class MemoryReads(MemoryBase):
             return list(given)
         if self.embedder.dimension == 0:
             return None
-        return (await self.embedder.embed([query]))[0]
+        model = self.embedding_model or self.embedder.name
+        return await self.query_vectors.vector(self.embedder, model, query)
