@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import hmac
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +24,7 @@ from brain.server.domain.graph.assertions import Assertions
 from brain.server.domain.graph.extraction import Extractor
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError, NoEmbedder
 from brain.server.domain.retrieval.lanes import FusedHit, RetrievalParams
+from brain.server.domain.retrieval.query_vectors import QueryVectors
 from brain.server.domain.retrieval.rerankers import Reranker
 from brain.server.errors import (
     InvalidArgument,
@@ -67,10 +68,20 @@ Hit = FusedHit
 
 @dataclass(frozen=True)
 class Recalled:
-    """A search's hits, best first, and how they were ordered (a `memory_pb2.Ranking`)."""
+    """A search's hits, best first, and how they were ordered (a `memory_pb2.Ranking`).
+
+    ``below_floor``: matches withheld because none reached the relevance floor (at most
+    the search's limit), so no hits and ``below_floor > 0`` means "nothing relevant".
+    """
 
     hits: list[FusedHit]
     ranking: int
+    below_floor: int = 0
+
+
+# Sees every fused candidate of a search before the floor and the limit, with the number
+# of rows searched: how brain-eval fits the relevance model on what the server computed.
+CandidateObserver = Callable[[list[FusedHit], int], None]
 
 
 def fingerprint(pepper: bytes, content: str) -> bytes:
@@ -183,6 +194,8 @@ class MemoryBase:
         # Optional graph extraction (issue 19), run after a save commits.
         self.extractor: Extractor | None = None
         self.background: set[asyncio.Task[None]] = set()
+        self.observer: CandidateObserver | None = None  # brain-eval only
+        self.query_vectors = QueryVectors()
         # Set by Knowledge: BuildContext mixes in document chunks.
         self.knowledge: KnowledgeRecall | None = None
 

@@ -11,13 +11,15 @@ own statement, before the LIMIT, so a crowded bucket cannot starve it.
   filtered search still returns its k rows; rows below a similarity floor are dropped so
   an unrelated query can return nothing. In hybrid mode the query vector is first moved
   toward the best lexical hits (pseudo-relevance feedback, Rocchio style).
-- Fusion: each lane's scores are min-max normalised and combined with a weight per lane,
-  plus small bounded boosts for importance and recency that reorder near-ties but cannot
+- Fusion: by default hits are ordered by a small model fitted listwise on the lanes'
+  scores and ranks (`relevance`), which also gives each hit a calibrated relevance that
+  the search's floor compares; hand-weighted min-max or reciprocal-rank fusion remain as
+  options. Small bounded boosts for importance and recency reorder near-ties but cannot
   overturn a clearly better match.
 
-The weights were tuned on the LoCoMo dev split only; ``brain-eval locomo --folds``
-re-chooses them leave-one-conversation-out to show how much of that tuning carries over
-(see README, Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
+The models were fitted on the LoCoMo dev split; ``brain-eval locomo --folds`` refits them
+leave-one-conversation-out to show how much of that carries over (see README,
+Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
 """
 
 from __future__ import annotations
@@ -29,8 +31,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import numpy as np
 
 from brain.server.domain.graph.assertions import query_names
+from brain.server.domain.retrieval.relevance import (
+    HYBRID_MODEL,
+    LEXICAL_MODEL,
+    LaneView,
+    RelevanceModel,
+    feature_rows,
+)
 from brain.server.storage import graph as graph_sql
 from brain.server.storage.memories import (
     RowFilter,
@@ -39,7 +49,12 @@ from brain.server.storage.memories import (
     memory_columns,
     time_predicate,
 )
-from brain.server.storage.visibility import Params, Visibility, visibility_predicate
+from brain.server.storage.visibility import (
+    Params,
+    Visibility,
+    cell_predicate,
+    visibility_predicate,
+)
 from brain.server.telemetry import metrics
 
 
@@ -61,12 +76,14 @@ class RetrievalParams:
     recency_boost: float = 0.01  # at most this much for a memory recorded just now
     recency_half_life_days: float = 30.0
     ef_search: int = 100
-    # Terms in more visible rows than this are common: counted no further, and they do
-    # not pull candidates in (see lexical_lane). Buckets below it get exact BM25.
-    lexical_df_cap: int = 2000
+    # The candidate budget: terms pull rows in rarest first while their document
+    # frequencies fit in it (see lexical_lanes; lexical_lane also stops counting there).
+    # 1000 rather than 2000 scores half the rows and kept dev-split recall@10 (README).
+    lexical_df_cap: int = 1000
     # How a lane's hits count: "minmax" (scores scaled to 0..1) or "rrf" (1/(rrf_k + rank),
-    # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
-    fusion: str = "minmax"
+    # scaled so rank 1 counts 1), weighted per lane; or "learned": hits ordered by the
+    # relevance model's probability. brain-eval --folds compares them under cross-validation.
+    fusion: str = "learned"
     rrf_k: int = 60
     # The entity graph lane (issue 19): memories mentioning entities the query names, and
     # (weighted down) their one-hop neighbours. Off (0) by default: on the dev split with
@@ -74,6 +91,14 @@ class RetrievalParams:
     # it on for deployments whose agents assert entities.
     graph_weight: float = 0.0
     graph_neighbour_weight: float = 0.5
+    # Every hit's relevance (0..1) comes from these models (see `relevance`); a search
+    # returns only hits at or above the model's floor unless the request sets its own.
+    lexical_model: RelevanceModel = LEXICAL_MODEL
+    hybrid_model: RelevanceModel = HYBRID_MODEL
+    # Below this many rows in view a term's rarity says little (in a bucket of three notes
+    # that all say "alpha", "alpha" is common yet every note is relevant): the default
+    # floor is off there. LoCoMo's buckets (about 550 turns) are well above it.
+    floor_min_rows: int = 50
 
 
 # Text search configuration -> the generated tsvector column that holds it.
@@ -94,7 +119,21 @@ class FusedHit:
     semantic_rank: int = 0
     lexical_score: float = 0.0
     semantic_similarity: float = 0.0
+    exact_rank: int = 0
+    exact_score: float = 0.0
+    relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
+
+    def lanes(self) -> LaneView:
+        return LaneView(
+            lexical_score=self.lexical_score,
+            lexical_rank=self.lexical_rank,
+            exact_score=self.exact_score,
+            exact_rank=self.exact_rank,
+            semantic_similarity=self.semantic_similarity,
+            semantic_rank=self.semantic_rank,
+            session=self.row.get("valid_from"),
+        )
 
 
 @dataclass(frozen=True)
@@ -234,6 +273,135 @@ async def bm25_lane(
     return [LaneHit(row=r, score=float(r["score"])) for r in rows]
 
 
+def uses_term_statistics(f: RowFilter, t: TimeCoords) -> bool:
+    """Whether the kept term statistics describe what this search runs over: they count
+    current active rows, so a search of the past or of other statuses counts instead."""
+    return t.as_of is None and list(f.statuses) == ["active"]
+
+
+async def lexical_lanes(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+) -> tuple[list[LaneHit], list[LaneHit]]:
+    """Both BM25 lanes (``english``, ``simple``) in one statement, from kept statistics.
+
+    Document frequencies and the corpus size are sums of the write-time counts of the
+    visibility cells the caller may see (migration 0010), never of other cells, so they
+    cost a few index lookups whatever the bucket's size. Candidates come through the GIN
+    index from the rarest query terms first, as many terms as fit ``lexical_df_cap`` rows
+    (always the rarest one), so the rows read follow the query's rare terms too; when even
+    the rarest term is in a twentieth of the rows and over the budget, the newest
+    ``4 x candidates`` visible rows holding it are scored instead. Every choice depends
+    only on rows and statistics the caller may see.
+    """
+    p = Params(query)
+    scope_sql = (
+        f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
+    )
+    tenant, budget = f"{p.add(v.tenant_id)}::uuid", p.add(params.lexical_df_cap)
+    k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
+    recent = p.add(params.candidates * 4)
+    docs = " UNION ALL ".join(
+        f"""(SELECT '{config}'::text AS config, m.tenant_id, m.memory_id, m.version,
+                    m.{tsv} AS tsv
+             FROM picked q, memories m
+             WHERE q.config = '{config}' AND NOT q.common AND m.{tsv} @@ q.tq AND {scope_sql}
+             LIMIT {budget})
+            UNION ALL
+            (SELECT '{config}', r.* FROM picked q, LATERAL (
+                 SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv FROM memories m
+                 -- not through the GIN index: its posting list is most of the bucket
+                 WHERE (m.{tsv} || ''::tsvector) @@ q.tq AND {scope_sql}
+                 ORDER BY m.memory_id DESC LIMIT {recent}) r
+             WHERE q.config = '{config}' AND q.common)"""
+        for config, tsv in TSVECTORS.items()
+    )
+    sql = f"""
+        WITH cells AS (
+            SELECT c.cell_id FROM lexical_cells c
+            WHERE c.tenant_id = {tenant} AND {cell_predicate(v, p, "c")}
+        ),
+        terms AS (
+            SELECT 'english'::text AS config, l AS lexeme
+            FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) l
+            UNION ALL SELECT 'simple', l
+            FROM unnest(tsvector_to_array(to_tsvector('simple'::regconfig, $1))) l
+            UNION ALL SELECT 'english', '' UNION ALL SELECT 'simple', ''
+        ),
+        -- Lexeme '' is each cell's row count and total length (see migration 0010).
+        stats AS (
+            SELECT t.config, t.lexeme, s.df, s.len FROM terms t, LATERAL (
+                SELECT COALESCE(sum(s.df), 0)::float8 AS df,
+                       COALESCE(sum(s.total_length), 0)::float8 AS len
+                FROM lexical_terms s
+                WHERE s.tenant_id = {tenant} AND s.config = t.config AND s.lexeme = t.lexeme
+                  AND s.cell_id = ANY(ARRAY(SELECT cell_id FROM cells))) s
+        ),
+        corpus AS (
+            SELECT config, df AS n, CASE WHEN df > 0 THEN len / df ELSE 1 END AS avgdl
+            FROM stats WHERE lexeme = ''
+        ),
+        qterms AS (
+            SELECT s.config, s.lexeme, s.df,
+                   sum(s.df) OVER (PARTITION BY s.config ORDER BY s.df, s.lexeme
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS running
+            FROM stats s WHERE s.lexeme <> '' AND s.df > 0
+        ),
+        -- Candidates: rows holding the rarest terms, as many terms as fit the budget
+        -- (always the rarest one), through the GIN index. When even the rarest term is in
+        -- more than a twentieth of the rows and over the budget, the query is unspecific:
+        -- its newest rows holding that term are read instead, a bounded number.
+        picked AS (
+            SELECT q.config, string_agg(quote_literal(q.lexeme), ' | ')::tsquery AS tq,
+                   min(q.df) > {budget} AND min(q.df) * 20 > min(c.n) AS common
+            FROM qterms q JOIN corpus c USING (config)
+            WHERE q.running <= {budget} OR q.running = q.df
+            GROUP BY q.config
+        ),
+        docs AS ({docs}),
+        weights AS (
+            SELECT q.config, q.lexeme, c.avgdl,
+                   ln(1 + (c.n - q.df + 0.5) / (q.df + 0.5)) AS idf
+            FROM qterms q JOIN corpus c USING (config)
+        ),
+        -- Each candidate scored on its own: no join of every candidate's every word.
+        scored AS (
+            SELECT d.config, d.tenant_id, d.memory_id, d.version, (
+                SELECT sum(w.idf * cardinality(u.positions) * ({k1} + 1)
+                           / (cardinality(u.positions)
+                              + {k1} * (1 - {b} + {b} * length(d.tsv) / GREATEST(w.avgdl, 1))))
+                FROM unnest(d.tsv) AS u JOIN weights w ON w.lexeme = u.lexeme
+                WHERE w.config = d.config) AS score
+            FROM docs d
+        ),
+        ranked AS (
+            SELECT s.*, row_number() OVER (PARTITION BY s.config
+                                           ORDER BY s.score DESC, s.memory_id) AS rank
+            FROM scored s WHERE s.score IS NOT NULL
+        )
+        SELECT {memory_columns(v, p)}, r.config AS lane, r.score,
+               (SELECT c.n FROM corpus c WHERE c.config = r.config) AS searched_rows
+        FROM ranked r JOIN memories m USING (tenant_id, memory_id, version)
+        WHERE r.rank <= {p.add(limit)}
+        ORDER BY r.config, r.score DESC, m.memory_id"""
+    with metrics.lane("lexical"):
+        rows = await conn.fetch(sql, *p.values)
+    lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
+    for r in rows:
+        lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
+    return lanes["english"], lanes["simple"]
+
+
+def searched_rows(hits: Sequence[LaneHit]) -> int:
+    """N of the statement `lexical_lanes` ran (each row carries it); 0 without hits."""
+    return int(hits[0].row["searched_rows"]) if hits else 0
+
+
 async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
     """How many memories the search runs over: N in BM25's inverse document frequency."""
     return await rows_in(conn, MEMORIES, memory_where(v, f, t))
@@ -367,14 +535,19 @@ async def feedback_vector(
 def fuse(
     lexical: Sequence[LaneHit],
     semantic: Sequence[LaneHit],
-    limit: int,
+    limit: int | None,
     params: RetrievalParams,
     now: datetime | None = None,
     exact: Sequence[LaneHit] = (),
     corpus: Corpus = MEMORIES,
     graph: Sequence[LaneHit] = (),
+    *,
+    corpus_size: int = 0,
+    model: RelevanceModel | None = None,
 ) -> list[FusedHit]:
-    """Combine the lanes into one ranking (see the module docstring)."""
+    """Combine the lanes into one ranking (see the module docstring); ``limit`` None
+    keeps every candidate. Each hit's relevance comes from ``model`` (by default the
+    hybrid model when the semantic lane found anything, else the lexical one)."""
     now = now or datetime.now(UTC)
     fused: dict[Any, FusedHit] = {}
     lanes = (
@@ -384,18 +557,27 @@ def fuse(
         ("graph", graph, params.graph_weight),
     )
     for kind, hits, weight in lanes:
-        norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)
+        norms = _reciprocal(hits, params.rrf_k) if params.fusion == "rrf" else _minmax(hits)
         for rank, (hit, norm) in enumerate(zip(hits, norms, strict=True), start=1):
             item = fused.setdefault(corpus.key(hit.row), FusedHit(row=hit.row, score=0.0))
             item.score += weight * norm
             if kind == "lexical":
                 item.lexical_rank, item.lexical_score = rank, hit.score
+            elif kind == "exact":
+                item.exact_rank, item.exact_score = rank, hit.score
             elif kind == "semantic":
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
-    for item in fused.values():
+    items = list(fused.values())
+    model = model or (params.hybrid_model if semantic else params.lexical_model)
+    features = feature_rows([item.lanes() for item in items], corpus_size or len(items))
+    order = 1.0 / (1.0 + np.exp(-model.order_scores(features)))  # 0..1, same order
+    for item, probability, learned in zip(items, model.probabilities(features), order, strict=True):
+        item.relevance = float(probability)
+        if params.fusion == "learned":
+            item.score = float(learned)
         item.score += boost(item.row, params, now)
-    ranked = sorted(fused.values(), key=lambda h: (-h.score, str(corpus.key(h.row)[0])))
-    return ranked[:limit]
+    ranked = sorted(items, key=lambda h: (-h.score, str(corpus.key(h.row)[0])))
+    return ranked if limit is None else ranked[:limit]
 
 
 def boost(row: asyncpg.Record, params: RetrievalParams, now: datetime) -> float:
