@@ -129,10 +129,13 @@ async def cmd_backfill(ctx: Context) -> None:
                 vectors = await embedder.embed([r["content"] for r in rows])
             except EmbedderError as exc:
                 raise UsageError(f"embedder failed after {done} memories: {exc}") from exc
+            # Re-checked at the write: a forget that landed while the embedder ran blanked
+            # the row, and its text's vector must not come back.
             await conn.executemany(
                 """UPDATE memories SET embedding = $4, embedding_model = $5
                    WHERE tenant_id = $1 AND memory_id = $2 AND version = $3
-                     AND embedding IS NULL""",
+                     AND embedding IS NULL AND retired_at IS NULL AND content <> ''
+                     AND status IN ('active', 'candidate')""",
                 [
                     (r["tenant_id"], r["memory_id"], r["version"], v, model)
                     for r, v in zip(rows, vectors, strict=True)
@@ -177,9 +180,12 @@ async def _backfill_chunks(
             vectors = await embedder.embed([r["content"] for r in rows])
         except EmbedderError as exc:
             raise UsageError(f"embedder failed after {done} document chunks: {exc}") from exc
+        # Re-checked at the write: a delete that landed while the embedder ran erased the
+        # chunk, and its text's vector must not come back.
         await conn.executemany(
             """UPDATE document_chunks SET embedding = $3, embedding_model = $4
-               WHERE tenant_id = $1 AND chunk_id = $2 AND embedding IS NULL""",
+               WHERE tenant_id = $1 AND chunk_id = $2 AND embedding IS NULL
+                 AND retired_at IS NULL AND content <> ''""",
             [(r["tenant_id"], r["chunk_id"], v, model) for r, v in zip(rows, vectors, strict=True)],
         )
         done += len(rows)
