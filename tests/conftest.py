@@ -58,6 +58,9 @@ class LoopThread:
         self.thread.join(5)
 
 
+# brain-server subprocesses run one process unless a test asks for workers (the default,
+# one per core, would multiply every server test's start-up and memory).
+os.environ.setdefault("BRAIN_WORKERS", "1")
 EXTERNAL_OWNER_DSN = os.environ.get("BRAIN_TEST_ADMIN_DATABASE_URL", "")
 EXTERNAL_APP_DSN = os.environ.get("BRAIN_TEST_DATABASE_URL", "")
 EXTERNAL_PEPPER_FILE = os.environ.get("BRAIN_TEST_PEPPER_FILE", "")

@@ -98,15 +98,29 @@ async def test_unclassified_served_method_is_refused(
     server = grpc.aio.server(
         interceptors=[AuthorizationInterceptor(db.lookup_key, pg_cluster.pepper)]
     )
-    server.add_generic_rpc_handlers((handler,))
+    # Positive control: the same handler under a classified name runs for the same key.
+    classified = grpc.method_handlers_generic_handler(
+        "brain.v1.IdentityService",
+        {
+            "WhoAmI": grpc.unary_unary_rpc_method_handler(
+                secret, request_deserializer=identity_pb2.WhoAmIRequest.FromString
+            )
+        },
+    )
+    server.add_generic_rpc_handlers((handler, classified))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            md = (("authorization", f"Bearer {key}"),)
             call = ch.unary_unary("/brain.v1.MemoryService/Backdoor")
-            err = await rpc_error(call(b"x", metadata=(("authorization", f"Bearer {key}"),)))
+            err = await rpc_error(call(b"x", metadata=md))
             assert err.code() == grpc.StatusCode.UNIMPLEMENTED
             assert ran == []
+            assert await ch.unary_unary("/brain.v1.IdentityService/WhoAmI")(b"", metadata=md) == (
+                b"secret"
+            )
+            assert ran == [identity_pb2.WhoAmIRequest()]
     finally:
         await server.stop(0)
         await db.close()
@@ -214,6 +228,7 @@ async def test_page_and_message_limits(
     await api.save("limits are fine")
     err = await rpc_error(api.search("limits", limit=101))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "limit" in (err.details() or "")
+    assert len(await api.search("limits", limit=100)) == 1
     err = await rpc_error(api.list_all(page_size=1000))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "page_size" in (err.details() or "")
     assert len(await api.list_all(page_size=100)) == 1

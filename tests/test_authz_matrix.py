@@ -470,5 +470,13 @@ async def test_out_of_scope_id_answers_like_a_random_id(
     assert baseline[0] == grpc.StatusCode.NOT_FOUND
     for hidden in (bob_row, hr_row, foreign):
         assert await attempt(hidden) == baseline
-    if method != "ReviewCandidate":  # positive control: the same call works on a visible row
-        assert (await attempt(mine))[0] == grpc.StatusCode.OK
+    if method == "ReviewCandidate":  # a reviewable row is another key's visible candidate
+        proposed = await owner.review.ProposeMemory(
+            review_pb2.ProposeMemoryRequest(
+                scope=alice.scope(), memory=common_pb2.MemoryDraft(content="a"), reason="r"
+            ),
+            metadata=owner.md,
+        )
+        mine = proposed.candidate.id
+    # Positive control: the same call works on a row alice may act on.
+    assert (await attempt(mine))[0] == grpc.StatusCode.OK

@@ -55,6 +55,8 @@ async def test_out_of_range_timestamps_and_durations_name_the_field(
 
     saved = await api.save("timestamps in range", valid_from=Timestamp(seconds=1_700_000_000))
     assert saved.memory.valid_from.seconds == 1_700_000_000
+    assert [m.id for m in await api.list_all()] == [saved.memory.id]  # control: listed now
+    assert (await api.get(saved.memory.id, as_of=saved.memory.recorded_at)).version == 1
     propose.review_within.CopyFrom(Duration(seconds=3600))
     proposed = await api.review.ProposeMemory(propose, metadata=api.md)
     assert proposed.candidate.status == common_pb2.MEMORY_STATUS_CANDIDATE
@@ -91,6 +93,7 @@ async def test_nul_bytes_in_scope_are_refused_on_every_rpc(
     )
     assert_invalid(err, "filter.tags[0]")
     assert (await api.get(mid)).content == "kept despite a NUL-byte forget"
+    assert await api.search("kept") == [mid]  # control: the same search, well formed
 
 
 async def test_forged_page_tokens_and_cursors_are_invalid_argument(
@@ -161,6 +164,9 @@ async def test_forged_page_tokens_and_cursors_are_invalid_argument(
         metadata=api.md,
     )
     assert more.events[0].seq > events.events[0].seq
+    exported = await api.export()
+    resumed = await api.export(cursor=exported[0].cursor)
+    assert [e.memory.id for e in resumed] == [e.memory.id for e in exported[1:]]
 
 
 async def test_unparseable_bodies_are_invalid_argument_without_internals(

@@ -9,10 +9,11 @@ import sys
 
 def test_throughput_bench_runs_and_reports_every_level() -> None:
     """`bench throughput` saves and searches over real gRPC and reports each concurrency."""
+    # (The first 3 of the 7 calls per level warm the connection up and are not counted.)
     done = subprocess.run(
         [
             sys.executable, "-m", "brain.server.measure.bench", "throughput",
-            "--concurrency", "1", "3", "--ops", "4", "--rows", "20", "--json",
+            "--concurrency", "1", "3", "--ops", "7", "--rows", "20", "--json",
         ],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -24,3 +25,47 @@ def test_throughput_bench_runs_and_reports_every_level() -> None:
             assert r[kind]["ok"] == 4 and r[kind]["errors"] == {}, r
             assert r[kind]["per_s"] > 0
             assert 0 <= r[kind]["db"]["lock_at_commit"] <= 1
+
+
+def test_brain_bench_runs_end_to_end_at_a_tiny_size() -> None:
+    """`brain-bench` measures the echo ceiling, fills the bucket through SQL and reports
+    searches and saves at each concurrency with their ratio to the ceiling."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "brain.server.measure.bench", "--rows", "60", "120",
+            "--concurrency", "1", "2", "--ops", "6", "--seconds", "5",
+            "--embedders", "none", "--workers", "1", "--json",
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(results["echo"]) == ["1", "2"]
+    assert all(e["ok"] > 0 and e["errors"] == {} for e in results["echo"].values())
+    runs = results["runs"]
+    assert [(r["rows"], r["kind"], r["concurrency"]) for r in runs] == [
+        (rows, kind, c) for rows in (60, 120) for kind in ("search", "save") for c in (1, 2)
+    ]
+    for r in runs:
+        assert r["ok"] > 0 and r["errors"] == {}, r
+        assert r["vs_echo"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
+    # The first fill inserts the whole size; the second only what the saves left missing.
+    assert runs[0]["inserted"] == 60
+    assert 0 <= runs[-1]["inserted"] <= 60
+
+
+def test_brain_bench_with_the_local_embedder_rebuilds_and_reports_the_hnsw_index() -> None:
+    """With an embedder the fill gives rows vectors, rebuilds the HNSW index and reports its
+    build time and size; hybrid searches then run without errors."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "brain.server.measure.bench", "--rows", "50",
+            "--concurrency", "1", "--ops", "5", "--seconds", "5", "--kinds", "search",
+            "--embedders", "local", "--workers", "1", "--json",
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = json.loads(done.stdout.strip().splitlines()[-1])["runs"]
+    assert run["embedder"] == "local" and run["ok"] > 0 and run["errors"] == {}, run
+    assert run["inserted"] == 50 and run["hnsw_mb"] > 0 and run["hnsw_build_s"] >= 0

@@ -263,9 +263,10 @@ async def test_forget_erases_the_content_kept_for_replays(brain_server: BrainSer
     }
     assert set(stored) == {"save-secret", "touch-secret", "save-kept"}
     # No record holds content, tags or a response: only which memory the request produced.
-    for record, _ in stored.values():
+    for record, memory_id in stored.values():
         assert "4711" not in record and "vault" not in record and "noon" not in record
         assert '"response"' not in record
+        assert memory_id in record  # control: the scanned text is the whole record
     assert stored["save-secret"][1] == stored["touch-secret"][1] == forgotten.memory.id
     assert replayed.outcome == memory_pb2.SAVE_OUTCOME_REPLAYED
     assert (replayed.memory.id, replayed.memory.content) == (forgotten.memory.id, "")

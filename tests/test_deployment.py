@@ -299,6 +299,8 @@ async def test_no_statement_joins_across_tenants(pg_cluster: PgCluster) -> None:
     tables = {r["relname"] for r in rows} - REFERENCE_TABLES
     assert "memories" in tables
     sources = [*SERVER_SQL.rglob("*.py"), *SERVER_SQL.rglob("*.sql")]
+    # Positive control: the scan reaches SQL with joins, or an empty tree would pass.
+    assert any(_JOIN.search(path.read_text()) for path in sources)
     found = {
         f"{path.relative_to(SERVER_SQL)}: {join}"
         for path in sources

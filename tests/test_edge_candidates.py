@@ -82,7 +82,9 @@ async def test_proposals_reach_only_their_proposer_and_reviewers(
                 assert proposals | {active, approved} <= path
 
         # Default recall is of active memories only, even for the proposer.
-        assert pending not in await proposer.search("heron")
+        recalled = await proposer.search("heron")
+        assert pending not in recalled
+        assert active in recalled  # positive control
 
 
 async def test_withdrawing_another_proposers_candidate_answers_like_a_random_id(

@@ -237,3 +237,4 @@ async def test_delete_erases_every_version_and_chunk_and_is_audited(
         metadata=outsider.md,
     )
     assert not any(doc.id in e.memory_ids for e in theirs.events)
+    assert any(e.method.startswith("admin.") for e in theirs.events)  # control: its own

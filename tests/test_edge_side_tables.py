@@ -15,6 +15,7 @@ from brain.v1 import common_pb2, memory_pb2, review_pb2
 
 from .conftest import BrainServer, unique
 from .helpers import Api, rpc_error
+from .test_review import decide
 
 RW = "memories:read,memories:write"
 RWF = "memories:read,memories:write,memories:forget"
@@ -182,7 +183,10 @@ async def test_supersede_of_invisible_and_random_ids_answers_byte_identically(
     assert await errors(secret) == random_errors
     assert await errors(foreign) == random_errors
     # Positive control: a visible target is superseded / proposed for superseding.
-    assert (await propose(team, "Team note, revised", supersedes=[mine])).supersedes == [mine]
+    revised = await propose(team, "Team note, revised", supersedes=[mine])
+    assert revised.supersedes == [mine]
+    memo = (await team.save("Team memo")).memory.id
+    assert (await team.save("Team memo, revised", supersedes=[memo])).memory.supersedes == [memo]
 
     # A candidate whose target the reviewer cannot see: the link is hidden from the
     # reviewer and approval fails exactly like a missing target.
@@ -198,6 +202,10 @@ async def test_supersede_of_invisible_and_random_ids_answers_byte_identically(
         metadata=reviewer.md))  # fmt: skip
     assert (err.code(), err.details()) == random_errors[0]
     assert (await lead.get(secret)).status == common_pb2.MEMORY_STATUS_ACTIVE
+    # Positive control: the same approval of a candidate with a visible target goes through.
+    approved = await decide(reviewer, revised.id, approve=True)
+    assert approved.status == common_pb2.MEMORY_STATUS_ACTIVE
+    assert (await team.get(mine)).status == common_pb2.MEMORY_STATUS_SUPERSEDED
 
 
 async def test_idempotency_keys_are_per_key(

@@ -112,7 +112,12 @@ async def test_write_refusals_for_invisible_rows_match_random_ids(
     assert {code for code, _ in random_answers} == {grpc.StatusCode.NOT_FOUND}
     assert await answers(bobs) == random_answers
     assert versions(brain_server, bobs) == 1
-    assert (await alice.update(mine, ["importance"], importance=0.1)).version == 2  # control
+    # Positive controls: the same three calls on alice's own row go through.
+    assert (await alice.update(mine, ["importance"], importance=0.1)).version == 2
+    assert list((await alice.save("Alice's new note", supersedes=[mine])).memory.supersedes) == [
+        mine
+    ]
+    assert (await alice.forget(mine)).tombstone_id
 
 
 async def test_session_confined_key_changes_only_its_session(
@@ -142,6 +147,7 @@ async def test_session_confined_key_changes_only_its_session(
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     assert versions(brain_server, long_term) == 1
     assert (await session.update(working, ["importance"], importance=0.9)).version == 2  # control
+    assert (await session.forget(working)).tombstone_id  # control
     assert (await alice.update(long_term, ["importance"], importance=0.9)).version == 2
 
 

@@ -127,6 +127,7 @@ async def test_every_embedder_maps_no_texts_to_no_vectors(local: LocalEmbedder) 
     unreachable = OpenAIEmbedder(url="http://127.0.0.1:9", model="m", dimension=3)
     for embedder in (NoEmbedder(), local, unreachable):
         assert await embedder.embed([]) == []
+    assert [len(v) for v in await local.embed(["one text"])] == [384]  # control: one text
 
 
 async def test_none_embedder_has_no_vectors() -> None:

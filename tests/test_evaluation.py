@@ -67,6 +67,7 @@ def test_an_empty_ranking_scores_zero() -> None:
     assert score.recall == (0.0,) * len(KS)
     assert score.hit == (False,) * len(KS)
     assert score.reciprocal_rank == 0.0
+    assert score_question(turns("a"), frozenset({"a"})).reciprocal_rank == 1.0  # control
 
 
 def test_summary_averages_over_questions() -> None:
@@ -217,6 +218,8 @@ async def test_private_run_scores_the_tiny_file_and_removes_its_database(
     assert len(result.search_ms) == 5
     assert list(scratch.iterdir()) == []
     assert processes_mentioning(str(scratch)) == []
+    own = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    assert processes_mentioning(own)  # positive control: the scan does see live processes
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -195,8 +195,10 @@ def fuzz_target(brain_server: BrainServer) -> Iterator[tuple[grpc.Channel, str, 
         yield channel, key, ids
 
 
-def _call(channel: grpc.Channel, method: MethodDescriptor, body: bytes, key: str) -> None:
-    """Send ``body`` raw; fail if the server answers INTERNAL or UNKNOWN."""
+def _call(
+    channel: grpc.Channel, method: MethodDescriptor, body: bytes, key: str
+) -> grpc.StatusCode:
+    """Send ``body`` raw and return the answer's code; fail on INTERNAL or UNKNOWN."""
     path = f"/{method.containing_service.full_name}/{method.name}"
     md = (("authorization", f"Bearer {key}"),)
     try:
@@ -209,8 +211,10 @@ def _call(channel: grpc.Channel, method: MethodDescriptor, body: bytes, key: str
         else:
             channel.unary_unary(path)(body, metadata=md, timeout=10)
     except grpc.RpcError as err:
-        code = err.code()  # type: ignore[attr-defined]
+        code: grpc.StatusCode = err.code()  # type: ignore[attr-defined]
         assert code not in FORBIDDEN, f"{path} answered {code}: {err.details()}"  # type: ignore[attr-defined]
+        return code
+    return grpc.StatusCode.OK
 
 
 def _assert_serving(channel: grpc.Channel) -> None:
@@ -226,14 +230,18 @@ def test_no_request_gets_internal_or_unknown(
     """Random, malformed and truncated requests to each RPC get a caller-facing status
     (never INTERNAL/UNKNOWN), and the server still answers health SERVING afterwards."""
     channel, key, ids = fuzz_target
+    seen: set[grpc.StatusCode] = set()
 
     @FUZZ
     @given(body=_bodies(method, ids))
     def run(body: bytes) -> None:
-        _call(channel, method, body, key)
+        seen.add(_call(channel, method, body, key))
 
     run()
     _assert_serving(channel)
+    # Positive control: the requests got past the front door (a key that is refused, or a
+    # server that is down, would answer every body alike and pass the check above).
+    assert seen - {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE}, seen
 
 
 def test_the_fuzzer_reaches_the_servicers(

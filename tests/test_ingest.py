@@ -60,6 +60,7 @@ def test_ingest_sends_only_changes_and_prunes(brain_server: BrainServer, tmp_pat
         assert first.skipped == ["image.bin"] and first.failed == []
         stored = {d.path: d for d in client.list_documents(collection="repo")}
         assert "build/out.md" not in stored and "sub/secret.md" not in stored
+        assert sorted(stored) == sorted(first.created)  # control: the listing holds the rest
         versions = brain_server.sql(
             "SELECT count(*) AS n FROM documents WHERE document_id = ANY($1::uuid[])",
             [d.id for d in stored.values()],

@@ -174,9 +174,9 @@ async def test_writes_by_id_stay_in_scope(server: BrainServer) -> None:
             common_pb2.MEMORY_STATUS_ACTIVE,
         )
         assert (await alice.update(mine.id, ["content"], content="alice's new plan")).version == 2
-        assert (await alice.save("alice's final plan", supersedes=[mine.id])).memory.supersedes == [
-            mine.id
-        ]
+        final = (await alice.save("alice's final plan", supersedes=[mine.id])).memory
+        assert final.supersedes == [mine.id]
+        assert (await alice.forget(final.id)).tombstone_id
 
 
 def test_app_role_cannot_read_key_hashes(pg_cluster: PgCluster, loop_thread: LoopThread) -> None:

@@ -319,6 +319,7 @@ async def test_bad_input_names_the_field_and_writes_nothing(
         assert (err.details() or "").startswith(field), (field, err.details())
     assert await list_docs(api) == []
     assert (await put(api, "a.md", "# fine\n")).outcome == knowledge_pb2.PUT_OUTCOME_CREATED
+    assert [d.path for d in await list_docs(api)] == ["a.md"]  # control: the listing works
 
 
 class SwitchableEmbeddings(JsonEndpoint):

@@ -119,6 +119,8 @@ async def test_supersede_of_missing_or_foreign_id_writes_nothing(
     assert tenant_rows(brain_server, tenant) == before
     assert (await api.get(mine)).status == common_pb2.MEMORY_STATUS_ACTIVE
     assert (await other.get(foreign)).status == common_pb2.MEMORY_STATUS_ACTIVE
+    # Positive control: the same save naming only the visible target goes through.
+    assert list((await api.save("A replacement", supersedes=[mine])).memory.supersedes) == [mine]
 
 
 async def test_forget_erases_every_version_and_blocks_the_value(
@@ -244,6 +246,8 @@ async def test_labels_limit_reads_and_grants(
     err = await rpc_error(dev.save("Grant attempt", labels=["hr"]))
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "hr" in (err.details() or "")
+    granted = await dev.save("Grant attempt", labels=["team"])  # a label it holds: control
+    assert list(granted.memory.labels) == ["team"]
 
 
 async def test_list_pages_and_export_resumes(

@@ -147,6 +147,8 @@ async def test_remember_recall_forget_in_the_scope_from_env(brain_server: BrainS
         assert got.structured_content["memory"]["content"].endswith(alice_word)
         hidden = await call(bob, "get_memory", id=alice_id)
         assert hidden.is_error and text_of(hidden).startswith("NOT_FOUND: ")
+        own = await call(bob, "get_memory", id=bob_id)  # positive control
+        assert own.structured_content["memory"]["content"].endswith(bob_word)
 
         forgotten = await call(alice, "forget", id=alice_id, reason="moved to a new cache host")
         assert not forgotten.is_error, text_of(forgotten)
@@ -173,6 +175,8 @@ async def test_grpc_errors_become_tool_errors_and_the_proxy_survives(
 
         saved = await call(session, "remember", content="Carol reviews database migrations")
         assert not saved.is_error, text_of(saved)
+        found = await call(session, "get_memory", id=saved.structured_content["id"])
+        assert not found.is_error, text_of(found)  # the NOT_FOUND above was about the id
 
     # A proxy whose env scope leaves the key's confinement says which setting is wrong.
     async with mcp_session(brain_env(brain_server.target, key, "mallory", ns)) as wrong_scope:
@@ -288,6 +292,13 @@ def test_hook_is_silent_and_fast_when_it_cannot_help(brain_server: BrainServer) 
         for case, (env, stdin) in cases.items():
             done = run_hook(env, stdin)
             assert (done.returncode, done.stdout) == (0, ""), case
+    # Positive control: the same key and server, with a prompt it can help with, print.
+    marker = word()
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="n")) as c:
+        c.save(f"Deploys go through the {marker} pipeline")
+    helped = json.dumps({"prompt": f"Deploys through the {marker} pipeline?", "session_id": "s1"})
+    done = run_hook(brain_env(brain_server.target, key, namespace="n"), helped)
+    assert done.returncode == 0 and marker in done.stdout, done.stderr
 
 
 def test_hook_prints_context_for_the_prompt(brain_server: BrainServer) -> None:

@@ -119,7 +119,8 @@ async def test_metrics_move_after_real_calls_and_no_label_holds_content(
     assert moved("brain_rpc_duration_seconds_count", method=SAVE, code="OK") >= 1
     assert moved("brain_rpc_requests_total", method=WHOAMI, code="RESOURCE_EXHAUSTED") >= 5
     assert moved("brain_rate_limited_total", key_id=spammer_id) == refused
-    for lane in ("lexical", "exact", "semantic"):
+    # A search of the present runs both BM25 lanes as one statement, timed as "lexical".
+    for lane in ("lexical", "semantic"):
         assert moved("brain_retrieval_lane_duration_seconds_count", lane=lane) >= 1
     assert moved("brain_embedder_duration_seconds_count", embedder="local") >= 2  # save, query
     assert moved("brain_embedder_batch_size_count", embedder="local") >= 2
@@ -205,14 +206,24 @@ async def test_without_tracing_no_spans_and_request_ids_stay_random(
     """With tracing off nothing is exported and request ids are random."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))  # never installed
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
     api = Api(channel, brain_server.mint_key(unique("untraced"), "alice"))
+    # Positive control: installed, the same provider and exporter do receive the call's span.
+    tracing.install(provider)
+    try:
+        await api.whoami()
+    finally:
+        tracing.install(None)
+    traced = exporter.get_finished_spans()
+    assert [s.name for s in traced if s.kind == SpanKind.SERVER] == [WHOAMI.lstrip("/")]
+    exporter.clear()
     logs.configure("info")
     try:
         with structlog.testing.capture_logs() as captured:
             await api.whoami()
     finally:
         logs.configure("warning")
+        provider.shutdown()
     assert not tracing.enabled() and exporter.get_finished_spans() == ()
     rpc_logs = [e for e in captured if e.get("event") == "rpc" and e.get("method") == WHOAMI]
     assert len(rpc_logs) == 1 and len(rpc_logs[0]["request_id"]) == 32

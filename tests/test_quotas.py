@@ -142,3 +142,7 @@ def test_set_quota_refuses_bad_input(brain_server: BrainServer) -> None:
     assert done.returncode == 2 and "no tenant named" in done.stderr
     listed = json.loads(brain_server.admin("tenants", "list", "--json").stdout)
     assert {t["name"]: t for t in listed}[tenant]["quotas"] == {"memories": None}
+    # Positive control: the same command with a valid count sets it.
+    brain_server.admin("tenants", "set-quota", tenant, "--memories", "3")
+    listed = json.loads(brain_server.admin("tenants", "list", "--json").stdout)
+    assert {t["name"]: t for t in listed}[tenant]["quotas"] == {"memories": 3}

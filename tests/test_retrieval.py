@@ -284,8 +284,9 @@ def test_common_tests_use_real_filter() -> None:
 async def test_common_terms_are_capped_but_rare_ones_still_rank(
     pg_cluster: PgCluster, loop_thread: LoopThread
 ) -> None:
-    """Past the document-frequency cap a common term stops pulling rows in, yet rows with the
-    query's rare term rank first, and an all-common query still answers."""
+    """Past the candidate budget a common term stops pulling rows in, yet rows with the
+    query's rare term rank first, and an all-common query still answers from a bounded
+    number of its newest rows (4 x candidates)."""
     from dataclasses import replace
 
     server = BrainServer(
@@ -295,7 +296,7 @@ async def test_common_terms_are_capped_but_rare_ones_still_rank(
     try:
         assert server.running is not None
         memories = server.running.memories
-        memories.params = replace(memories.params, lexical_df_cap=5)
+        memories.params = replace(memories.params, lexical_df_cap=5, candidates=1)
         async with grpc.aio.insecure_channel(server.target) as channel:
             api = Api(channel, server.mint_key(unique("t"), "alice"))
             for i in range(20):
@@ -303,6 +304,6 @@ async def test_common_terms_are_capped_but_rare_ones_still_rank(
             rare = [(await api.save(f"weekly status report about the zeppelin {i}")).memory.id
                     for i in range(2)]  # fmt: skip
             assert sorted(await api.search("status zeppelin", limit=2)) == sorted(rare)
-            assert len(await api.search("weekly status", limit=10)) == 5  # capped candidates
+            assert len(await api.search("weekly status", limit=10)) == 4  # bounded candidates
     finally:
         server.stop()

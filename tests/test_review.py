@@ -115,6 +115,9 @@ async def test_candidates_are_recalled_only_for_proposer_and_reviewers(
         [candidate.id, own.id]
     )
     assert await reviewer.search("CI cache") == []
+    # Positive control: once approved, the same unfiltered search recalls it.
+    await decide(reviewer, candidate.id, approve=True)
+    assert await reviewer.search("CI cache") == [candidate.id]
 
 
 async def test_list_withdraw_and_expiry(
@@ -132,6 +135,7 @@ async def test_list_withdraw_and_expiry(
     assert await candidates(coder) == [mine.id]
     err = await rpc_error(candidates(coder, proposed_by="agent:writer"))
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert await candidates(coder, proposed_by="agent:coder") == [mine.id]
 
     err = await rpc_error(
         coder.review.WithdrawCandidate(

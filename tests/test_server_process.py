@@ -16,6 +16,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
+from .conftest import PgCluster
+
 SERVER = [sys.executable, "-m", "brain.server.runtime.app"]
 
 
@@ -88,7 +90,7 @@ def test_embedded_server_serves_then_stops_cleanly_on_sigterm(tmp_path: Path) ->
             proc.wait()
 
 
-def test_startup_errors_are_one_clear_line(tmp_path: Path) -> None:
+def test_startup_errors_are_one_clear_line(tmp_path: Path, pg_cluster: PgCluster) -> None:
     """A bad URL, an unreachable database and a busy port each exit 2 with one line saying why."""
     pepper = tmp_path / "pepper"
     pepper.write_bytes(os.urandom(32))
@@ -126,6 +128,8 @@ def test_startup_errors_are_one_clear_line(tmp_path: Path) -> None:
         assert done.returncode == 2
         assert "brain-server: error: cannot listen on" in done.stderr
         assert postgres_for(tmp_path / "data") == []
+        # Positive control: the same scan finds the session's running embedded PostgreSQL.
+        assert postgres_for(pg_cluster.embedded_pg.data_dir)
     finally:
         busy.close()
 

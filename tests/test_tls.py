@@ -145,25 +145,31 @@ def test_tls_verifies_the_dns_name_in_the_certificate(
     assert code == grpc.StatusCode.UNAVAILABLE
 
 
-def test_tls_plaintext_client_fails(tls_server: BrainServer) -> None:
+def test_tls_plaintext_client_fails(tls_server: BrainServer, dev_certs: DevCerts) -> None:
     """A plaintext client cannot talk to a TLS listener, even with a valid key."""
     _, key = _key(tls_server)
     assert _refused(tls_server.target, None, key) == grpc.StatusCode.UNAVAILABLE
+    # Positive control: the same key over TLS reaches the same listener.
+    assert _who_am_i(tls_server.target, _credentials(ca=dev_certs), key).principal == "alice"
 
 
 def test_tls_client_not_trusting_the_ca_fails(
-    tls_server: BrainServer, other_certs: DevCerts
+    tls_server: BrainServer, other_certs: DevCerts, dev_certs: DevCerts
 ) -> None:
     """A client that trusts another CA (or only the system roots) rejects the server."""
     _, key = _key(tls_server)
     for credentials in (_credentials(ca=other_certs), grpc.ssl_channel_credentials()):
         assert _refused(tls_server.target, credentials, key) == grpc.StatusCode.UNAVAILABLE
+    # Positive control: trusting the dev CA, the same call goes through.
+    assert _who_am_i(tls_server.target, _credentials(ca=dev_certs), key).principal == "alice"
 
 
 def test_tls_still_requires_an_api_key(tls_server: BrainServer, dev_certs: DevCerts) -> None:
     """TLS protects the channel; a call without a key is still UNAUTHENTICATED."""
     code = _refused(tls_server.target, _credentials(ca=dev_certs), None)
     assert code == grpc.StatusCode.UNAUTHENTICATED
+    _, key = _key(tls_server)  # positive control: with a key, the same call goes through
+    assert _who_am_i(tls_server.target, _credentials(ca=dev_certs), key).principal == "alice"
 
 
 def test_deploy_healthcheck_speaks_tls(tls_server: BrainServer, dev_certs: DevCerts) -> None:
@@ -209,6 +215,8 @@ def test_mtls_client_without_certificate_is_refused(
     _, key = _key(mtls_server)
     code = _refused(mtls_server.target, _credentials(ca=dev_certs), key)
     assert code == grpc.StatusCode.UNAVAILABLE
+    with_cert = _credentials(ca=dev_certs, client=dev_certs)  # positive control
+    assert _who_am_i(mtls_server.target, with_cert, key).principal == "alice"
 
 
 def test_mtls_client_with_certificate_calls_whoami(
@@ -227,6 +235,8 @@ def test_mtls_client_certificate_from_another_ca_is_refused(
     _, key = _key(mtls_server)
     credentials = _credentials(ca=dev_certs, client=other_certs)
     assert _refused(mtls_server.target, credentials, key) == grpc.StatusCode.UNAVAILABLE
+    with_cert = _credentials(ca=dev_certs, client=dev_certs)  # positive control
+    assert _who_am_i(mtls_server.target, with_cert, key).principal == "alice"
 
 
 def test_mtls_certificate_does_not_replace_the_api_key(
@@ -235,6 +245,8 @@ def test_mtls_certificate_does_not_replace_the_api_key(
     """A valid client certificate without an API key is still UNAUTHENTICATED."""
     credentials = _credentials(ca=dev_certs, client=dev_certs)
     assert _refused(mtls_server.target, credentials, None) == grpc.StatusCode.UNAUTHENTICATED
+    _, key = _key(mtls_server)  # positive control: the same certificate with a key
+    assert _who_am_i(mtls_server.target, credentials, key).principal == "alice"
 
 
 # -- brain-admin certs dev -----------------------------------------------------------------

@@ -145,9 +145,11 @@ async def test_watch_resumes_after_its_cursor(
     async with watching(channel, key, cursor=cursor) as w:
         assert [(await w.next()).memory.id for _ in missed] == missed
         assert await w.nothing_within(0.5)
-    # Without a cursor a watch starts from now: the past is not replayed.
+    # Without a cursor a watch starts from now: the past is not replayed, the present is.
     async with watching(channel, key) as w:
         assert await w.nothing_within(0.5)
+        now = await save(channel, key, "now")
+        assert (await w.next()).memory.id == now
         latest = await save(channel, key, "latest")
         assert (await w.next()).memory.id == latest
 
@@ -155,7 +157,7 @@ async def test_watch_resumes_after_its_cursor(
 async def test_watch_rejects_a_cursor_it_did_not_hand_out(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
-    """A malformed cursor is INVALID_ARGUMENT naming the field."""
+    """A malformed cursor is INVALID_ARGUMENT naming the field; one it handed out resumes."""
     key = brain_server.mint_key(unique("t"), "alice")
     call = memory_pb2_grpc.MemoryServiceStub(channel).WatchMemories(
         memory_pb2.WatchMemoriesRequest(scope=common_pb2.Scope(namespace="proj"), cursor="x1"),
@@ -166,6 +168,12 @@ async def test_watch_rejects_a_cursor_it_did_not_hand_out(
             pass
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "cursor" in (err.value.details() or "")
+    # Positive control: the same call with a cursor the server handed out is accepted.
+    async with watching(channel, key) as w:
+        handed_out = await w.position
+    mine = await save(channel, key, "written after the handed-out cursor")
+    async with watching(channel, key, cursor=handed_out) as w:
+        assert (await w.next()).memory.id == mine
 
 
 def listeners(server: BrainServer) -> int:

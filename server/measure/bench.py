@@ -1,76 +1,174 @@
-"""Search latency as a bucket grows.
+"""brain-bench: search and save throughput as a bucket grows, against the echo ceiling.
 
-``python -m brain.server.measure.bench --rows 1000 10000 50000``.
+``brain-bench --rows 10000 100000 --embedders none local``
 
-``python -m brain.server.measure.bench throughput`` measures saves/s and searches/s at several
-concurrencies instead (see ``bench_throughput``).
-
-Starts a private server on a fresh embedded database (as brain-eval does), fills one
-tenant's bucket with synthetic memories straight through SQL (a Zipf-distributed
-vocabulary, so some words are common and most are rare), then times SearchMemories over
-gRPC for random queries and prints p50/p95 per size. Lexical only unless ``--embedder``
-is given; with an embedder the synthetic rows get random unit vectors of the right size.
-Figures depend on the machine: compare sizes within one run, not across machines.
+First a bare grpc.aio echo server is measured at each concurrency: the most calls per
+second a Python gRPC service can answer on this machine (the ceiling). Then, for each
+embedder, a private server starts on a fresh embedded database (as brain-eval does), one
+tenant's bucket is filled straight through SQL (Zipf-distributed words, random vectors;
+only the query is embedded) to each size in turn, and SearchMemories then SaveMemory are
+driven over real gRPC from a separate process at each concurrency, for ``--seconds`` or
+``--ops`` calls, whichever ends first. Every row says calls/s, p50/p99 and the ratio to
+the echo ceiling at the same concurrency. Figures depend on the machine and its load:
+compare rows within one run. ``python -m brain.server.measure.bench throughput`` is the older study
+of what saves wait on in PostgreSQL (see ``bench_throughput``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import random
+import multiprocessing
+import os
+import signal
+import socket
 import sys
-import time
-from collections.abc import Sequence
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from brain.server.measure.evaluation import PrivateBrain, percentile, private_brain
-from brain.server.measure.synthetic import fill, sentence, tenant_of
-from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+from brain.server.measure.evaluation import PrivateBrain, private_brain
+from brain.server.measure.load import drive, start_echo_server
+from brain.server.measure.synthetic import fill, tenant_of
+from brain.server.runtime import embedded
+from brain.server.telemetry import logs
+
+KINDS = ("search", "save")
 
 
-async def time_searches(
-    brain: PrivateBrain, api_key: str, queries: Sequence[str], limit: int
-) -> list[float]:
-    md = (("authorization", f"Bearer {api_key}"),)
-    scope = common_pb2.Scope(namespace="bench")
-    out = []
-    async with grpc.aio.insecure_channel(brain.address) as channel:
-        stub = memory_pb2_grpc.MemoryServiceStub(channel)
-        for q in queries:
-            started = time.perf_counter()
-            await stub.SearchMemories(
-                memory_pb2.SearchMemoriesRequest(scope=scope, query=q, limit=limit),
-                metadata=md,
-                timeout=30,
-            )
-            out.append((time.perf_counter() - started) * 1000)
-    return out
+@contextlib.asynccontextmanager
+async def worker_server(brain: PrivateBrain, embedder: str, workers: int) -> AsyncIterator[str]:
+    """The address to load: the private in-process server, or with ``workers`` > 1 a
+    ``brain-server --workers N`` process on the same database."""
+    if workers == 1:
+        yield brain.address
+        return
+    with tempfile.TemporaryDirectory(prefix="brain-bench-") as scratch:
+        pepper = Path(scratch) / "pepper"
+        pepper.write_bytes(brain.pepper)
+        pepper.chmod(0o600)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{probe.getsockname()[1]}"
+        env = {
+            **os.environ,
+            "BRAIN_DATABASE_URL": brain.owner_dsn.replace(
+                f"{embedded.OWNER_ROLE}@", f"{embedded.APP_LOGIN_ROLE}@", 1
+            ),
+            "BRAIN_PEPPER_FILE": str(pepper), "BRAIN_DATA_DIR": scratch,
+            "BRAIN_EMBEDDER": embedder, "BRAIN_WORKERS": str(workers),
+            "BRAIN_RATE_LIMIT": "1e9", "BRAIN_RATE_BURST": "1000000", "BRAIN_LOG_LEVEL": "warning",
+        }  # fmt: skip
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "brain.server.runtime.app", "--listen", address, env=env
+        )
+        try:
+            await _serving(address, server)
+            yield address
+        finally:
+            server.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(server.wait(), 60)
+
+
+async def _serving(address: str, server: asyncio.subprocess.Process) -> None:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for _ in range(600):
+            if server.returncode is not None:
+                raise RuntimeError(f"brain-server --workers exited with {server.returncode}")
+            try:
+                answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError("brain-server --workers did not start serving within 2 minutes")
 
 
 async def run(
-    sizes: Sequence[int], queries: int, embedder: str, seed: int
-) -> list[dict[str, float]]:
-    rng = random.Random(seed)
-    results = []
-    async with private_brain(embedder) as brain:
-        bucket = await brain.bucket("bench")
-        tenant = await tenant_of(brain, bucket.api_key)
-        dimension = 0 if embedder == "none" else 384
-        filled = 0
-        for size in sorted(sizes):
-            print(f"filling to {size} memories…", file=sys.stderr)
-            await fill(brain.owner_dsn, tenant, size - filled, dimension, rng)
-            filled = size
-            asked = [sentence(rng, 6) for _ in range(queries)]
-            await time_searches(brain, bucket.api_key, asked[:5], 10)  # warm caches
-            ms = await time_searches(brain, bucket.api_key, asked, 10)
-            results.append(
-                {"rows": size, "search_p50_ms": round(percentile(ms, 50), 1),
-                 "search_p95_ms": round(percentile(ms, 95), 1)}
-            )  # fmt: skip
+    sizes: Sequence[int],
+    concurrencies: Sequence[int],
+    embedders: Sequence[str],
+    ops: int,
+    seconds: float,
+    seed: int,
+    kinds: Sequence[str] = KINDS,
+    workers: int = 1,
+) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    spawn = multiprocessing.get_context("spawn")
+    results: dict[str, Any] = {"echo": {}, "runs": []}
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+
+        async def load(address: str, key: str, kind: str, c: int) -> dict[str, Any]:
+            print(f"  {kind} at concurrency {c}…", file=sys.stderr)
+            measured: dict[str, Any] = await loop.run_in_executor(
+                pool, drive, address, key, kind, c, ops, seed + c, seconds
+            )
+            return measured
+
+        print("echo ceiling…", file=sys.stderr)
+        server, address = await start_echo_server()
+        try:
+            for c in concurrencies:
+                results["echo"][c] = await load(address, "", "echo", c)
+        finally:
+            await server.stop(None)
+        for embedder in embedders:
+            async with (
+                private_brain(embedder) as brain,
+                worker_server(brain, embedder, workers) as address,
+            ):
+                bucket = await brain.bucket("bench")
+                tenant = await tenant_of(brain, bucket.api_key)
+                for size in sorted(sizes):
+                    print(f"{embedder}: filling to {size} memories…", file=sys.stderr)
+                    dimension = 0 if embedder == "none" else brain.memories.embedding_dimension
+                    cost = await fill(brain.owner_dsn, tenant, size, dimension, seed)
+                    for kind in kinds:
+                        for c in concurrencies:
+                            measured = await load(address, bucket.api_key, kind, c)
+                            echo = results["echo"][c]["per_s"] or 1.0
+                            measured["vs_echo"] = round(measured["per_s"] / echo, 3)
+                            print(f"    {json.dumps(measured)}", file=sys.stderr)
+                            results["runs"].append(
+                                {"embedder": embedder, "rows": size, "kind": kind,
+                                 "concurrency": c, "workers": workers, **measured, **cost}
+                            )  # fmt: skip
     return results
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        f"{'':>8} {'rows':>9} {'kind':>6} {'conc':>4} {'calls/s':>8} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'vs echo':>8} {'errors':>6}"
+    ]
+    for c, e in results["echo"].items():
+        lines.append(
+            f"{'echo':>8} {'':>9} {'echo':>6} {c:>4} {e['per_s']:>8} {e['p50_ms']:>8} "
+            f"{e['p99_ms']:>8} {1.0:>8} {sum(e['errors'].values()):>6}"
+        )
+    for r in results["runs"]:
+        lines.append(
+            f"{r['embedder']:>8} {r['rows']:>9} {r['kind']:>6} {r['concurrency']:>4} "
+            f"{r['per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['vs_echo']:>8} "
+            f"{sum(r['errors'].values()):>6}"
+        )
+    fills = {(r["embedder"], r["rows"]): r for r in results["runs"]}
+    for (embedder, rows), r in fills.items():
+        hnsw = f", HNSW build {r['hnsw_build_s']} s ({r['hnsw_mb']} MB)" if "hnsw_mb" in r else ""
+        lines.append(
+            f"fill {embedder} to {rows}: {r['fill_s']} s, term statistics {r['stats_s']} s{hnsw}"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,22 +178,30 @@ def main(argv: list[str] | None = None) -> None:
 
         bench_throughput.main(argv[1:])
         return
-    parser = argparse.ArgumentParser(
-        prog="python -m brain.server.measure.bench", description=__doc__
+    parser = argparse.ArgumentParser(prog="brain-bench", description=__doc__)
+    parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument(
+        "--embedders", nargs="+", choices=["none", "local"], default=["none", "local"]
     )
-    parser.add_argument("--rows", type=int, nargs="+", default=[1000, 10000, 50000])
-    parser.add_argument("--queries", type=int, default=100)
-    parser.add_argument("--embedder", default="none", choices=["none", "local"])
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--ops", type=int, default=2000, help="at most this many calls per row")
+    parser.add_argument("--seconds", type=float, default=10.0, help="at most this long per row")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1,
+        help="server processes (brain-server --workers); 1: the private in-process server",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    results = asyncio.run(run(args.rows, args.queries, args.embedder, args.seed))
-    if args.json:
-        print(json.dumps(results))
-        return
-    print(f"{'memories in bucket':>20} {'search p50':>12} {'search p95':>12}")
-    for r in results:
-        print(f"{r['rows']:>20} {r['search_p50_ms']:>10} ms {r['search_p95_ms']:>10} ms")
+    if min(args.rows) < 1 or args.workers < 1 or min(args.concurrency) < 1:
+        parser.error("--rows and --concurrency need positive numbers")
+    logs.configure("warning")
+    results = asyncio.run(
+        run(args.rows, args.concurrency, args.embedders, args.ops, args.seconds, args.seed,
+            args.kinds, args.workers)
+    )  # fmt: skip
+    print(json.dumps(results) if args.json else report(results))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Write and search throughput for one tenant: ``python -m brain.server.measure.bench throughput``.
+"""What saves wait on in PostgreSQL: ``python -m brain.server.measure.bench throughput``.
 
 Starts a private server on a fresh embedded database (as brain-eval does), then, for each
 concurrency, drives SaveMemory and then SearchMemories over real gRPC from a separate
@@ -15,24 +15,18 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import random
 import sys
-import time
-import uuid
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import asyncpg
-import grpc
 
-from brain.server.measure.evaluation import percentile, private_brain
-from brain.server.measure.synthetic import fill, sentence, tenant_of
+from brain.server.measure.evaluation import private_brain
+from brain.server.measure.load import drive
+from brain.server.measure.synthetic import fill, tenant_of
 from brain.server.telemetry import logs
-from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
-
-NAMESPACE = "bench"
 
 # What each busy backend is doing at one instant; COMMIT is where the audit trigger runs.
 SAMPLE_SQL = """
@@ -41,62 +35,6 @@ SAMPLE_SQL = """
     FROM pg_stat_activity
     WHERE datname = current_database() AND backend_type = 'client backend'
       AND state = 'active' AND pid <> pg_backend_pid()"""
-
-
-def drive(address: str, api_key: str, kind: str, concurrency: int, ops: int, seed: int) -> Any:
-    """Run ``ops`` saves or searches with ``concurrency`` callers (in a child process)."""
-    return asyncio.run(_drive(address, api_key, kind, concurrency, ops, seed))
-
-
-async def _drive(
-    address: str, api_key: str, kind: str, concurrency: int, ops: int, seed: int
-) -> dict[str, Any]:
-    rng = random.Random(seed)
-    if kind == "save":
-        texts = [f"{sentence(rng, rng.randint(8, 30))} s{seed}n{i}" for i in range(ops)]
-    else:
-        texts = [sentence(rng, 6) for _ in range(ops)]
-    latencies: list[float] = []
-    errors: Counter[str] = Counter()
-    todo = iter(texts)
-    scope = common_pb2.Scope(namespace=NAMESPACE)
-    md = (("authorization", f"Bearer {api_key}"),)
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = memory_pb2_grpc.MemoryServiceStub(channel)
-
-        async def caller() -> None:
-            for text in todo:  # one shared iterator: each text is sent once
-                started = time.perf_counter()
-                try:
-                    if kind == "save":
-                        await stub.SaveMemory(
-                            memory_pb2.SaveMemoryRequest(
-                                scope=scope,
-                                memory=common_pb2.MemoryDraft(content=text),
-                                idempotency_key=f"bench-{uuid.uuid4()}",
-                            ),
-                            metadata=md, timeout=60,
-                        )  # fmt: skip
-                    else:
-                        await stub.SearchMemories(
-                            memory_pb2.SearchMemoriesRequest(scope=scope, query=text, limit=10),
-                            metadata=md, timeout=60,
-                        )  # fmt: skip
-                except grpc.aio.AioRpcError as exc:
-                    errors[exc.code().name] += 1
-                    continue
-                latencies.append((time.perf_counter() - started) * 1000)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    return {
-        "ok": len(latencies),
-        "per_s": round(len(latencies) / elapsed, 1),
-        "p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
-        "p95_ms": round(percentile(latencies, 95), 1) if latencies else None,
-        "errors": dict(errors),
-    }
 
 
 async def sample_waits(owner_dsn: str, stop: asyncio.Event) -> dict[str, Any]:
@@ -151,7 +89,7 @@ async def run(
         if not audit_chain:
             await without_audit_chain(brain.owner_dsn)
         print(f"filling {rows} memories to search…", file=sys.stderr)
-        await fill(brain.owner_dsn, tenant, rows, 0, random.Random(seed))
+        await fill(brain.owner_dsn, tenant, rows, 0, seed)
         with ProcessPoolExecutor(1, mp_context=spawn) as pool:
             for i, concurrency in enumerate(concurrencies):
                 row: dict[str, Any] = {"concurrency": concurrency}

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+import time
 
 import asyncpg
 
 from brain.server.measure.evaluation import PrivateBrain
 
 VOCABULARY = 20_000
+NAMESPACE = "bench"
 
 
 def sentence(rng: random.Random, words: int) -> str:
@@ -16,38 +18,80 @@ def sentence(rng: random.Random, words: int) -> str:
     return " ".join(f"w{int(rng.paretovariate(1.1)) % VOCABULARY}" for _ in range(words))
 
 
-async def fill(owner_dsn: str, tenant: str, rows: int, dimension: int, rng: random.Random) -> None:
-    """Insert ``rows`` more active memories into the tenant's bucket ``bench``."""
+# One statement: the same Zipf vocabulary as `sentence`, 8 to 30 words per memory, and a
+# random vector per row when the bucket has an embedder (only the query is embedded).
+FILL_SQL = """
+    INSERT INTO memories (tenant_id, memory_id, version, namespace, content, labels, status,
+                          valid_from, created_by, changed_by, changed_by_key, change,
+                          embedding, embedding_model)
+    SELECT $1, gen_random_uuid(), 1, $5,
+           (SELECT string_agg('w' || (floor(power(1 - random(), -1 / 1.1))::bigint
+                                      % $4::int), ' ')
+            FROM generate_series(1, 8 + (g::bigint * 7919 + $6::int) % 23)),
+           '{team}', 'active', now(), 'bench', 'bench', 'bench', 'save',
+           CASE WHEN $3::int > 0 THEN
+               (SELECT array_agg(random() - 0.5)::vector FROM generate_series(1, $3::int + g * 0))
+           END,
+           CASE WHEN $3::int > 0 THEN 'bench' END
+    FROM generate_series(1, $2::int) g"""
+
+
+async def fill(
+    owner_dsn: str, tenant: str, target: int, dimension: int, seed: int = 7
+) -> dict[str, float]:
+    """Fill the tenant's bucket ``bench`` up to ``target`` current memories, in one statement.
+
+    With vectors, the HNSW index is dropped first and built again afterwards, so the fill
+    measures what building it costs (``hnsw_build_s``) instead of slow row-by-row inserts.
+    """
     conn = await asyncpg.connect(owner_dsn)
+    out: dict[str, float] = {}
     try:
         tenant_id = await conn.fetchval("SELECT tenant_id FROM tenants WHERE name = $1", tenant)
-        batch = 2000
-        for start in range(0, rows, batch):
-            n = min(batch, rows - start)
-            texts = [sentence(rng, rng.randint(8, 30)) for _ in range(n)]
-            await conn.execute(
-                """INSERT INTO memories (tenant_id, memory_id, version, namespace, content,
-                       labels, status, valid_from, created_by, changed_by, changed_by_key,
-                       change, embedding, embedding_model)
-                   SELECT $1, gen_random_uuid(), 1, 'bench', t, '{team}', 'active', now(),
-                          'bench', 'bench', 'bench', 'save',
-                          CASE WHEN $3 > 0 THEN
-                              (SELECT array_agg(random() - 0.5 + i * 0)::vector
-                               FROM generate_series(1, $3) i)
-                          END,
-                          CASE WHEN $3 > 0 THEN $4 END
-                   FROM unnest($2::text[]) AS t""",
-                tenant_id,
-                texts,
-                dimension,
-                "bench",
+        rows = target - await conn.fetchval(
+            "SELECT count(*) FROM memories WHERE tenant_id = $1 AND namespace = $2"
+            " AND retired_at IS NULL",
+            tenant_id,
+            NAMESPACE,
+        )
+        await conn.execute("SELECT setseed($1)", (seed % 1000) / 1000)
+        hnsw = None
+        if dimension:
+            hnsw = await conn.fetchval(
+                "SELECT pg_get_indexdef('memories_embedding_hnsw'::regclass)"
+            )
+            await conn.execute("DROP INDEX memories_embedding_hnsw")
+        started = time.perf_counter()
+        # Term statistics are counted once for the whole load, not row by row.
+        await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_lexical_stats")
+        try:
+            await conn.execute(FILL_SQL, tenant_id, rows, dimension, VOCABULARY, NAMESPACE, seed)
+        finally:
+            await conn.execute("ALTER TABLE memories ENABLE TRIGGER memories_lexical_stats")
+        out["fill_s"] = round(time.perf_counter() - started, 1)
+        started = time.perf_counter()
+        await conn.execute("SELECT brain_rebuild_lexical_stats($1)", tenant_id)
+        out["stats_s"] = round(time.perf_counter() - started, 1)
+        out["inserted"] = max(rows, 0)
+        if hnsw is not None:
+            started = time.perf_counter()
+            await conn.execute("SET maintenance_work_mem = '512MB'")
+            await conn.execute(hnsw)
+            out["hnsw_build_s"] = round(time.perf_counter() - started, 1)
+            out["hnsw_mb"] = round(
+                await conn.fetchval(
+                    "SELECT pg_relation_size('memories_embedding_hnsw') / 1048576.0::float8"
+                ),
+                1,
             )
         await conn.execute("ANALYZE memories")
     finally:
         await conn.close()
+    return out
 
 
 async def tenant_of(brain: PrivateBrain, api_key: str) -> str:
+    """The tenant name of a key minted by ``brain.bucket``."""
     conn = await asyncpg.connect(brain.owner_dsn)
     try:
         name: str = await conn.fetchval(

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -212,7 +213,8 @@ async def _serve(
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
-        ("grpc.so_reuseport", 0),
+        # Workers share one port (runtime/workers.py); alone, a taken port is an error.
+        ("grpc.so_reuseport", 1 if settings.reuse_port else 0),
     ]
     server = grpc.aio.server(interceptors=[interceptor], options=options)
     try:
@@ -347,8 +349,11 @@ def _serve_metrics(settings: Settings, grpc_port: int) -> metrics.MetricsServer 
         raise StartupError(f"cannot serve metrics on {listen}: {exc}") from exc
 
 
-async def _run(settings: Settings) -> None:
+async def run(settings: Settings, ready: Callable[[], None] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then drain; ``ready`` is called once serving."""
     running = await start_server(settings)
+    if ready is not None:
+        ready()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -369,8 +374,12 @@ def main(argv: list[str] | None = None) -> None:
     add_server_arguments(parser)
     settings = settings_from_args(parser.parse_args(argv))
     logs.configure(settings.log_level, settings.log_format)
+    if settings.workers > 1:
+        from brain.server.runtime import workers
+
+        sys.exit(workers.serve(settings))
     try:
-        asyncio.run(_run(settings))
+        asyncio.run(run(settings))
     except StartupError as exc:
         print(f"brain-server: error: {exc}", file=sys.stderr)
         sys.exit(2)

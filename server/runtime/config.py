@@ -50,6 +50,9 @@ class Settings:
     metrics_listen: str | None = None
     # Test-only: drop the application's visibility predicate to prove RLS alone isolates.
     app_filter: bool = True
+    # Server processes on the listen port (runtime/workers.py); reuse_port is set for them.
+    workers: int = 1
+    reuse_port: bool = False
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -62,6 +65,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--listen",
         default=_env("LISTEN", "127.0.0.1:50051"),
         help="host:port to serve on (BRAIN_LISTEN)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=_env("WORKERS", str(os.cpu_count() or 1)),
+        help="server processes sharing the port; default: the number of cores (BRAIN_WORKERS)",
     )
     parser.add_argument(
         "--database-url",
@@ -213,6 +222,16 @@ def reranker_settings(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return number
+
+
 def _opt_path(name: str) -> Path | None:
     value = _env(name)
     return Path(value) if value else None
@@ -221,6 +240,7 @@ def _opt_path(name: str) -> Path | None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         listen=args.listen,
+        workers=args.workers,
         database_url=args.database_url,
         read_database_url=args.read_database_url,
         data_dir=args.data_dir,

@@ -99,6 +99,16 @@ def object_visibility(v: Visibility, p: Params, alias: str) -> str:
     return f"({_scope_rule(v, p, alias)} AND {alias}.labels && {labels}::text[])"
 
 
+def cell_predicate(v: Visibility, p: Params, alias: str = "c") -> str:
+    """SQL boolean over a ``lexical_cells`` row: whether ``v`` sees the cell's rows.
+
+    A cell (tenant, namespace, user, session, label set) holds only current active rows,
+    which every caller sees all or nothing of: the object rule, with no proposal to ask
+    about.
+    """
+    return object_visibility(v, p, alias)
+
+
 def _scope_rule(v: Visibility, p: Params, a: str) -> str:
     """The key's tenant and confinement, and the request's scope."""
     c, s = v.confinement, v.scope

@@ -9,8 +9,19 @@ from urllib.parse import urlsplit, urlunsplit
 import structlog
 
 
-def configure(level: str = "info", fmt: str = "json") -> None:
+def configure(level: str = "info", fmt: str = "json", worker: int | None = None) -> None:
+    """Logs at ``level`` as JSON or console lines; a worker process tags each with its index."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    tag: list[structlog.types.Processor] = []
+    if worker is not None:
+
+        def add_worker(
+            _: object, __: str, event: structlog.types.EventDict
+        ) -> structlog.types.EventDict:
+            event["worker"] = worker
+            return event
+
+        tag = [add_worker]
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
     )
@@ -18,6 +29,7 @@ def configure(level: str = "info", fmt: str = "json") -> None:
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
+            *tag,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,

@@ -46,7 +46,9 @@ RATE_LIMITED = Counter(
 )
 LANE_DURATION = Histogram(
     "brain_retrieval_lane_duration_seconds",
-    "Time one retrieval lane's query took, by lane (lexical, exact, semantic).",
+    "Time one retrieval lane's query took, by lane (lexical: both BM25 lanes in one "
+    "statement; exact: the exact-form lane alone, for searches of the past or of "
+    "candidates; semantic).",
     ["lane"],
     buckets=LATENCY_BUCKETS,
     registry=REGISTRY,

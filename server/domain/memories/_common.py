@@ -21,6 +21,7 @@ from brain.server.domain import validation as check
 from brain.server.domain.convert import PROTO_TO_STATUS
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError, NoEmbedder
 from brain.server.domain.retrieval.lanes import FusedHit, RetrievalParams
+from brain.server.domain.retrieval.query_vectors import QueryVectors
 from brain.server.domain.retrieval.rerankers import Reranker
 from brain.server.errors import (
     InvalidArgument,
@@ -169,6 +170,7 @@ class MemoryBase:
         self.embedding_dimension = embedding_dimension
         # Set by Review: saves into review-required namespaces become candidates.
         self.review: ReviewGate | None = None
+        self.query_vectors = QueryVectors()
         # Set by Knowledge: BuildContext mixes in document chunks.
         self.knowledge: KnowledgeRecall | None = None
 

@@ -3,12 +3,14 @@ BuildContext. Every statement carries the caller's visibility predicate."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import asyncpg
 import structlog
 
 from brain.authz import Caller, Permission
@@ -36,6 +38,7 @@ from brain.server.errors import (
     memory_not_found,
 )
 from brain.server.storage import memories as sql
+from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, memory_pb2
 
 _log = structlog.get_logger("brain.memories")
@@ -179,7 +182,12 @@ class MemoryReads(MemoryBase):
         if mode not in memory_pb2.SearchMode.values():
             raise InvalidArgument("mode", f"unknown search mode {mode}")
         vector = None
-        if mode != memory_pb2.SEARCH_MODE_LEXICAL:
+        pending: asyncio.Task[list[float] | None] | None = None
+        if mode == memory_pb2.SEARCH_MODE_HYBRID and not query_embedding:
+            # Embedded while the lexical lanes run; awaited before the semantic lane.
+            if self.embedder.dimension:
+                pending = asyncio.create_task(self.query_vector(query, ()))
+        elif mode != memory_pb2.SEARCH_MODE_LEXICAL:
             try:
                 vector = await self.query_vector(query, query_embedding)
             except EmbedderError as exc:
@@ -196,30 +204,59 @@ class MemoryReads(MemoryBase):
                 )
         n = max(limit, self.params.candidates)
         vis = self.visibility(caller)
-        model = self.embedding_model
-        async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
-            lexical: list[retrieval.LaneHit] = []
-            exact: list[retrieval.LaneHit] = []
-            if mode != memory_pb2.SEARCH_MODE_SEMANTIC:
-                size = await retrieval.corpus_size(conn, vis, f, t)
-                lexical = await retrieval.lexical_lane(
-                    conn, vis, query, f, t, n, self.params, corpus_size=size
+        try:
+            async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+                lexical, exact, semantic = await self.lanes(
+                    conn, vis, query, f, t, n, mode, vector, pending
                 )
-                exact = await retrieval.lexical_lane(
-                    conn, vis, query, f, t, n, self.params, config="simple", corpus_size=size
-                )
-            semantic: list[retrieval.LaneHit] = []
-            if vector is not None:
-                if mode == memory_pb2.SEARCH_MODE_HYBRID:
-                    vector = await retrieval.feedback_vector(
-                        conn, vis, vector, lexical, self.params, model
-                    )
-                semantic = await retrieval.semantic_lane(
-                    conn, vis, vector, f, t, n, self.params, model=model
-                )
+        finally:
+            if pending is not None:
+                pending.cancel()  # a no-op once awaited
         depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
         fused = retrieval.fuse(lexical, semantic, depth, self.params, exact=exact)
         return await self.rerank(query, fused, limit)
+
+    async def lanes(
+        self,
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        query: str,
+        f: sql.RowFilter,
+        t: sql.TimeCoords,
+        n: int,
+        mode: int,
+        vector: list[float] | None,
+        pending: asyncio.Task[list[float] | None] | None,
+    ) -> tuple[list[retrieval.LaneHit], list[retrieval.LaneHit], list[retrieval.LaneHit]]:
+        """The lexical lanes, then the semantic one once the query's vector is there."""
+        model = self.embedding_model
+        lexical: list[retrieval.LaneHit] = []
+        exact: list[retrieval.LaneHit] = []
+        if mode != memory_pb2.SEARCH_MODE_SEMANTIC and retrieval.uses_term_statistics(f, t):
+            lexical, exact = await retrieval.lexical_lanes(conn, vis, query, f, t, n, self.params)
+        elif mode != memory_pb2.SEARCH_MODE_SEMANTIC:
+            size = await retrieval.corpus_size(conn, vis, f, t)
+            lexical = await retrieval.lexical_lane(
+                conn, vis, query, f, t, n, self.params, corpus_size=size
+            )
+            exact = await retrieval.lexical_lane(
+                conn, vis, query, f, t, n, self.params, config="simple", corpus_size=size
+            )
+        semantic: list[retrieval.LaneHit] = []
+        if pending is not None:
+            try:
+                vector = await pending
+            except EmbedderError as exc:
+                _log.warning("query embedding failed; lexical only", error=str(exc))
+        if vector is not None:
+            if mode == memory_pb2.SEARCH_MODE_HYBRID:
+                vector = await retrieval.feedback_vector(
+                    conn, vis, vector, lexical, self.params, model
+                )
+            semantic = await retrieval.semantic_lane(
+                conn, vis, vector, f, t, n, self.params, model=model
+            )
+        return lexical, exact, semantic
 
     async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
         """The reranker's order for the top N, the rest after them in fused order.
@@ -253,4 +290,5 @@ class MemoryReads(MemoryBase):
             return list(given)
         if self.embedder.dimension == 0:
             return None
-        return (await self.embedder.embed([query]))[0]
+        model = self.embedding_model or self.embedder.name
+        return await self.query_vectors.vector(self.embedder, model, query)

@@ -1,0 +1,91 @@
+"""Query vectors: a small LRU cache per model, and concurrent queries embedded together.
+
+Under load, embedding the query is the main cost of a hybrid search; a CPU model embeds a
+batch of 16 in far less than 16 times one. So queries that arrive while the embedder is
+busy wait for it and then go as one batch (no timer: an idle server embeds at once), an
+identical text in flight is embedded once, and a repeated query is answered from the
+cache. The cache holds vectors of query texts only, keyed by (model, text): a hit gives a
+caller the vector of a text it sent itself, so nothing crosses tenants through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import OrderedDict
+
+from brain.server.domain.retrieval.embedders import Embedder, EmbedderError
+
+
+class QueryVectors:
+    """Vectors for query texts: cached, and batched per embedder."""
+
+    def __init__(self, cache_size: int = 1024, max_batch: int = 32) -> None:
+        self.cache_size = cache_size
+        self.max_batch = max_batch
+        self._cache: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
+        self._batchers: dict[int, _Batcher] = {}
+
+    async def vector(self, embedder: Embedder, model: str, text: str) -> list[float]:
+        """The vector of ``text`` by ``embedder`` (whose vectors ``model`` names)."""
+        key = (model, text)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return list(cached)
+        batcher = self._batchers.get(id(embedder))
+        if batcher is None or batcher.embedder is not embedder:
+            batcher = self._batchers[id(embedder)] = _Batcher(embedder, self.max_batch)
+        vector = await batcher.embed(text)
+        if self.cache_size > 0:
+            self._cache[key] = tuple(vector)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return list(vector)
+
+
+class _Batcher:
+    """Texts waiting for one embedder; one drain task embeds them a batch at a time."""
+
+    def __init__(self, embedder: Embedder, max_batch: int) -> None:
+        self.embedder = embedder
+        self.max_batch = max_batch
+        self.pending: dict[str, asyncio.Future[list[float]]] = {}
+        self.drain: asyncio.Task[None] | None = None
+
+    async def embed(self, text: str) -> list[float]:
+        future = self.pending.get(text)
+        if future is None:
+            future = self.pending[text] = asyncio.get_running_loop().create_future()
+            if self.drain is None or self.drain.done():
+                self.drain = asyncio.create_task(self._drain())
+        # A caller that gives up (deadline, cancel) must not cancel the others' batch.
+        return await asyncio.shield(future)
+
+    async def _drain(self) -> None:
+        while self.pending:
+            batch = dict(itertools.islice(self.pending.items(), self.max_batch))
+            for text in batch:
+                del self.pending[text]
+            try:
+                vectors = await self.embedder.embed(list(batch))
+            except EmbedderError as exc:
+                for future in batch.values():
+                    _fail(future, exc)
+                continue
+            except Exception as exc:  # an embedder outside this package broke its contract
+                for future in batch.values():
+                    _fail(future, EmbedderError(f"the embedder failed: {exc}"))
+                continue
+            if len(vectors) != len(batch):
+                for future in batch.values():
+                    _fail(future, EmbedderError("the embedder returned a vector count mismatch"))
+                continue
+            for future, vector in zip(batch.values(), vectors, strict=True):
+                if not future.done():
+                    future.set_result(vector)
+
+
+def _fail(future: asyncio.Future[list[float]], exc: Exception) -> None:
+    if not future.done():
+        future.set_exception(exc)

@@ -1,0 +1,134 @@
+"""The benchmarks' load: a bare echo server, and a driver that runs in a child process.
+
+The driver runs in a child process (``drive``), so the callers do not share the server's
+event loop or its core; it sends saves, searches or bare echoes from ``concurrency``
+callers until ``ops`` calls are done or ``seconds`` have passed, and reports calls per
+second with p50/p95/p99 latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import grpc
+
+from brain.server.measure.evaluation import percentile
+from brain.server.measure.synthetic import NAMESPACE, sentence
+from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+
+ECHO_METHOD = "/brain.bench.Echo/Echo"
+
+
+# --- the bare echo server: the ceiling a grpc.aio service can reach on this machine -----
+
+
+async def _echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    return request
+
+
+async def start_echo_server() -> tuple[grpc.aio.Server, str]:
+    """A grpc.aio server whose one method answers with its request's bytes."""
+    server = grpc.aio.server()
+    handler = grpc.method_handlers_generic_handler(
+        "brain.bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(_echo)}
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+# --- the load driver (runs in a child process) -------------------------------------------
+
+
+def drive(
+    address: str,
+    api_key: str,
+    kind: str,
+    concurrency: int,
+    ops: int,
+    seed: int,
+    seconds: float = 0.0,
+) -> dict[str, Any]:
+    """Run up to ``ops`` calls of ``kind`` (save, search, echo) with ``concurrency`` callers,
+    stopping early after ``seconds`` when given."""
+    return asyncio.run(_drive(address, api_key, kind, concurrency, ops, seed, seconds))
+
+
+async def _drive(
+    address: str,
+    api_key: str,
+    kind: str,
+    concurrency: int,
+    ops: int,
+    seed: int,
+    seconds: float,
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    if kind == "save":
+        texts = [f"{sentence(rng, rng.randint(8, 30))} s{seed}n{i}" for i in range(ops)]
+    else:
+        texts = [sentence(rng, 6) for _ in range(ops)]
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    todo = iter(texts)
+    scope = common_pb2.Scope(namespace=NAMESPACE)
+    md = (("authorization", f"Bearer {api_key}"),)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        echo = channel.unary_unary(ECHO_METHOD, None, None)
+        deadline = float("inf")
+
+        async def call(text: str) -> None:
+            if kind == "echo":
+                request = memory_pb2.SearchMemoriesRequest(scope=scope, query=text, limit=10)
+                await echo(request.SerializeToString(), timeout=60)
+            elif kind == "save":
+                await stub.SaveMemory(
+                    memory_pb2.SaveMemoryRequest(
+                        scope=scope,
+                        memory=common_pb2.MemoryDraft(content=text),
+                        idempotency_key=f"bench-{uuid.uuid4()}",
+                    ),
+                    metadata=md, timeout=60,
+                )  # fmt: skip
+            else:
+                await stub.SearchMemories(
+                    memory_pb2.SearchMemoriesRequest(scope=scope, query=text, limit=10),
+                    metadata=md, timeout=60,
+                )  # fmt: skip
+
+        async def caller() -> None:
+            for text in todo:  # one shared iterator: each text is sent once
+                if time.perf_counter() > deadline:
+                    return
+                started = time.perf_counter()
+                try:
+                    await call(text)
+                except grpc.aio.AioRpcError as exc:
+                    errors[exc.code().name] += 1
+                    continue
+                latencies.append((time.perf_counter() - started) * 1000)
+
+        for text in itertools.islice(todo, 3):  # warm up: connection, caches
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await call(text)
+        started = time.perf_counter()
+        deadline = started + seconds if seconds else float("inf")
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {
+        "ok": len(latencies),
+        "per_s": round(len(latencies) / elapsed, 1) if elapsed else 0.0,
+        "p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
+        "p95_ms": round(percentile(latencies, 95), 1) if latencies else None,
+        "p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
+        "errors": dict(errors),
+    }

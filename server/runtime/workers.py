@@ -1,0 +1,195 @@
+"""Several server processes on one port: ``brain-server --workers N``.
+
+One Python process answers gRPC on one core; a search spends much of its time in Python
+(protobuf, the interceptor, fusion). So the parent starts the embedded PostgreSQL once
+(migrated, pepper and dev key made), reserves the port, and spawns N workers that each
+bind it with ``SO_REUSEPORT`` — the kernel spreads new connections over them — and each
+open their own connection pool. The parent then only supervises: it restarts a worker
+that dies and a postmaster that dies, and on SIGTERM/SIGINT asks every worker to drain
+(each stops as a single server does, within the grace period), then stops PostgreSQL.
+A worker dies with its parent (``PR_SET_PDEATHSIG``), so a killed parent leaves none.
+
+Per-process state stays per worker: the per-key rate limit (a key spread over several
+connections may get up to N times its rate), the query-vector cache and /metrics (worker
+i serves it on the configured port + i).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+from dataclasses import replace
+from multiprocessing.synchronize import Event
+from typing import Any
+
+import structlog
+
+from brain.server.runtime import embedded
+from brain.server.runtime.bootstrap import prepare_embedded
+from brain.server.runtime.config import Settings
+from brain.server.runtime.pepper import PepperError, load_pepper
+from brain.server.telemetry import logs
+
+_log = structlog.get_logger("brain.workers")
+PR_SET_PDEATHSIG = 1
+
+
+class WorkerStartupError(Exception):
+    """A worker could not start; it printed its one-line reason itself."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"worker exited with {code}")
+        self.code = code
+
+
+def reserve_port(listen: str) -> tuple[socket.socket, str]:
+    """Bind ``listen`` with SO_REUSEPORT (port 0 picks one) and return it as host:port.
+
+    The bound socket never listens; it only holds the port and proves no other program
+    (one without SO_REUSEPORT) has it. Workers join it in the same reuse-port group.
+    """
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, int(port)))
+    except (OSError, ValueError) as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {listen}: the address is in use or not valid") from exc
+    bound = sock.getsockname()[1]
+    return sock, (f"[{host}]:{bound}" if family == socket.AF_INET6 else f"{host}:{bound}")
+
+
+def worker_settings(settings: Settings, index: int) -> Settings:
+    """Worker ``index``'s settings: metrics on the configured port + index."""
+    metrics = settings.metrics_listen
+    if metrics and index:
+        host, _, port = metrics.rpartition(":")
+        if port.isdigit() and int(port):
+            metrics = f"{host}:{int(port) + index}"
+    return replace(settings, metrics_listen=metrics)
+
+
+def _worker_main(settings: Settings, index: int, ready: Event) -> None:
+    """A worker process: one server, as ``brain-server --workers 1`` runs it."""
+    with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere best effort
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    from brain.server.runtime.app import StartupError, run
+
+    logs.configure(settings.log_level, settings.log_format, worker=index)
+    try:
+        asyncio.run(run(settings, ready=ready.set))
+    except StartupError as exc:
+        print(f"brain-server: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass
+
+
+class Workers:
+    """The parent: spawns, supervises and stops the workers."""
+
+    def __init__(self, settings: Settings, count: int) -> None:
+        self.settings = settings
+        self.count = count
+        self.context = multiprocessing.get_context("spawn")
+        self.procs: dict[int, Any] = {}
+        self.ready: dict[int, Event] = {}  # kept: a child unpickles its event after start()
+        self.stopping = threading.Event()
+
+    def spawn(self, index: int, *, wait: bool) -> None:
+        ready = self.ready[index] = self.context.Event()
+        proc = self.context.Process(
+            target=_worker_main,
+            args=(worker_settings(self.settings, index), index, ready),
+            name=f"brain-server-worker-{index}",
+        )
+        proc.start()
+        self.procs[index] = proc
+        if wait:  # the first worker's startup errors are the server's, reported once
+            while not ready.wait(0.1):
+                if proc.exitcode is not None:
+                    raise WorkerStartupError(proc.exitcode)
+
+    def supervise(self, pg: embedded.EmbeddedPostgres | None) -> None:
+        """Until stopped: restart a worker or a postmaster that died."""
+        while not self.stopping.wait(self.settings.health_interval_seconds):
+            for index, proc in list(self.procs.items()):
+                if proc.exitcode is not None and not self.stopping.is_set():
+                    _log.error("worker died; starting it again", worker=index, code=proc.exitcode)
+                    self.spawn(index, wait=False)
+            if pg is not None:
+                with contextlib.suppress(Exception):  # the workers report the outage
+                    pg.restart_if_dead()
+
+    def stop(self) -> None:
+        """SIGTERM every worker (each drains within the grace period), then wait for them."""
+        for proc in self.procs.values():
+            if proc.exitcode is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            proc.join(self.settings.grace_seconds + 10)
+            if proc.exitcode is None:
+                proc.kill()
+                proc.join()
+
+
+def serve(settings: Settings) -> int:
+    """Run ``settings.workers`` server processes on one port; the exit code for main."""
+    from brain.server.runtime.app import StartupError
+
+    workers = Workers(settings, settings.workers)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: workers.stopping.set())
+    pg = None
+    reserved = None
+    try:
+        try:
+            pepper = load_pepper(
+                settings.pepper_file, settings.data_dir, create=settings.database_url is None
+            )
+            reserved, listen = reserve_port(settings.listen)
+        except (PepperError, OSError) as exc:
+            raise StartupError(str(exc)) from exc
+        shared = replace(settings, listen=listen, reuse_port=True)
+        if settings.database_url is None:
+            pg = embedded.start(settings.data_dir / "pg")
+            asyncio.run(_prepare(pg, pepper, settings))
+            shared = replace(shared, database_url=pg.app_dsn, dev_key_file=None)
+        workers.settings = shared
+        workers.spawn(0, wait=True)
+        for index in range(1, settings.workers):
+            workers.spawn(index, wait=False)
+        _log.info("workers started", workers=settings.workers, listen=listen, pid=os.getpid())
+        workers.supervise(pg)
+        _log.info("shutting down workers", grace_seconds=settings.grace_seconds)
+        return 0
+    except StartupError as exc:
+        print(f"brain-server: error: {exc}", file=sys.stderr)
+        return 2
+    except WorkerStartupError as exc:
+        return exc.code
+    finally:
+        workers.stopping.set()
+        workers.stop()
+        if reserved is not None:
+            reserved.close()
+        if pg is not None:
+            pg.stop()
+
+
+async def _prepare(pg: embedded.EmbeddedPostgres, pepper: bytes, settings: Settings) -> None:
+    await prepare_embedded(pg)
+    if settings.dev_key_file is not None:
+        from brain.server.runtime.devkey import ensure_dev_key
+
+        await ensure_dev_key(pg.owner_dsn, pepper, settings.dev_key_file)

@@ -1,0 +1,160 @@
+"""Search at team scale: no side channel through scores, term statistics kept per cell."""
+
+from __future__ import annotations
+
+import asyncpg
+import grpc
+import pytest
+
+from brain.authz import Confinement
+from brain.v1 import memory_pb2
+
+from .conftest import BrainServer, unique
+from .helpers import Api
+from .test_review import decide, propose
+
+QUERY = "zeppelin hangar maintenance"
+OWN = (
+    "the zeppelin hangar needs maintenance on friday",
+    "hangar doors were painted blue",
+    "maintenance schedule for the zeppelin crew",
+    "the zeppelin flies over the harbour",
+)
+# Rows that would shift IDF and corpus size if they leaked into a caller's statistics.
+INVISIBLE = "zeppelin zeppelin hangar report number {i}"
+
+
+async def ranked(api: Api, mode: int) -> list[tuple[str, float, float]]:
+    """(id, fused score, BM25 score) of every hit, best first; the fused score is rounded
+    because its recency boost drifts by ~1e-8 while the test runs."""
+    response = await api.memories.SearchMemories(
+        memory_pb2.SearchMemoriesRequest(scope=api.scope(), query=QUERY, limit=20, mode=mode),
+        metadata=api.md,
+    )
+    return [(h.memory.id, round(h.score, 5), h.lexical_score) for h in response.hits]
+
+
+async def test_scores_and_order_ignore_rows_the_caller_cannot_see(
+    walled_server: BrainServer,
+) -> None:
+    """Rows of another user, namespace, label or tenant holding the query's terms change
+    neither the scores nor the order a caller gets; a caller who can see them gets other
+    scores (the positive control)."""
+    server, tenant, namespace = walled_server, unique("t"), unique("ns")
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        alice = Api(
+            channel,
+            server.mint_key(tenant, "alice", user="alice", namespaces=(namespace,)),
+            namespace=namespace,
+            user_id="alice",
+        )
+        writer = Api(
+            channel, server.mint_key(tenant, "writer", labels=("team", "hr")), namespace=namespace
+        )
+        stranger = Api(channel, server.mint_key(unique("t"), "eve"), namespace=namespace)
+        own = [(await alice.save(text)).memory.id for text in OWN]
+        modes = (memory_pb2.SEARCH_MODE_LEXICAL, memory_pb2.SEARCH_MODE_HYBRID)
+        before = {mode: await ranked(alice, mode) for mode in modes}
+        assert {hit[0] for hit in before[memory_pb2.SEARCH_MODE_LEXICAL]} == set(own)
+        seen_by_writer = await ranked(writer, memory_pb2.SEARCH_MODE_LEXICAL)
+
+        for i in range(15):
+            text = INVISIBLE.format(i=i)
+            await writer.save(text, scope=writer.scope(user_id="bob"))  # another user
+            await writer.save(text, scope=writer.scope(namespace=unique("other")))
+            await writer.save(text, labels=["hr"])  # a label alice does not hold
+            await stranger.save(text)  # another tenant
+
+        after = {mode: await ranked(alice, mode) for mode in modes}
+        assert after == before
+        # Positive control: the writer sees the hr-labelled and bob's rows in this namespace.
+        now_seen = await ranked(writer, memory_pb2.SEARCH_MODE_LEXICAL)
+        assert len(now_seen) > len(seen_by_writer)
+        shared = {hit[0]: hit[2] for hit in seen_by_writer}
+        assert any(shared.get(hit[0], hit[2]) != hit[2] for hit in now_seen)
+
+
+def term_counts(server: BrainServer, tenant: str) -> dict[tuple[str, str, tuple[str, ...]], int]:
+    """The tenant's kept statistics per (config, lexeme, label set), shards summed."""
+    rows = server.sql(
+        """SELECT s.config, s.lexeme, c.labels, sum(s.df)::int AS df, sum(s.total_length)::int
+                  AS total_length
+           FROM lexical_terms s JOIN lexical_cells c USING (tenant_id, cell_id)
+           JOIN tenants t USING (tenant_id) WHERE t.name = $1
+           GROUP BY 1, 2, 3""",
+        tenant,
+    )
+    return {(r["config"], r["lexeme"], tuple(r["labels"])): (r["df"], r["total_length"])
+            for r in rows}  # fmt: skip
+
+
+async def test_term_statistics_follow_every_write_and_match_a_recount(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Saves, updates, relabels, supersedes, approvals and forgets keep the per-cell counts
+    equal to a recount from the rows; a forgotten word leaves no row behind."""
+    tenant = unique("t")
+    api = Api(channel, brain_server.mint_key(
+        tenant, "writer", labels=("team", "hr"),
+        permissions="memories:read,memories:write,memories:forget,memories:propose",
+    ))  # fmt: skip
+    reviewer = Api(channel, brain_server.mint_key(
+        tenant, "reviewer", permissions="memories:read,memories:review", labels=("team", "hr")
+    ))  # fmt: skip
+    first = (await api.save("the falcon nests on the tower")).memory.id
+    second = (await api.save("the falcon hunts pigeons")).memory.id
+    third = (await api.save("ospreyword only lives here")).memory.id
+    assert term_counts(brain_server, tenant)[("english", "falcon", ("team",))] == (2, 0)
+    assert term_counts(brain_server, tenant)[("english", "", ("team",))] == (3, 8)  # lexemes
+
+    await api.update(first, ["content"], content="the falcon left the tower for good")
+    await api.update(second, ["labels"], labels=["hr"])  # moves to another cell
+    await api.save("pigeons are back", supersedes=[first])
+    candidate = await propose(api, "the kestrel hovers")
+    await decide(reviewer, candidate.id, approve=True)
+    await api.forget(third)
+
+    kept = term_counts(brain_server, tenant)
+    assert kept[("english", "falcon", ("hr",))] == (1, 0)
+    assert ("english", "falcon", ("team",)) not in kept  # the superseded one left the count
+    assert not [key for key in kept if "ospreyword" in key[1]]  # erased with its memory
+    brain_server.sql(
+        "SELECT brain_rebuild_lexical_stats(tenant_id) FROM tenants WHERE name = $1", tenant
+    )
+    assert term_counts(brain_server, tenant) == kept
+
+
+async def test_row_level_security_shows_only_the_cells_a_key_may_see(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Read as the app role with the application's predicate out of the picture, a key sees
+    the statistics of its own cells (positive control) and none of another label's, another
+    user's or another tenant's; the app role cannot write them."""
+    tenant, other_tenant, namespace = unique("t"), unique("t"), unique("ns")
+    writer = Api(channel, brain_server.mint_key(tenant, "w", labels=("team", "hr")), namespace)
+    stranger = Api(channel, brain_server.mint_key(other_tenant, "s"), namespace)
+    await writer.save("zeppelin shared with the team")
+    await writer.save("zeppelin for hr only", labels=["hr"])
+    await writer.save("zeppelin of bob", scope=writer.scope(user_id="bob"))
+    await stranger.save("zeppelin elsewhere")
+    (tenant_id,) = [r[0] for r in brain_server.sql(
+        "SELECT tenant_id::text FROM tenants WHERE name = $1", tenant)]  # fmt: skip
+    assert brain_server.running is not None
+    db = brain_server.running.db
+
+    async def seen() -> tuple[set[tuple[str, tuple[str, ...]]], int]:
+        async with db.tenant_tx(
+            tenant_id, labels=frozenset({"team"}), confinement=Confinement(user_id="alice")
+        ) as conn:
+            cells = {(r["user_id"], tuple(r["labels"])) for r in await conn.fetch(
+                "SELECT user_id, labels FROM lexical_cells")}  # fmt: skip
+            df = await conn.fetchval(
+                "SELECT sum(df) FROM lexical_terms WHERE config = 'english' AND lexeme = 'zeppelin'"
+            )
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute("UPDATE lexical_terms SET df = df + 1")
+            return cells, df
+
+    cells, df = brain_server.loop.run(seen())
+    assert cells == {("", ("team",))}  # its own cell only: not hr, not bob, not the stranger's
+    assert df == 1

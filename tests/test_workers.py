@@ -1,0 +1,84 @@
+"""brain-server --workers: several processes answer on one port and all drain on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import psutil
+
+from brain.v1 import identity_pb2, identity_pb2_grpc
+
+from .test_server_process import SERVER, free_port, postgres_for, wait_serving
+
+
+def cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # a helper that already exited
+        return []
+
+
+def spawned(parent: psutil.Process) -> list[psutil.Process]:
+    return [p for p in parent.children() if "spawn_main" in " ".join(cmdline(p))]
+
+
+def log_events(path: Path) -> list[dict[str, object]]:
+    events = []
+    for line in path.read_text().splitlines():
+        if line.startswith("{"):
+            events.append(json.loads(line))
+    return events
+
+
+def test_two_workers_both_answer_and_all_drain_on_sigterm(tmp_path: Path) -> None:
+    """Calls over fresh connections reach both workers (each logs calls it answered); on
+    SIGTERM every worker stops gracefully, the parent exits 0 and no process or PostgreSQL
+    of the server remains."""
+    os.chmod(tmp_path, 0o755)
+    data, port, log = tmp_path / "data", free_port(), tmp_path / "server.log"
+    env = {**os.environ, "BRAIN_DATA_DIR": str(data), "BRAIN_DEV_KEY_FILE": str(tmp_path / "key"),
+           "BRAIN_EMBEDDER": "none", "BRAIN_WORKERS": "2"}  # fmt: skip
+    env.pop("BRAIN_DATABASE_URL", None)
+    with log.open("w") as stderr:
+        proc = subprocess.Popen([*SERVER, "--listen", f"127.0.0.1:{port}"], env=env, stderr=stderr)
+    try:
+        wait_serving(f"127.0.0.1:{port}", proc)
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 30  # the second worker is spawned after the first serves
+        while len(workers := spawned(parent)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(workers) == 2
+        for _ in range(300):  # and answers once its own health says so (a log line)
+            if {e.get("worker") for e in log_events(log) if e.get("event") == "serving"} == {0, 1}:
+                break
+            time.sleep(0.1)
+        key = (tmp_path / "key").read_text().strip()
+        for i in range(24):  # each channel its own connection, so the kernel spreads them
+            options = [("grpc.use_local_subchannel_pool", 1), ("brain.test.connection", i)]
+            with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+                me = identity_pb2_grpc.IdentityServiceStub(channel).WhoAmI(
+                    identity_pb2.WhoAmIRequest(),
+                    metadata=(("authorization", f"Bearer {key}"),),
+                    timeout=10,
+                )
+                assert me.principal
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        events = log_events(log)
+        answered = {e.get("worker") for e in events if e.get("event") == "rpc"}
+        assert answered == {0, 1}  # both answered (WhoAmI and health checks)
+        stopped = {e.get("worker") for e in events if e.get("event") == "server stopped"}
+        assert stopped >= {0, 1}  # every worker went through the graceful stop
+        assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+        assert postgres_for(data) == []
+        assert log.read_text().count(key) == 1  # the dev key banner, once, from the parent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
