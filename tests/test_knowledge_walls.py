@@ -165,6 +165,53 @@ async def test_backfill_racing_a_delete_stores_no_vector_on_the_erased_chunk(
     assert not any(r["has_vector"] for r in rows), "erased chunk carries its text's vector"
 
 
+async def test_backfill_racing_a_forget_stores_no_vector_on_the_erased_memory(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The same race for memories: a ForgetMemory that lands while the backfill embeds the
+    memory's text leaves the retracted memory without a vector; another memory of the batch
+    gets its vector (control)."""
+    from brain.server.admin.embeddings import _backfill_memories, _tenant_clause
+
+    tenant = unique("atk-bfm")
+    api = Api(
+        channel,
+        brain_server.mint_key(
+            tenant, "w", permissions="memories:read,memories:write,memories:forget"
+        ),
+    )
+    gone = (await api.save("the vault code is 4321")).memory
+    kept = (await api.save("the lobby opens at nine")).memory
+    brain_server.sql(
+        "UPDATE memories SET embedding = NULL WHERE memory_id = ANY($1::uuid[])",
+        [gone.id, kept.id],
+    )
+
+    class ForgettingEmbedder:
+        dimension = 384
+
+        async def embed(self, texts: list[str]) -> list[list[float]]:
+            assert any("vault code" in t for t in texts)  # control: it read the text
+            await api.forget(gone.id)  # erased meanwhile
+            return [[1.0] + [0.0] * 383 for _ in texts]
+
+    conn = await asyncpg.connect(brain_server.cluster.owner_dsn)
+    try:
+        await register_vector(conn)
+        where, args = await _tenant_clause(conn, tenant)
+        await _backfill_memories(conn, ForgettingEmbedder(), "fake", where, args, 10)  # type: ignore[arg-type]
+    finally:
+        await conn.close()
+    rows = brain_server.sql(
+        "SELECT memory_id::text AS id, content, embedding IS NOT NULL AS has_vector"
+        " FROM memories WHERE memory_id = ANY($1::uuid[])",
+        [gone.id, kept.id],
+    )
+    by_id = {r["id"]: r for r in rows}
+    assert all(r["content"] == "" and not r["has_vector"] for r in rows if r["id"] == gone.id)
+    assert by_id[kept.id]["has_vector"]  # control: the live memory got its vector
+
+
 # --- F3: a write-only key learns about documents it cannot read --------------------------
 
 
