@@ -201,6 +201,7 @@ class Requests:
         time: common_pb2.TimeTravel | None,
         mode: memory_pb2.SearchMode.ValueType,
         query_embedding: Sequence[float],
+        min_relevance: float | None = None,
     ) -> memory_pb2.SearchMemoriesRequest:
         return memory_pb2.SearchMemoriesRequest(
             scope=self.scope,
@@ -210,6 +211,7 @@ class Requests:
             time=time,
             mode=mode,
             query_embedding=list(query_embedding),
+            min_relevance=min_relevance,
         )
 
     def list(

@@ -244,10 +244,14 @@ class BrainClient(ClientBase):
         time: common_pb2.TimeTravel | None = None,
         mode: memory_pb2.SearchMode.ValueType = memory_pb2.SEARCH_MODE_UNSPECIFIED,
         query_embedding: Sequence[float] = (),
+        min_relevance: float | None = None,
         timeout: float | None = None,
     ) -> memory_pb2.SearchMemoriesResponse:
-        """Hybrid recall; hits come best first with their fused score."""
-        request = self._requests.search(query, limit, filter, time, mode, query_embedding)
+        """Hybrid recall; hits come best first with their fused score. Nothing comes back
+        when no hit's relevance reaches ``min_relevance`` (default: the server's floor)."""
+        request = self._requests.search(
+            query, limit, filter, time, mode, query_embedding, min_relevance
+        )
         return self._unary(
             "SearchMemories", self._memory.SearchMemories, request, idempotent=True, timeout=timeout
         )

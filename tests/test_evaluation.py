@@ -331,7 +331,9 @@ async def test_folds_choose_on_the_other_conversations(tiny_file: Path) -> None:
     """--folds scores each conversation with a candidate chosen on the others.
 
     Two copies of the tiny conversation rank alike under every candidate, so every fold
-    keeps the shipped parameters (ties go to them) and the figures equal the plain run.
+    keeps the first hand-weighted candidate (ties go to it) and the figures equal the
+    plain run. The learned fusion is refitted per fold on the captured candidates: every
+    question and every should-be-silent search of the held-out copy is scored once.
     """
     (conv,) = load_locomo(tiny_file)
     twins = [conv, dataclasses.replace(conv, sample_id="tiny-2")]
@@ -339,13 +341,21 @@ async def test_folds_choose_on_the_other_conversations(tiny_file: Path) -> None:
 
     cv = result.cross_validation
     assert cv is not None
-    assert cv.candidates == len(candidate_grid(semantic=False))
-    assert cv.chosen == [("tiny-1", "shipped"), ("tiny-2", "shipped")]
+    assert cv.candidates == len(candidate_grid(semantic=False)) - 1  # the shipped one apart
+    assert cv.chosen == [("tiny-1", "fusion=minmax"), ("tiny-2", "fusion=minmax")]
     assert cv.overall.questions == 10
     assert cv.overall.recall[10] == pytest.approx(0.7)
     assert cv.in_sample.recall[10] == pytest.approx(0.7)
-    assert cv.in_sample_candidate == "shipped"
+    assert cv.in_sample_candidate == "fusion=minmax"
     assert len(result.search_ms) == 10  # latency from the shipped pass only
+    learned = cv.learned
+    assert learned is not None
+    assert learned.overall.questions == learned.with_floor.questions == 10
+    assert [sample for sample, _ in learned.floors] == ["tiny-1", "tiny-2"]
+    for silence in (learned.silence_without_floor, learned.silence_with_floor):
+        assert (silence.adversarial_asked, silence.never_said_asked) == (2, 2 * len(NEVER_SAID))
+    # A floor is never chosen that costs the training questions more than the tolerance.
+    assert learned.with_floor.recall[10] >= learned.overall.recall[10] - 0.01 - 1e-9
 
 
 @dataclasses.dataclass(frozen=True)

@@ -135,7 +135,8 @@ async def test_every_tool_is_typed_and_recall_scores_read_0_to_1(
     brain_server: BrainServer, tmp_path: Path
 ) -> None:
     """Titles and output schemas on every tool (the client validates each result against
-    them); get_memory and recall give the same memory object; min_score filters on 0..1."""
+    them); get_memory and recall give the same memory object; min_score is the floor the
+    best hit must reach (0..1)."""
     ns, marker = unique("ns"), word()
     key = brain_server.mint_key(unique("t"), "agent:s", user="gus", namespaces=(ns,))
     async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, _):
@@ -456,3 +457,30 @@ def test_capture_never_fails_the_agent(brain_server: BrainServer, tmp_path: Path
         assert "proposed 1 of 1" not in done.stderr, case
     done = run_capture(brain_env(brain_server.target, proposer), good)
     assert "proposed 1 of 1" in done.stderr, done.stderr
+
+
+async def test_recall_says_when_the_floor_silenced_it(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """In a bucket of 50 notes, a recall of words every note shares comes back silenced
+    (not an error, not "no memories"), one of a note's own words finds it, and min_score 0
+    shows the weak matches."""
+    from .helpers import Api
+    from .test_relevance import _bucket
+
+    key = brain_server.mint_key(
+        unique("t"), "agent:f", user="ivy", namespaces=(ns := unique("ns"),)
+    )
+    async with brain_server.channel() as ch:
+        saved = await _bucket(Api(ch, key, namespace=ns, user_id="ivy"))
+    memory_id, a, b = saved[3]
+    async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, _):
+        weak = await call(session, "recall", query="service restarted", limit=5)
+        strong = await call(session, "recall", query=f"{a} {b}")
+        shown = await call(session, "recall", query="service restarted", limit=5, min_score=0)
+    assert not weak.is_error and weak.structured_content["silenced"] is True
+    assert weak.structured_content["hits"] == [] and weak.structured_content["below_floor"] == 5
+    assert text_of(weak).startswith("Nothing relevant enough")
+    assert hit_ids(strong)[0] == memory_id and strong.structured_content["silenced"] is False
+    assert strong.structured_content["ranking"] == "fused"
+    assert len(hit_ids(shown)) == 5 and shown.structured_content["silenced"] is False

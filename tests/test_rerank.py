@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +155,31 @@ def test_reranker_configuration_is_checked() -> None:
         build_reranker("http://h:1", None)
     with pytest.raises(RerankerError, match="top N"):
         build_reranker("http://h:1", "m", top_n=0)
+
+
+async def test_mcp_recall_says_how_the_hits_were_ordered(
+    reranking_server: BrainServer, rerank_http: FakeRerankServer, tmp_path: Path
+) -> None:
+    """brain-mcp's recall names the ranking and shows rerank scores only when reranked;
+    with the reranker down it says the fused order came back instead."""
+    from .test_mcp_agent import started
+    from .test_mcp_proxy import brain_env, call, text_of
+
+    rerank_http.reset()
+    api, ids = await _filled(reranking_server)
+    env = brain_env(reranking_server.target, api.key, namespace=api.namespace)
+    async with started(env, tmp_path / "err") as (session, _):
+        reranked = await call(session, "recall", query="alpha")
+        rerank_http.mode = "http_error"
+        fallback = await call(session, "recall", query="alpha")
+    assert not reranked.is_error and not fallback.is_error, text_of(reranked)
+    got = reranked.structured_content
+    assert got["ranking"] == "reranked" and got["silenced"] is False
+    assert [h["id"] for h in got["hits"]] == [ids["B"], ids["A"], ids["C"]]
+    assert got["hits"][0]["rerank_score"] == 1.0 and "rerank_score" not in got["hits"][2]
+    assert "reranked by the configured reranker" in text_of(reranked)
+    down = fallback.structured_content
+    assert down["ranking"] == "fused_reranker_unavailable"
+    assert [h["id"] for h in down["hits"]] == [ids["A"], ids["B"], ids["C"]]
+    assert all("rerank_score" not in h for h in down["hits"])
+    assert "the reranker was unavailable" in text_of(fallback)

@@ -40,7 +40,7 @@ def ids(hits: list[Any]) -> list[str]:
 
 def test_fusion_rewards_agreement_between_lanes() -> None:
     """A row both lanes rank well beats rows only one lane likes."""
-    params = RetrievalParams()
+    params = RetrievalParams(fusion="minmax")
     lexical = [LaneHit(row("a"), 9.0), LaneHit(row("both"), 8.5), LaneHit(row("c"), 1.0)]
     semantic = [LaneHit(row("b"), 0.80), LaneHit(row("both"), 0.78), LaneHit(row("d"), 0.40)]
     assert ids(fuse(lexical, semantic, 3, params, NOW)) == ["both", "a", "b"]
@@ -48,7 +48,7 @@ def test_fusion_rewards_agreement_between_lanes() -> None:
 
 def test_fusion_keeps_a_clearly_better_match_first_despite_boosts() -> None:
     """Importance and recency boosts reorder near-ties but never overturn a clear winner."""
-    params = RetrievalParams()
+    params = RetrievalParams(fusion="minmax")
     low = LaneHit(row("low"), 1.0)
     strong = LaneHit(row("strong", importance=0.0, age_days=3650), 10.0)
     weak = LaneHit(row("weak", importance=1.0, age_days=0), 5.0)
@@ -61,7 +61,7 @@ def test_fusion_keeps_a_clearly_better_match_first_despite_boosts() -> None:
 
 def test_fusion_with_one_lane_empty_and_limit() -> None:
     """Either lane alone still ranks by its own score; the limit is honoured."""
-    params = RetrievalParams()
+    params = RetrievalParams(fusion="minmax")
     semantic = [LaneHit(row(n), s) for n, s in [("x", 0.9), ("y", 0.6), ("z", 0.4)]]
     assert ids(fuse([], semantic, 2, params, NOW)) == ["x", "y"]
     assert fuse([], [], 5, params, NOW) == []
@@ -69,7 +69,7 @@ def test_fusion_with_one_lane_empty_and_limit() -> None:
 
 def test_each_lane_spans_its_weight() -> None:
     """Min-max normalisation: a lane's best hit adds its full weight, its worst nothing."""
-    params = RetrievalParams(importance_boost=0, recency_boost=0)
+    params = RetrievalParams(importance_boost=0, recency_boost=0, fusion="minmax")
     semantic = [LaneHit(row("top"), 0.9), LaneHit(row("mid"), 0.6), LaneHit(row("edge"), 0.3)]
     hits = fuse([], semantic, 3, params, NOW)
     assert [round(h.score, 6) for h in hits] == [
@@ -94,7 +94,8 @@ def test_reciprocal_rank_fusion_uses_ranks_not_score_gaps() -> None:
         round(w, 6), round(w * 61 / 62, 6), round(w * 61 / 63, 6)
     ]  # fmt: skip
     # Min-max would put "far" at 0; by rank it is barely behind "close".
-    minmax = fuse([], semantic, 3, RetrievalParams(importance_boost=0, recency_boost=0), NOW)
+    flat = RetrievalParams(importance_boost=0, recency_boost=0, fusion="minmax")
+    minmax = fuse([], semantic, 3, flat, NOW)
     assert round(minmax[2].score, 6) == 0.0
 
 

@@ -337,7 +337,8 @@ class BrainProxy:
             "Shared Brain: long-term memory shared by this team's people and agents. Recall "
             "before answering questions about earlier decisions, preferences or facts; remember "
             "durable, self-contained statements (not transient chatter); update or forget "
-            "memories that are wrong. Recall scores are relevance from 0 to 1 within one query. "
+            "memories that are wrong. Recall scores are relevance from 0 to 1, comparable across "
+            "queries; recall answers nothing (silenced) when no memory is relevant enough. "
             f"Every call acts in a scope fixed by configuration ({self.config.where()}); never "
             "pass user, namespace or tenant arguments."
         )

@@ -8,6 +8,7 @@ from 0 to 1 (`relevance`).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -125,15 +126,18 @@ def check_arguments(tool: ToolSpec, args: Mapping[str, Any]) -> None:
 
 # -- rendering ---------------------------------------------------------------------------
 
-# The server's fused score is a weighted sum of min-max normalised lanes (keywords 0.6, exact
-# words 0.2, meaning 0.4) plus boosts of at most 0.03 (see server/domain/retrieval/lanes.py);
-# dividing by that maximum gives a 0..1 relevance a model can compare with `min_score`.
-_MAX_FUSED_SCORE = 1.23
+
+def relevance(value: float) -> float:
+    """The server's calibrated relevance (0..1), rounded down to 3 decimals so that passing
+    a shown score back as ``min_score`` keeps the hit it came from."""
+    return math.floor(min(1.0, max(0.0, value)) * 1000) / 1000
 
 
-def relevance(score: float) -> float:
-    """The server's fused score as 0..1: 1 = first by keywords, exact words and meaning."""
-    return round(min(1.0, max(0.0, score / _MAX_FUSED_SCORE)), 3)
+_RANKINGS = {
+    memory_pb2.RANKING_FUSED: "fused",
+    memory_pb2.RANKING_RERANKED: "reranked",
+    memory_pb2.RANKING_FUSED_RERANKER_UNAVAILABLE: "fused_reranker_unavailable",
+}
 
 
 def _iso(ts: Any) -> str | None:
@@ -264,8 +268,9 @@ _SCORE = {
     "type": "number",
     "minimum": 0,
     "maximum": 1,
-    "description": "Relevance 0..1 within this query: 1 = ranked first by keywords, exact words "
-    "and meaning at once; a top keyword-only match is about 0.65.",
+    "description": "Relevance 0..1: the server's calibrated estimate that the memory answers "
+    "the query, comparable across queries (a one-rare-word match is about 0.02, a strong "
+    "match 0.2 and up).",
 }
 
 
@@ -327,29 +332,52 @@ async def _remember(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOu
 async def _recall(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
     query = _text(args, "query", required=True)
     limit = _integer(args, "limit", low=1, high=50, default=10)
-    min_score = _number(args, "min_score") or 0.0
-    response = await client.search(query, limit=limit, filter=_filter(args), time=_time(args))
-    kept = [h for h in response.hits if relevance(h.score) >= min_score]
-    hits = [
-        {
+    response = await client.search(
+        query,
+        limit=limit,
+        filter=_filter(args),
+        time=_time(args),
+        min_relevance=_number(args, "min_score"),
+    )
+    ranking = _RANKINGS.get(response.ranking, "fused")
+    reranked = response.ranking == memory_pb2.RANKING_RERANKED
+    hits = []
+    for h in response.hits:
+        lanes = (("keywords", h.lexical_rank), ("exact words", h.exact_rank))
+        hit: dict[str, Any] = {
             "id": h.memory.id,
-            "score": relevance(h.score),
-            "matched_by": [
-                lane
-                for lane, rank in (("keywords", h.lexical_rank), ("meaning", h.semantic_rank))
-                if rank
-            ],
+            "score": relevance(h.relevance),
+            "matched_by": [lane for lane, rank in (*lanes, ("meaning", h.semantic_rank)) if rank],
             "memory": memory_json(h.memory),
         }
-        for h in kept
-    ]
+        if reranked and h.rerank_score:
+            hit["rerank_score"] = round(h.rerank_score, 4)
+        hits.append(hit)
+    silenced = not hits and response.below_floor > 0
+    structured = {
+        "hits": hits,
+        "ranking": ranking,
+        "silenced": silenced,
+        "below_floor": response.below_floor,
+    }
+    if silenced:
+        return (
+            f"Nothing relevant enough: {response.below_floor} weak matches were held back by "
+            "the relevance floor (min_score 0 shows them).",
+            structured,
+        )
     if not hits:
-        return "No memories found.", {"hits": []}
-    lines = [f"{len(hits)} memories, best first (score = relevance 0..1):"]
-    lines += [
-        f"{i}. score {relevance(h.score):.2f} {_line(h.memory)}" for i, h in enumerate(kept, 1)
-    ]
-    return "\n".join(lines), {"hits": hits}
+        return "No memories found.", structured
+    order = {
+        "fused": "fused order",
+        "reranked": "reranked by the configured reranker",
+        "fused_reranker_unavailable": "fused order; the reranker was unavailable",
+    }[ranking]
+    lines = [f"{len(hits)} memories, best first ({order}; score = relevance 0..1):"]
+    for i, (h, shown) in enumerate(zip(response.hits, hits, strict=True), 1):
+        extra = f", rerank {shown['rerank_score']:.3f}" if "rerank_score" in shown else ""
+        lines.append(f"{i}. score {shown['score']:.2f}{extra} {_line(h.memory)}")
+    return "\n".join(lines), structured
 
 
 async def _list_memories(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
@@ -573,14 +601,19 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Recall memories",
         _MEMORY + "SearchMemories",
         "Search the shared long-term memory (keyword + semantic). Returns the best matching "
-        "active memories, best first, each with a relevance score from 0 to 1 (1 = first by "
-        "keywords and meaning at once; scores compare hits of one query, not across queries). "
+        "active memories, best first, each with a relevance score from 0 to 1, or nothing "
+        "when no memory is relevant enough (silenced = true: weak matches were held back by "
+        "the server's relevance floor). Says how the hits were ordered (fused, or reranked). "
         "Filter by kind, tags, or time (valid_at: facts true then; as_of: what was known then).",
         _schema(
             {
                 "query": {"type": "string", "description": "What to look for, in plain words."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
-                "min_score": {**_SCORE, "description": "Leave out hits below this relevance."},
+                "min_score": {
+                    **_SCORE,
+                    "description": "Answer only if the best hit reaches this relevance "
+                    "(default: the server's floor; 0 shows every match).",
+                },
                 **_FILTERS,
                 **_READ_AT,
             },
@@ -597,13 +630,32 @@ TOOLS: tuple[ToolSpec, ...] = (
                             "score": _SCORE,
                             "matched_by": {
                                 **_STRINGS,
-                                "description": "Lanes that found it: keywords, meaning.",
+                                "description": "Lanes that found it: keywords, exact words, "
+                                "meaning.",
+                            },
+                            "rerank_score": {
+                                "type": "number",
+                                "description": "The reranker's score, when it ordered the hits.",
                             },
                             "memory": _MEMORY_SCHEMA,
                         },
                         "required": ["id", "score", "matched_by", "memory"],
                     },
-                }
+                },
+                "ranking": {
+                    "type": "string",
+                    "enum": ["fused", "reranked", "fused_reranker_unavailable"],
+                    "description": "How the hits were ordered: the lanes fused, reordered by "
+                    "the configured reranker, or fused because the reranker failed.",
+                },
+                "silenced": {
+                    "type": "boolean",
+                    "description": "True when memories matched but none reached the floor.",
+                },
+                "below_floor": {
+                    "type": "integer",
+                    "description": "Matches held back by the relevance floor.",
+                },
             }
         ),
         _recall,

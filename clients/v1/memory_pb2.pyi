@@ -377,10 +377,15 @@ class SearchMemoriesRequest(_message.Message):
     TIME_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     QUERY_EMBEDDING_FIELD_NUMBER: _builtins.int
+    MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     limit: _builtins.int
     """Default 10, at most the server's page limit."""
     mode: Global___SearchMode.ValueType
+    min_relevance: _builtins.float
+    """The relevance floor (0..1): the search answers only when its best hit's `relevance`
+    reaches it, else it returns no hits. Unset: the server's default floor; 0: no floor.
+    """
     @_builtins.property
     def scope(self) -> _common_pb2.Scope: ...
     @_builtins.property
@@ -401,12 +406,15 @@ class SearchMemoriesRequest(_message.Message):
         time: _common_pb2.TimeTravel | None = ...,
         mode: Global___SearchMode.ValueType = ...,
         query_embedding: _abc.Iterable[_builtins.float] | None = ...,
+        min_relevance: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "scope", b"scope", "time", b"time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "filter", b"filter", "min_relevance", b"min_relevance", "scope", b"scope", "time", b"time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "limit", b"limit", "mode", b"mode", "query", b"query", "query_embedding", b"query_embedding", "scope", b"scope", "time", b"time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "filter", b"filter", "limit", b"limit", "min_relevance", b"min_relevance", "mode", b"mode", "query", b"query", "query_embedding", b"query_embedding", "scope", b"scope", "time", b"time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__min_relevance: _TypeAlias = _typing.Literal["min_relevance"]  # noqa: Y015
+    _WhichOneofArgType__min_relevance: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_relevance) -> _WhichOneofReturnType__min_relevance | None: ...
 
 Global___SearchMemoriesRequest: _TypeAlias = SearchMemoriesRequest  # noqa: Y015
 
@@ -421,6 +429,9 @@ class SearchHit(_message.Message):
     LEXICAL_SCORE_FIELD_NUMBER: _builtins.int
     SEMANTIC_SIMILARITY_FIELD_NUMBER: _builtins.int
     RERANK_SCORE_FIELD_NUMBER: _builtins.int
+    EXACT_RANK_FIELD_NUMBER: _builtins.int
+    EXACT_SCORE_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """Fused score; higher is better."""
     lexical_rank: _builtins.int
@@ -430,6 +441,13 @@ class SearchHit(_message.Message):
     semantic_similarity: _builtins.float
     rerank_score: _builtins.float
     """The configured reranker's relevance score; 0 when the hit was not reranked."""
+    exact_rank: _builtins.int
+    """The exact-form lexical lane (the `simple` text configuration), like lexical_*."""
+    exact_score: _builtins.float
+    relevance: _builtins.float
+    """Calibrated estimate (0..1) that the hit answers the query, from its own match
+    strength in the lanes; comparable across queries, and what the floor compares.
+    """
     @_builtins.property
     def memory(self) -> _common_pb2.Memory: ...
     def __init__(
@@ -442,10 +460,13 @@ class SearchHit(_message.Message):
         lexical_score: _builtins.float = ...,
         semantic_similarity: _builtins.float = ...,
         rerank_score: _builtins.float = ...,
+        exact_rank: _builtins.int = ...,
+        exact_score: _builtins.float = ...,
+        relevance: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "memory", b"memory", "rerank_score", b"rerank_score", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exact_rank", b"exact_rank", "exact_score", b"exact_score", "lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "memory", b"memory", "relevance", b"relevance", "rerank_score", b"rerank_score", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -457,7 +478,12 @@ class SearchMemoriesResponse(_message.Message):
 
     HITS_FIELD_NUMBER: _builtins.int
     RANKING_FIELD_NUMBER: _builtins.int
+    BELOW_FLOOR_FIELD_NUMBER: _builtins.int
     ranking: Global___Ranking.ValueType
+    below_floor: _builtins.int
+    """Matches withheld because no hit reached the relevance floor (at most `limit`). No
+    hits with below_floor > 0 means: something matched, but nothing relevant enough.
+    """
     @_builtins.property
     def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]: ...
     def __init__(
@@ -465,10 +491,11 @@ class SearchMemoriesResponse(_message.Message):
         *,
         hits: _abc.Iterable[Global___SearchHit] | None = ...,
         ranking: Global___Ranking.ValueType = ...,
+        below_floor: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits", "ranking", b"ranking"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["below_floor", b"below_floor", "hits", b"hits", "ranking", b"ranking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

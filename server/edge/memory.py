@@ -36,6 +36,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         found = await self.memories.search(caller(), request, timeout_ms(context))
         return memory_pb2.SearchMemoriesResponse(
             ranking=found.ranking,  # type: ignore[arg-type]
+            below_floor=found.below_floor,
             hits=[
                 memory_pb2.SearchHit(
                     memory=convert.memory(h.row),
@@ -45,6 +46,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                     lexical_score=h.lexical_score,
                     semantic_similarity=h.semantic_similarity,
                     rerank_score=h.rerank_score,
+                    exact_rank=h.exact_rank,
+                    exact_score=h.exact_score,
+                    relevance=h.relevance,
                 )
                 for h in found.hits
             ],

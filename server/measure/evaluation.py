@@ -12,9 +12,11 @@ that did. Lifecycle: a sample of evidence memories is superseded by corrected ve
 and others are forgotten; their questions are asked again, and no superseded or forgotten
 memory may come back, while the replacements should (the positive control).
 
-With ``--folds`` the retrieval parameters are cross-validated (see `crossval`): the
-private server is asked every question once per candidate of a small grid, and each
-conversation is scored with the candidate chosen on the others.
+With ``--folds`` the retrieval is cross-validated (see `crossval`): the shipped pass
+captures every candidate the server fused, the relevance models and their floor are
+refitted on all conversations but one and scored on that one; and the hand-weighted
+fusion is asked every question once per candidate of a small grid, each conversation
+scored with the candidate chosen on the others.
 
 Without ``--target`` a private PostgreSQL and brain-server are started in a temporary
 directory and removed afterwards, with one fresh tenant and key per conversation.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -44,10 +47,12 @@ from typing import Any, NoReturn, TextIO
 
 import asyncpg
 import grpc
+import numpy as np
 
 from brain.authz import Confinement
 from brain.server.domain.memories import Memories
-from brain.server.domain.retrieval.lanes import RetrievalParams
+from brain.server.domain.retrieval import relevance
+from brain.server.domain.retrieval.lanes import FusedHit, RetrievalParams
 from brain.server.domain.validation import normalise
 from brain.server.measure import crossval, knowledge_eval
 from brain.server.runtime import embedded
@@ -212,6 +217,63 @@ def evidence_ids(value: Any, where: str = "evidence") -> frozenset[str]:
     return frozenset(p.strip() for e in value for p in re.split(r"[;,]", e) if p.strip())
 
 
+# --- what the server computed, for fitting ---------------------------------------------
+
+
+@dataclass
+class Candidates:
+    """Every fused candidate of one search as the server scored it, before floor and limit."""
+
+    conversation: int
+    category: int  # 5: adversarial, 0: never said (both should find nothing)
+    evidence: frozenset[str]
+    lanes: list[relevance.LaneView]  # per candidate, in the server's fused order
+    corpus_size: int
+    turns: list[frozenset[str]]  # the turns each candidate stands for
+
+    @functools.cached_property
+    def features(self) -> np.ndarray:
+        return relevance.feature_rows(self.lanes, self.corpus_size)
+
+
+class Capture:
+    """Watches the private server's searches (`Memories.observer`) one at a time."""
+
+    def __init__(self, memories: Memories) -> None:
+        self.memories = memories
+        self.searches: list[Candidates] = []
+        self._seen: list[tuple[list[FusedHit], int]] = []
+
+    def start(self) -> None:
+        self.memories.observer = lambda hits, size: self._seen.append((hits, size))
+
+    def stop(self) -> None:
+        self.memories.observer = None
+
+    def take(
+        self,
+        conversation: int,
+        category: int,
+        evidence: frozenset[str],
+        turns_of: Mapping[str, set[str]],
+    ) -> None:
+        """File the search that just ran under its question."""
+        if not self._seen:
+            return
+        hits, size = self._seen.pop()
+        self._seen.clear()
+        self.searches.append(
+            Candidates(
+                conversation=conversation,
+                category=category,
+                evidence=evidence,
+                lanes=[h.lanes() for h in hits],
+                corpus_size=size,
+                turns=[frozenset(turns_of.get(str(h.row["memory_id"]), ())) for h in hits],
+            )
+        )
+
+
 # --- the metric -------------------------------------------------------------------------
 
 
@@ -335,6 +397,36 @@ class Lifecycle:
 
 
 @dataclass(frozen=True)
+class LearnedFusion:
+    """The relevance models (see `relevance`) fitted leave-one-conversation-out on the
+    candidates the shipped pass captured, and scored on the held-out conversation."""
+
+    overall: Metrics  # held out, ordered by the fold's model, no floor
+    per_category: dict[int, Metrics]
+    in_sample: Metrics  # fitted on every conversation, scored on them
+    with_floor: Metrics  # held out, with the floor each fold chose on the others
+    silence_without_floor: Silence  # held out
+    silence_with_floor: Silence
+    floors: list[tuple[str, float]]  # (held-out sample id, floor chosen on the others)
+    fitted: relevance.RelevanceModel  # on every conversation: what the server ships
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            **self.overall.as_json(),
+            "per_category": {
+                str(c): {"name": CATEGORIES[c], **m.as_json()}
+                for c, m in sorted(self.per_category.items())
+            },
+            "in_sample": self.in_sample.as_json(),
+            "with_floor": self.with_floor.as_json(),
+            "silence_without_floor": self.silence_without_floor.as_json(),
+            "silence_with_floor": self.silence_with_floor.as_json(),
+            "floors": dict(self.floors),
+            "fitted": dataclasses.asdict(self.fitted),
+        }
+
+
+@dataclass(frozen=True)
 class CrossValidation:
     """Leave-one-conversation-out figures over a grid of retrieval parameters."""
 
@@ -344,6 +436,7 @@ class CrossValidation:
     in_sample: Metrics
     in_sample_candidate: str
     candidates: int
+    learned: LearnedFusion | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -355,6 +448,7 @@ class CrossValidation:
             "chosen": {sample: candidate for sample, candidate in self.chosen},
             "in_sample": {**self.in_sample.as_json(), "candidate": self.in_sample_candidate},
             "candidates": self.candidates,
+            **({"learned": self.learned.as_json()} if self.learned is not None else {}),
         }
 
 
@@ -424,6 +518,8 @@ def format_table(result: EvalResult) -> str:
         lines.append(row("all, in sample", cv.in_sample))
         lines += [f"  held out {sample}: chose {chosen}" for sample, chosen in cv.chosen]
         lines.append(f"  in sample: chose {cv.in_sample_candidate}")
+        if cv.learned is not None:
+            lines += _learned_lines(cv.learned, row)
     silence, life = result.silence, result.lifecycle
     lines += [
         "",
@@ -444,6 +540,28 @@ def format_table(result: EvalResult) -> str:
         f"loading {result.load_seconds:.1f} s",
     ]
     return "\n".join(lines)
+
+
+def _learned_lines(learned: LearnedFusion, row: Callable[[str, Metrics], str]) -> list[str]:
+    def silent(s: Silence) -> str:
+        return (
+            f"adversarial {s.adversarial_silent}/{s.adversarial_asked}, "
+            f"never said {s.never_said_silent}/{s.never_said_asked}"
+        )
+
+    lines = ["", "learned fusion (models fitted on the other conversations, no floor):"]
+    lines += [row(f"{c} {CATEGORIES[c]}", m) for c, m in sorted(learned.per_category.items())]
+    lines += [
+        row("all, held out", learned.overall),
+        row("all, in sample", learned.in_sample),
+        row("with the floor", learned.with_floor),
+        f"  floors chosen: {', '.join(f'{s} {f:g}' for s, f in learned.floors)}",
+        f"  silent without the floor: {silent(learned.silence_without_floor)}; "
+        f"with it: {silent(learned.silence_with_floor)}",
+        "  fitted on all conversations (paste into relevance.py):",
+        f"  {learned.fitted!r}",
+    ]
+    return lines
 
 
 # --- where the memories go --------------------------------------------------------------
@@ -596,6 +714,7 @@ class _Tally:
     by_candidate: list[list[list[QuestionScore]]] = field(default_factory=list)
     silence: Silence = field(default_factory=Silence)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    captured: list[Candidates] = field(default_factory=list)  # with --folds
 
 
 async def run_locomo(
@@ -644,7 +763,11 @@ async def run_locomo(
         silence=tally.silence,
         lifecycle=tally.lifecycle,
         rankings=dict(tally.rankings),
-        cross_validation=_cross_validate(tally.by_candidate, grid, conversations) if grid else None,
+        cross_validation=(
+            _cross_validate(tally.by_candidate, grid, conversations, tally.captured, k)
+            if grid
+            else None
+        ),
     )
 
 
@@ -652,8 +775,11 @@ def _cross_validate(
     scores: list[list[list[QuestionScore]]],
     grid: Sequence[RetrievalParams],
     conversations: Sequence[Conversation],
+    captured: Sequence[Candidates] = (),
+    k: int = 20,
 ) -> CrossValidation:
     at = KS.index(10)
+    scores, grid = scores[1:], grid[1:]  # the hand-weighted family (see candidate_grid)
     folds = crossval.leave_one_out(scores, at)
     held_out = [s for fold in folds for s in scores[fold.chosen][fold.held_out]]
     everything = range(len(conversations))
@@ -667,6 +793,59 @@ def _cross_validate(
         in_sample=summarise([s for per_conv in scores[best] for s in per_conv]),
         in_sample_candidate=crossval.describe(grid[best]),
         candidates=len(grid),
+        learned=_learned_fusion(captured, conversations, k) if captured else None,
+    )
+
+
+def _learned_fusion(
+    captured: Sequence[Candidates], conversations: Sequence[Conversation], k: int
+) -> LearnedFusion:
+    """Fit on all conversations but one, score the held-out one; then fit on all."""
+    held_out: list[QuestionScore] = []
+    with_floor: list[QuestionScore] = []
+    silence, silence_floor = Silence(), Silence()
+    floors: list[tuple[str, float]] = []
+
+    def score(searches: Iterable[Candidates], model: relevance.RelevanceModel) -> None:
+        for s in searches:
+            for floor, scores, quiet in (
+                (0.0, held_out, silence),
+                (model.floor, with_floor, silence_floor),
+            ):
+                order = crossval.ranked(s, model, floor, learned=True)[:k]
+                if s.evidence:
+                    ranked = [s.turns[i] for i in order]
+                    scores.append(score_question(ranked, s.evidence, s.category))
+                elif s.category == ADVERSARIAL:
+                    quiet.adversarial_asked += 1
+                    quiet.adversarial_silent += not order
+                else:
+                    quiet.never_said_asked += 1
+                    quiet.never_said_silent += not order
+
+    for i, conv in enumerate(conversations):
+        model = crossval.fit_model([s for s in captured if s.conversation != i])
+        floors.append((conv.sample_id, model.floor))
+        score([s for s in captured if s.conversation == i], model)
+    fitted = crossval.fit_model(captured)
+    in_sample = [
+        score_question(
+            [s.turns[i] for i in crossval.ranked(s, fitted, 0.0, learned=True)[:k]],
+            s.evidence,
+            s.category,
+        )
+        for s in captured
+        if s.evidence
+    ]
+    return LearnedFusion(
+        overall=summarise(held_out),
+        per_category=by_category(held_out),
+        in_sample=summarise(in_sample),
+        with_floor=summarise(with_floor),
+        silence_without_floor=silence,
+        silence_with_floor=silence_floor,
+        floors=floors,
+        fitted=fitted,
     )
 
 
@@ -695,9 +874,15 @@ async def _run_all(
             tally.turns += len(conv.turns)
             loaded.append((bucket, turns_of))
         shipped = RetrievalParams()
+        # With --folds the shipped pass and the silence questions are captured: every
+        # candidate the server fused, to fit the relevance model fold by fold.
+        capture = Capture(brain.memories) if grid and isinstance(brain, PrivateBrain) else None
         for c, params in enumerate(grid or [shipped]):
             if grid:
                 brain.use(params)
+            watching = capture if c == 0 else None
+            if watching is not None:
+                watching.start()
             per_conv = []
             for n, (conv, (bucket, turns_of)) in enumerate(
                 zip(conversations, loaded, strict=True), 1
@@ -706,16 +891,27 @@ async def _run_all(
                 if grid:
                     label += f" candidate {c + 1}/{len(grid)}"
                 seen = (tally.search_ms, tally.rankings) if c == 0 else ([], Counter[str]())
-                per_conv.append(await _ask(stub, bucket, conv, turns_of, k, progress, label, *seen))
+                per_conv.append(
+                    await _ask(
+                        stub, bucket, conv, turns_of, k, progress, label, *seen,
+                        capture=watching, conversation=n - 1,
+                    )
+                )  # fmt: skip
             tally.by_candidate.append(per_conv)
         tally.scores = [s for per_conv in tally.by_candidate[0] for s in per_conv]
         if grid:
             brain.use(shipped)
         for n, (conv, (bucket, turns_of)) in enumerate(zip(conversations, loaded, strict=True)):
-            await _silence(stub, bucket, conv, k, tally.silence)
+            if capture is not None:
+                capture.start()
+            await _silence(stub, bucket, conv, k, tally.silence, capture, n, turns_of)
+            if capture is not None:
+                capture.stop()
             await _lifecycle(stub, bucket, conv, turns_of, k, tally.lifecycle)
             if progress is not None:
                 progress.update("silence and lifecycle checks", n + 1, len(conversations))
+        if capture is not None:
+            tally.captured = capture.searches
 
 
 async def _load(
@@ -766,6 +962,9 @@ async def _ask(
     label: str,
     search_ms: list[float],
     rankings: Counter[str],
+    *,
+    capture: Capture | None = None,
+    conversation: int = 0,
 ) -> list[QuestionScore]:
     """Ask the questions one at a time, so latency is service time, not queueing."""
     scores = []
@@ -773,6 +972,8 @@ async def _ask(
         started = time.perf_counter()
         response = await _search(stub, bucket, question.text, k)
         search_ms.append((time.perf_counter() - started) * 1000)
+        if capture is not None:
+            capture.take(conversation, question.category, question.evidence, turns_of)
         rankings[memory_pb2.Ranking.Name(response.ranking)] += 1
         ranked = [frozenset(turns_of.get(hit.memory.id, ())) for hit in response.hits]
         scores.append(score_question(ranked, question.evidence, question.category))
@@ -802,14 +1003,21 @@ async def _silence(
     conv: Conversation,
     k: int,
     silence: Silence,
+    capture: Capture | None = None,
+    conversation: int = 0,
+    turns_of: Mapping[str, set[str]] | None = None,
 ) -> None:
     """Ask what the conversation does not answer; silent means no hit at all."""
     for text in conv.adversarial:
         silence.adversarial_asked += 1
         silence.adversarial_silent += not (await _search(stub, bucket, text, k)).hits
+        if capture is not None:
+            capture.take(conversation, ADVERSARIAL, frozenset(), turns_of or {})
     for text in NEVER_SAID:
         silence.never_said_asked += 1
         silence.never_said_silent += not (await _search(stub, bucket, text, k)).hits
+        if capture is not None:
+            capture.take(conversation, 0, frozenset(), turns_of or {})
 
 
 async def _lifecycle(
@@ -927,8 +1135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--folds",
         action="store_true",
-        help="cross-validate the retrieval parameters, leaving one conversation out at a time "
-        "(private server only; asks every question once per candidate)",
+        help="cross-validate the learned fusion and its floor (refitted per fold) and the "
+        "hand-weighted grid, leaving one conversation out at a time (private server only; "
+        "asks every question once per grid candidate)",
     )
     knowledge_eval.add_parser(commands)
     return parser

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -62,10 +62,20 @@ Hit = FusedHit
 
 @dataclass(frozen=True)
 class Recalled:
-    """A search's hits, best first, and how they were ordered (a `memory_pb2.Ranking`)."""
+    """A search's hits, best first, and how they were ordered (a `memory_pb2.Ranking`).
+
+    ``below_floor``: matches withheld because none reached the relevance floor (at most
+    the search's limit), so no hits and ``below_floor > 0`` means "nothing relevant".
+    """
 
     hits: list[FusedHit]
     ranking: int
+    below_floor: int = 0
+
+
+# Sees every fused candidate of a search before the floor and the limit, with the number
+# of rows searched: how brain-eval fits the relevance model on what the server computed.
+CandidateObserver = Callable[[list[FusedHit], int], None]
 
 
 def fingerprint(pepper: bytes, content: str) -> bytes:
@@ -170,6 +180,7 @@ class MemoryBase:
         self.embedding_dimension = embedding_dimension
         # Set by Review: saves into review-required namespaces become candidates.
         self.review: ReviewGate | None = None
+        self.observer: CandidateObserver | None = None  # brain-eval only
         self.query_vectors = QueryVectors()
         # Set by Knowledge: BuildContext mixes in document chunks.
         self.knowledge: KnowledgeRecall | None = None

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import asyncpg
 import structlog
@@ -30,6 +31,7 @@ from brain.server.domain.memories._common import (
 from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import FusedHit
+from brain.server.domain.retrieval.relevance import RelevanceModel
 from brain.server.domain.retrieval.rerankers import RerankerError
 from brain.server.errors import (
     FailedPrecondition,
@@ -42,6 +44,17 @@ from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, memory_pb2
 
 _log = structlog.get_logger("brain.memories")
+
+
+class Lanes(NamedTuple):
+    """What the lanes of one search found, how many rows they searched (BM25's N, 0 when
+    no lexical lane ran) and whether the semantic lane ran."""
+
+    lexical: list[retrieval.LaneHit]
+    exact: list[retrieval.LaneHit]
+    semantic: list[retrieval.LaneHit]
+    rows: int
+    hybrid: bool
 
 
 class MemoryReads(MemoryBase):
@@ -121,9 +134,15 @@ class MemoryReads(MemoryBase):
         self, caller: Caller, req: memory_pb2.SearchMemoriesRequest, timeout_ms: int | None = None
     ) -> Recalled:
         limit = self.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
+        floor = (
+            check.unit_interval("min_relevance", req.min_relevance)
+            if req.HasField("min_relevance")
+            else None
+        )
         return await self.recall(
             caller, req.query, limit, req.filter, req.time, timeout_ms,
             mode=req.mode or memory_pb2.SEARCH_MODE_HYBRID, query_embedding=req.query_embedding,
+            min_relevance=floor,
         )  # fmt: skip
 
     async def build_context(
@@ -171,10 +190,13 @@ class MemoryReads(MemoryBase):
         *,
         mode: int = memory_pb2.SEARCH_MODE_HYBRID,
         query_embedding: Sequence[float] = (),
+        min_relevance: float | None = None,
     ) -> Recalled:
         """Ranked hits for a query: every lane filtered by scope, status and time first.
 
-        A configured reranker then reorders the fused top N (outside the transaction).
+        When no hit's relevance reaches ``min_relevance`` (default: the relevance model's
+        floor) nothing is returned. A configured reranker then reorders the fused top N
+        (outside the transaction).
         """
         query = check.query("query", query_text)
         f = row_filter(filter_)
@@ -206,15 +228,34 @@ class MemoryReads(MemoryBase):
         vis = self.visibility(caller)
         try:
             async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
-                lexical, exact, semantic = await self.lanes(
-                    conn, vis, query, f, t, n, mode, vector, pending
-                )
+                found = await self.lanes(conn, vis, query, f, t, n, mode, vector, pending)
         finally:
             if pending is not None:
                 pending.cancel()  # a no-op once awaited
+        relevance = self.params.hybrid_model if found.hybrid else self.params.lexical_model
+        fused = retrieval.fuse(
+            found.lexical, found.semantic, None, self.params, exact=found.exact,
+            corpus_size=found.rows, model=relevance,
+        )  # fmt: skip
+        if self.observer is not None:
+            self.observer(fused, found.rows)
+        # The search answers only when its best hit reaches the floor: weaker hits of an
+        # answered query still come (ranked lower), but a query that matched nothing well
+        # returns nothing (see the relevance module and README, Retrieval).
+        floor = (
+            min_relevance
+            if min_relevance is not None
+            else self.default_floor(relevance, found.rows)
+        )
+        if fused and max(h.relevance for h in fused) < floor:
+            return Recalled([], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused)))
         depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
-        fused = retrieval.fuse(lexical, semantic, depth, self.params, exact=exact)
-        return await self.rerank(query, fused, limit)
+        return await self.rerank(query, fused[:depth], limit)
+
+    def default_floor(self, model: RelevanceModel, searched_rows: int) -> float:
+        """The model's floor, once the lexical lanes ran over enough rows for BM25's term
+        weights to mean something (a semantic-only search keeps its similarity floor)."""
+        return model.floor if searched_rows >= self.params.floor_min_rows else 0.0
 
     async def lanes(
         self,
@@ -227,13 +268,15 @@ class MemoryReads(MemoryBase):
         mode: int,
         vector: list[float] | None,
         pending: asyncio.Task[list[float] | None] | None,
-    ) -> tuple[list[retrieval.LaneHit], list[retrieval.LaneHit], list[retrieval.LaneHit]]:
+    ) -> Lanes:
         """The lexical lanes, then the semantic one once the query's vector is there."""
         model = self.embedding_model
         lexical: list[retrieval.LaneHit] = []
         exact: list[retrieval.LaneHit] = []
+        size = 0
         if mode != memory_pb2.SEARCH_MODE_SEMANTIC and retrieval.uses_term_statistics(f, t):
             lexical, exact = await retrieval.lexical_lanes(conn, vis, query, f, t, n, self.params)
+            size = retrieval.searched_rows(lexical + exact)
         elif mode != memory_pb2.SEARCH_MODE_SEMANTIC:
             size = await retrieval.corpus_size(conn, vis, f, t)
             lexical = await retrieval.lexical_lane(
@@ -256,7 +299,7 @@ class MemoryReads(MemoryBase):
             semantic = await retrieval.semantic_lane(
                 conn, vis, vector, f, t, n, self.params, model=model
             )
-        return lexical, exact, semantic
+        return Lanes(lexical, exact, semantic, size, hybrid=vector is not None)
 
     async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
         """The reranker's order for the top N, the rest after them in fused order.

@@ -11,13 +11,15 @@ own statement, before the LIMIT, so a crowded bucket cannot starve it.
   filtered search still returns its k rows; rows below a similarity floor are dropped so
   an unrelated query can return nothing. In hybrid mode the query vector is first moved
   toward the best lexical hits (pseudo-relevance feedback, Rocchio style).
-- Fusion: each lane's scores are min-max normalised and combined with a weight per lane,
-  plus small bounded boosts for importance and recency that reorder near-ties but cannot
+- Fusion: by default hits are ordered by a small model fitted listwise on the lanes'
+  scores and ranks (`relevance`), which also gives each hit a calibrated relevance that
+  the search's floor compares; hand-weighted min-max or reciprocal-rank fusion remain as
+  options. Small bounded boosts for importance and recency reorder near-ties but cannot
   overturn a clearly better match.
 
-The weights were tuned on the LoCoMo dev split only; ``brain-eval locomo --folds``
-re-chooses them leave-one-conversation-out to show how much of that tuning carries over
-(see README, Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
+The models were fitted on the LoCoMo dev split; ``brain-eval locomo --folds`` refits them
+leave-one-conversation-out to show how much of that carries over (see README,
+Retrieval). An optional reranker (`rerankers`) may reorder the fused top N.
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import numpy as np
 
+from brain.server.domain.retrieval.relevance import (
+    HYBRID_MODEL,
+    LEXICAL_MODEL,
+    LaneView,
+    RelevanceModel,
+    feature_rows,
+)
 from brain.server.storage.memories import (
     RowFilter,
     TimeCoords,
@@ -69,9 +79,18 @@ class RetrievalParams:
     # 1000 rather than 2000 scores half the rows and kept dev-split recall@10 (README).
     lexical_df_cap: int = 1000
     # How a lane's hits count: "minmax" (scores scaled to 0..1) or "rrf" (1/(rrf_k + rank),
-    # scaled so rank 1 counts 1); brain-eval --folds compares the two under cross-validation.
-    fusion: str = "minmax"
+    # scaled so rank 1 counts 1), weighted per lane; or "learned": hits ordered by the
+    # relevance model's probability. brain-eval --folds compares them under cross-validation.
+    fusion: str = "learned"
     rrf_k: int = 60
+    # Every hit's relevance (0..1) comes from these models (see `relevance`); a search
+    # returns only hits at or above the model's floor unless the request sets its own.
+    lexical_model: RelevanceModel = LEXICAL_MODEL
+    hybrid_model: RelevanceModel = HYBRID_MODEL
+    # Below this many rows in view a term's rarity says little (in a bucket of three notes
+    # that all say "alpha", "alpha" is common yet every note is relevant): the default
+    # floor is off there. LoCoMo's buckets (about 550 turns) are well above it.
+    floor_min_rows: int = 50
 
 
 # Text search configuration -> the generated tsvector column that holds it.
@@ -92,7 +111,21 @@ class FusedHit:
     semantic_rank: int = 0
     lexical_score: float = 0.0
     semantic_similarity: float = 0.0
+    exact_rank: int = 0
+    exact_score: float = 0.0
+    relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
+
+    def lanes(self) -> LaneView:
+        return LaneView(
+            lexical_score=self.lexical_score,
+            lexical_rank=self.lexical_rank,
+            exact_score=self.exact_score,
+            exact_rank=self.exact_rank,
+            semantic_similarity=self.semantic_similarity,
+            semantic_rank=self.semantic_rank,
+            session=self.row.get("valid_from"),
+        )
 
 
 @dataclass(frozen=True)
@@ -343,7 +376,8 @@ async def lexical_lanes(
                                            ORDER BY s.score DESC, s.memory_id) AS rank
             FROM scored s WHERE s.score IS NOT NULL
         )
-        SELECT {memory_columns(v, p)}, r.config AS lane, r.score
+        SELECT {memory_columns(v, p)}, r.config AS lane, r.score,
+               (SELECT c.n FROM corpus c WHERE c.config = r.config) AS searched_rows
         FROM ranked r JOIN memories m USING (tenant_id, memory_id, version)
         WHERE r.rank <= {p.add(limit)}
         ORDER BY r.config, r.score DESC, m.memory_id"""
@@ -353,6 +387,11 @@ async def lexical_lanes(
     for r in rows:
         lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
     return lanes["english"], lanes["simple"]
+
+
+def searched_rows(hits: Sequence[LaneHit]) -> int:
+    """N of the statement `lexical_lanes` ran (each row carries it); 0 without hits."""
+    return int(hits[0].row["searched_rows"]) if hits else 0
 
 
 async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
@@ -468,13 +507,18 @@ async def feedback_vector(
 def fuse(
     lexical: Sequence[LaneHit],
     semantic: Sequence[LaneHit],
-    limit: int,
+    limit: int | None,
     params: RetrievalParams,
     now: datetime | None = None,
     exact: Sequence[LaneHit] = (),
     corpus: Corpus = MEMORIES,
+    *,
+    corpus_size: int = 0,
+    model: RelevanceModel | None = None,
 ) -> list[FusedHit]:
-    """Combine the lanes into one ranking (see the module docstring)."""
+    """Combine the lanes into one ranking (see the module docstring); ``limit`` None
+    keeps every candidate. Each hit's relevance comes from ``model`` (by default the
+    hybrid model when the semantic lane found anything, else the lexical one)."""
     now = now or datetime.now(UTC)
     fused: dict[Any, FusedHit] = {}
     lanes = (
@@ -483,18 +527,27 @@ def fuse(
         ("semantic", semantic, params.semantic_weight),
     )
     for kind, hits, weight in lanes:
-        norms = _minmax(hits) if params.fusion == "minmax" else _reciprocal(hits, params.rrf_k)
+        norms = _reciprocal(hits, params.rrf_k) if params.fusion == "rrf" else _minmax(hits)
         for rank, (hit, norm) in enumerate(zip(hits, norms, strict=True), start=1):
             item = fused.setdefault(corpus.key(hit.row), FusedHit(row=hit.row, score=0.0))
             item.score += weight * norm
             if kind == "lexical":
                 item.lexical_rank, item.lexical_score = rank, hit.score
-            elif kind == "semantic":
+            elif kind == "exact":
+                item.exact_rank, item.exact_score = rank, hit.score
+            else:
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
-    for item in fused.values():
+    items = list(fused.values())
+    model = model or (params.hybrid_model if semantic else params.lexical_model)
+    features = feature_rows([item.lanes() for item in items], corpus_size or len(items))
+    order = 1.0 / (1.0 + np.exp(-model.order_scores(features)))  # 0..1, same order
+    for item, probability, learned in zip(items, model.probabilities(features), order, strict=True):
+        item.relevance = float(probability)
+        if params.fusion == "learned":
+            item.score = float(learned)
         item.score += boost(item.row, params, now)
-    ranked = sorted(fused.values(), key=lambda h: (-h.score, str(corpus.key(h.row)[0])))
-    return ranked[:limit]
+    ranked = sorted(items, key=lambda h: (-h.score, str(corpus.key(h.row)[0])))
+    return ranked if limit is None else ranked[:limit]
 
 
 def boost(row: asyncpg.Record, params: RetrievalParams, now: datetime) -> float:

@@ -1,0 +1,222 @@
+"""Learned fusion and a calibrated relevance: two small models over what the lanes returned.
+
+Every hit of a search gets one row of `FEATURES`, built only from the lanes' answers for
+that query (scores, ranks, how far each sits below the query's best, and which session
+the other hits come from). Two models read it:
+
+- **order** (``RelevanceModel.order``): a linear score fitted listwise (a softmax over each
+  question's candidates, maximising the probability of its evidence), so only differences
+  between hits of one query matter. With ``fusion = "learned"`` hits are ordered by it.
+- **relevance** (``weights``, ``bias``): a logistic model of "this hit is evidence" over
+  each hit's own match strength only (BM25 in rare-term units, cosine similarity), so the
+  probability means the same in every query and can carry a floor: a search whose
+  matches are all weak returns nothing rather than ten arbitrary rows.
+
+Both are fitted by ``brain-eval locomo --folds`` (leave one conversation out: fitted on the
+others, scored on the held-out one; plain numpy, `fit_order` and `fit_relevance`) and the
+whole-split fit is pasted below with the command that produced it. There is one model for
+lexical-only searches and one for hybrid ones: a hit of a search without a semantic lane
+carries no similarity to weigh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "FEATURES",
+    "HYBRID_MODEL",
+    "LEXICAL_MODEL",
+    "ORDER_FEATURES",
+    "RELEVANCE_FEATURES",
+    "LaneView",
+    "RelevanceModel",
+    "feature_rows",
+    "fit_order",
+    "fit_relevance",
+]
+
+FEATURES = (
+    "lexical",  # BM25 (english) in units of one rare term (see `feature_rows`)
+    "lexical_rr",  # 1 / rank in the lexical lane (0: not found there)
+    "lexical_gap",  # the query's best lexical score minus this one, in the same unit
+    "exact",  # BM25 over exact forms (simple), in the same unit
+    "exact_rr",
+    "semantic",  # cosine similarity (0: the semantic lane did not find the hit)
+    "semantic_rr",
+    "semantic_gap",  # the query's best similarity minus this one
+    "session",  # share of the query's other hits that come from the same session
+    "session_lexical",  # the best 1 / lexical rank among the other hits of that session
+)
+# `lexical` = best - gap, and the best is the same for every hit of a query: it would only
+# shift all of a query's scores, so the order leaves it out. The relevance reads each hit's
+# own strength only.
+ORDER_FEATURES = tuple(f for f in FEATURES if f != "lexical")
+RELEVANCE_FEATURES = ("lexical", "exact", "semantic")
+
+
+@dataclass(frozen=True)
+class LaneView:
+    """What the lanes said about one hit (0 where a lane did not return it)."""
+
+    lexical_score: float
+    lexical_rank: int
+    exact_score: float
+    exact_rank: int
+    semantic_similarity: float
+    semantic_rank: int
+    session: Any  # hits with equal values come from one session (their valid_from)
+
+
+@dataclass(frozen=True)
+class RelevanceModel:
+    """The order's weights, ``P(relevant) = sigmoid(bias + weights · features)``, and the
+    default floor on that probability; weights are per `FEATURES` (0 = unused)."""
+
+    order: tuple[float, ...]
+    weights: tuple[float, ...]
+    bias: float
+    floor: float
+
+    def order_scores(self, features: np.ndarray) -> np.ndarray:
+        """Higher first; comparable only between hits of one query."""
+        return features @ np.asarray(self.order, dtype=np.float64)
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        z = self.bias + features @ np.asarray(self.weights, dtype=np.float64)
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0)))
+
+
+def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
+    """One row of `FEATURES` per hit of one query."""
+    if not hits:
+        return np.zeros((0, len(FEATURES)))
+    # BM25's weight of a term found in one row of N: scores in this unit read as "about
+    # this many rare terms matched", whatever the bucket's size.
+    n = max(corpus_size, 1)
+    scale = math.log1p((n - 0.5) / 1.5)
+    top_lexical = max(h.lexical_score for h in hits) / scale
+    top_similarity = max(h.semantic_similarity for h in hits)
+    sessions: dict[Any, list[float]] = {}
+    for h in hits:
+        sessions.setdefault(h.session, []).append(1.0 / h.lexical_rank if h.lexical_rank else 0.0)
+    others = max(len(hits) - 1, 1)
+    rows = []
+    for h in hits:
+        lexical = h.lexical_score / scale
+        own = 1.0 / h.lexical_rank if h.lexical_rank else 0.0
+        neighbours = sorted(sessions[h.session], reverse=True)
+        neighbours.remove(own)
+        rows.append(
+            (
+                lexical,
+                own,
+                top_lexical - lexical,
+                h.exact_score / scale,
+                1.0 / h.exact_rank if h.exact_rank else 0.0,
+                h.semantic_similarity,
+                1.0 / h.semantic_rank if h.semantic_rank else 0.0,
+                top_similarity - h.semantic_similarity if h.semantic_rank else 0.0,
+                len(neighbours) / others,
+                neighbours[0] if neighbours else 0.0,
+            )
+        )
+    return np.asarray(rows, dtype=np.float64)
+
+
+def _mask(names: Sequence[str]) -> np.ndarray:
+    unknown = set(names) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown features {sorted(unknown)}")
+    return np.asarray([f in names for f in FEATURES], dtype=bool)
+
+
+def fit_order(
+    queries: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    features: Sequence[str] = ORDER_FEATURES,
+    l2: float = 1.0,
+) -> tuple[float, ...]:
+    """Listwise weights: each query's (features, 0/1 labels) with at least one positive
+    counts once; maximises the softmax probability of its positives, L2-penalised."""
+    keep = _mask(features)
+    groups = [(x[:, keep], y / y.sum()) for x, y in queries if len(y) and y.sum() > 0]
+    w = np.zeros(int(keep.sum()))
+
+    def objective(w: np.ndarray) -> float:
+        value = -0.5 * l2 * float(w @ w)
+        for x, target in groups:
+            z = x @ w
+            value += float(target @ z) - (float(z.max()) + math.log(np.exp(z - z.max()).sum()))
+        return value
+
+    for _ in range(50):
+        gradient, hessian = -l2 * w, l2 * np.eye(len(w))
+        for x, target in groups:
+            z = x @ w
+            p = np.exp(z - z.max())
+            p /= p.sum()
+            mean = p @ x
+            gradient += target @ x - mean
+            hessian += (x * p[:, None]).T @ x - np.outer(mean, mean)
+        step = np.linalg.solve(hessian, gradient)
+        before, t = objective(w), 1.0
+        while objective(w + t * step) < before and t > 1e-4:
+            t /= 2  # a damped Newton step: never worse than where it started
+        w = w + t * step
+        if float(np.max(np.abs(t * step))) < 1e-7:
+            break
+    weights = np.zeros(len(FEATURES))
+    weights[keep] = w
+    return tuple(round(float(v), 4) for v in weights)
+
+
+def fit_relevance(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    features: Sequence[str] = RELEVANCE_FEATURES,
+    l2: float = 1.0,
+) -> tuple[tuple[float, ...], float]:
+    """Logistic regression by Newton's method (L2 on the weights, not the bias): the
+    weights per `FEATURES` and the bias."""
+    keep = _mask(features)
+    design = np.hstack([np.ones((x.shape[0], 1)), x[:, keep]])
+    penalty = l2 * np.eye(design.shape[1])
+    penalty[0, 0] = 0.0
+    beta = np.zeros(design.shape[1])
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ beta, -30.0, 30.0)))
+        gradient = design.T @ (y - p) - penalty @ beta
+        hessian = design.T @ (design * (p * (1 - p))[:, None]) + penalty
+        step = np.linalg.solve(hessian, gradient)
+        beta += step
+        if float(np.max(np.abs(step))) < 1e-8:
+            break
+    weights = np.zeros(len(FEATURES))
+    weights[keep] = beta[1:]
+    return tuple(round(float(v), 4) for v in weights), round(float(beta[0]), 4)
+
+
+# Fitted on the whole LoCoMo dev split (5 conversations) by
+#   .venv/bin/brain-eval locomo --data ../shared/data/locomo_dev.json --embedder none --folds
+# (lexical) and the same with --embedder local (hybrid); each run prints its model under
+# "fitted on all conversations". The README's cross-validated figures refit on four
+# conversations at a time and score the fifth.
+LEXICAL_MODEL = RelevanceModel(
+    order=(0.0, 1.8166, -1.5705, 0.2556, 0.4062, 0.0, 0.0, 0.0, 1.2421, 2.1408),
+    weights=(2.0403, 0.0, 0.0, 0.0335, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    bias=-5.996,
+    floor=0.0138,
+)
+HYBRID_MODEL = RelevanceModel(
+    order=(0.0, 1.3929, -1.1094, 0.2171, 0.3532, 2.4055, 0.5035, -0.6997, 0.5677, 1.9388),
+    weights=(1.5113, 0.0, 0.0, 0.0635, 0.0, 3.2009, 0.0, 0.0, 0.0, 0.0),
+    bias=-6.8324,
+    floor=0.024,
+)
