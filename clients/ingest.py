@@ -7,9 +7,15 @@ value), like ``brain-mcp``; no admin access. It
 - walks each PATH (a file or a folder), skipping ``.git`` and whatever the ``.gitignore``
   files along the way exclude (read with ``pathspec``, git's own rules), binary files
   and files over 1 MiB;
-- names each document by its path relative to the current folder (POSIX slashes);
+- names each document by its path relative to the current folder (POSIX slashes); a
+  PATH outside the current folder is refused, so no local absolute path is ever stored;
+- compares with, and prunes, only the documents of exactly its own bucket (namespace,
+  user and session equal to the scope it writes to): a listing also shows the team's and
+  other users' documents, which ingest never writes and so never deletes;
 - sends only files whose SHA-256 differs from the document already stored at that path
   (compared with ListDocuments, so unchanged files cost no upload);
+- gives ``--labels`` to new documents only: a changed file's put keeps the labels its
+  document has (someone may have restricted it since);
 - with ``--prune``, deletes (erases) the collection's documents under the walked paths
   whose files are gone;
 - shows a progress bar on a terminal (tqdm) and ends with one summary line; exit status 1
@@ -31,7 +37,7 @@ from tqdm import tqdm
 
 from brain.clients import BrainClient
 from brain.clients.errors import BrainClientError
-from brain.v1 import knowledge_pb2
+from brain.v1 import common_pb2, knowledge_pb2
 
 MAX_FILE_BYTES = 1024 * 1024
 ALWAYS_SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "node_modules"})
@@ -89,13 +95,30 @@ def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnor
     return False
 
 
+class OutsideFolder(ValueError):
+    """A PATH outside the folder documents are named relative to."""
+
+
 def document_path(path: Path, cwd: Path) -> str:
-    """The document's name: relative to ``cwd`` when under it, else absolute (POSIX)."""
+    """The document's name: its path relative to ``cwd`` (POSIX); ``OutsideFolder`` when it
+    is not under ``cwd`` (a local absolute path is no name to share with a team)."""
     absolute = path.resolve()
     try:
         return absolute.relative_to(cwd.resolve()).as_posix()
     except ValueError:
-        return absolute.as_posix()
+        raise OutsideFolder(
+            f"{path} is outside the current folder {cwd}; run brain ingest from a folder "
+            "that contains it (documents are named by their path relative to it)"
+        ) from None
+
+
+def same_bucket(doc: knowledge_pb2.Document, scope: common_pb2.Scope) -> bool:
+    """Whether a listed document lives in exactly the bucket ``scope`` writes to."""
+    return (doc.scope.namespace, doc.scope.user_id, doc.scope.session_id) == (
+        scope.namespace,
+        scope.user_id,
+        scope.session_id,
+    )
 
 
 def read_text(path: Path) -> str | None:
@@ -123,8 +146,14 @@ def ingest(
 ) -> Report:
     """Bring ``collection`` in line with the files under ``roots``; see the module docstring."""
     cwd = cwd or Path.cwd()
+    prefixes = [document_path(r, cwd) for r in roots]  # refuses a root outside cwd first
     report = Report()
-    stored = {d.path: d for d in client.list_documents(collection=collection, page_size=100)}
+    scope = client.scope
+    stored = {
+        d.path: d
+        for d in client.list_documents(collection=collection, page_size=100)
+        if same_bucket(d, scope)
+    }
     files = list(walk(roots))
     seen: set[str] = set()
     for path in progress(files, len(files)) if progress else files:
@@ -144,7 +173,10 @@ def ingest(
             report.unchanged.append(name)
             continue
         try:
-            done = client.put_document(collection, name, text, labels=labels)
+            # Labels are for new documents: a re-put without them keeps the document's.
+            done = client.put_document(
+                collection, name, text, labels=labels if known is None else ()
+            )
         except BrainClientError as exc:
             report.failed.append(f"{name}: {exc}")
             continue
@@ -154,7 +186,6 @@ def ingest(
         }.get(done.outcome, report.unchanged)
         outcome.append(name)
     if prune:
-        prefixes = [document_path(r, cwd) for r in roots]
         for name, doc in sorted(stored.items()):
             if name in seen or not _under(name, prefixes):
                 continue
@@ -227,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 client, args.paths, args.collection, prune=args.prune, labels=labels,
                 progress=_progress,
             )  # fmt: skip
-    except BrainClientError as exc:
+    except (BrainClientError, OutsideFolder) as exc:
         sys.exit(f"brain ingest: {exc}")
     print(f"brain ingest: collection {args.collection}: {report.summary()}", file=sys.stderr)
     if report.failed:

@@ -73,7 +73,9 @@ class KnowledgeServiceServicer:
 
     def PutDocument(self, request, context):
         """Store a document, or a new version of the one at the same collection and path.
-        The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED.
+        The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED (for a key
+        with knowledge:read; a key without it always writes a version and gets a receipt).
+        FAILED_PRECONDITION in a review-required namespace for a key without memories:review.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

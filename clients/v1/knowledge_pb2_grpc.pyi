@@ -39,7 +39,9 @@ class KnowledgeServiceStub:
     def __new__(cls, channel: _aio.Channel) -> KnowledgeServiceAsyncStub: ...
     PutDocument: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.PutDocumentRequest, _knowledge_pb2.PutDocumentResponse]
     """Store a document, or a new version of the one at the same collection and path.
-    The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED.
+    The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED (for a key
+    with knowledge:read; a key without it always writes a version and gets a receipt).
+    FAILED_PRECONDITION in a review-required namespace for a key without memories:review.
     """
     GetDocument: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentRequest, _knowledge_pb2.GetDocumentResponse]
     """Read one document by id; NOT_FOUND when it does not exist or is outside the key's scope."""
@@ -60,7 +62,9 @@ class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     PutDocument: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.PutDocumentRequest, _knowledge_pb2.PutDocumentResponse]  # type: ignore[assignment]
     """Store a document, or a new version of the one at the same collection and path.
-    The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED.
+    The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED (for a key
+    with knowledge:read; a key without it always writes a version and gets a receipt).
+    FAILED_PRECONDITION in a review-required namespace for a key without memories:review.
     """
     GetDocument: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentRequest, _knowledge_pb2.GetDocumentResponse]  # type: ignore[assignment]
     """Read one document by id; NOT_FOUND when it does not exist or is outside the key's scope."""
@@ -84,7 +88,9 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_knowledge_pb2.PutDocumentResponse, _abc.Awaitable[_knowledge_pb2.PutDocumentResponse]]:
         """Store a document, or a new version of the one at the same collection and path.
-        The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED.
+        The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED (for a key
+        with knowledge:read; a key without it always writes a version and gets a receipt).
+        FAILED_PRECONDITION in a review-required namespace for a key without memories:review.
         """
 
     @_abc_1.abstractmethod

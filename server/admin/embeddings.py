@@ -98,8 +98,6 @@ async def cmd_backfill(ctx: Context) -> None:
     if ctx.args.batch < 1:
         raise UsageError("--batch must be at least 1")
     model = model_id(embedder)
-    done = 0
-    started = time.monotonic()
     async with ctx.connect() as conn:
         await register_vector(conn)
         if embedder.dimension != await embedding_dimension(conn):
@@ -108,49 +106,60 @@ async def cmd_backfill(ctx: Context) -> None:
                 f"holds {await embedding_dimension(conn)}; run `embeddings set-dimension` first"
             )
         where, args = await _tenant_clause(conn, ctx.args.tenant)
-        total = await conn.fetchval(
-            f"SELECT count(*) FROM memories m WHERE {_PENDING} AND {where}", *args
-        )
-        after = ("00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
-        while True:
-            n = len(args)
-            rows = await conn.fetch(
-                f"""SELECT m.tenant_id, m.memory_id, m.version, m.content FROM memories m
-                    WHERE {_PENDING} AND {where}
-                      AND (m.tenant_id, m.memory_id) > (${n + 1}::uuid, ${n + 2}::uuid)
-                    ORDER BY m.tenant_id, m.memory_id LIMIT ${n + 3}""",
-                *args,
-                *after,
-                ctx.args.batch,
-            )
-            if not rows:
-                break
-            try:
-                vectors = await embedder.embed([r["content"] for r in rows])
-            except EmbedderError as exc:
-                raise UsageError(f"embedder failed after {done} memories: {exc}") from exc
-            await conn.executemany(
-                """UPDATE memories SET embedding = $4, embedding_model = $5
-                   WHERE tenant_id = $1 AND memory_id = $2 AND version = $3
-                     AND embedding IS NULL""",
-                [
-                    (r["tenant_id"], r["memory_id"], r["version"], v, model)
-                    for r, v in zip(rows, vectors, strict=True)
-                ],
-            )
-            done += len(rows)
-            after = (str(rows[-1]["tenant_id"]), str(rows[-1]["memory_id"]))
-            rate = done / max(time.monotonic() - started, 1e-6)
-            pct = 100 * done / max(total, 1)
-            print(
-                f"\rbackfilled {done}/{total} ({pct:.0f}%), {rate:.0f}/s", end="", file=sys.stderr
-            )
+        done = await _backfill_memories(conn, embedder, model, where, args, ctx.args.batch)
         print(file=sys.stderr)
         chunks = await _backfill_chunks(conn, embedder, model, where, args, ctx.args.batch)
     print(file=sys.stderr)
 
     summary = f"backfilled {done} memories and {chunks} document chunks with {model}"
     output(ctx.args, {"backfilled": done, "chunks": chunks, "model": model}, summary)
+
+
+async def _backfill_memories(
+    conn: asyncpg.Connection, embedder: Embedder, model: str | None, where: str,
+    args: list[Any], batch: int,
+) -> int:  # fmt: skip
+    """Embed every current memory without a vector, in batches, with a progress line."""
+    done = 0
+    started = time.monotonic()
+    total = await conn.fetchval(
+        f"SELECT count(*) FROM memories m WHERE {_PENDING} AND {where}", *args
+    )
+    after = ("00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
+    while True:
+        n = len(args)
+        rows = await conn.fetch(
+            f"""SELECT m.tenant_id, m.memory_id, m.version, m.content FROM memories m
+                WHERE {_PENDING} AND {where}
+                  AND (m.tenant_id, m.memory_id) > (${n + 1}::uuid, ${n + 2}::uuid)
+                ORDER BY m.tenant_id, m.memory_id LIMIT ${n + 3}""",
+            *args,
+            *after,
+            batch,
+        )
+        if not rows:
+            return done
+        try:
+            vectors = await embedder.embed([r["content"] for r in rows])
+        except EmbedderError as exc:
+            raise UsageError(f"embedder failed after {done} memories: {exc}") from exc
+        # Re-checked at the write: a forget that landed while the embedder ran blanked
+        # the row, and its text's vector must not come back.
+        await conn.executemany(
+            """UPDATE memories SET embedding = $4, embedding_model = $5
+               WHERE tenant_id = $1 AND memory_id = $2 AND version = $3
+                 AND embedding IS NULL AND retired_at IS NULL AND content <> ''
+                 AND status IN ('active', 'candidate')""",
+            [
+                (r["tenant_id"], r["memory_id"], r["version"], v, model)
+                for r, v in zip(rows, vectors, strict=True)
+            ],
+        )
+        done += len(rows)
+        after = (str(rows[-1]["tenant_id"]), str(rows[-1]["memory_id"]))
+        rate = done / max(time.monotonic() - started, 1e-6)
+        pct = 100 * done / max(total, 1)
+        print(f"\rbackfilled {done}/{total} ({pct:.0f}%), {rate:.0f}/s", end="", file=sys.stderr)
 
 
 async def _backfill_chunks(
@@ -177,9 +186,12 @@ async def _backfill_chunks(
             vectors = await embedder.embed([r["content"] for r in rows])
         except EmbedderError as exc:
             raise UsageError(f"embedder failed after {done} document chunks: {exc}") from exc
+        # Re-checked at the write: a delete that landed while the embedder ran erased the
+        # chunk, and its text's vector must not come back.
         await conn.executemany(
             """UPDATE document_chunks SET embedding = $3, embedding_model = $4
-               WHERE tenant_id = $1 AND chunk_id = $2 AND embedding IS NULL""",
+               WHERE tenant_id = $1 AND chunk_id = $2 AND embedding IS NULL
+                 AND retired_at IS NULL AND content <> ''""",
             [(r["tenant_id"], r["chunk_id"], v, model) for r, v in zip(rows, vectors, strict=True)],
         )
         done += len(rows)

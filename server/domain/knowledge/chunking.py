@@ -13,11 +13,19 @@
 
 Every chunk knows its 1-based, inclusive line range. A section over ``max_chars`` is
 split at paragraph breaks, then at lines, then (one huge line) at characters.
+
+Chunking is bounded, so that no document of the allowed size costs more than about a second
+of CPU: Markdown is parsed for its block structure only (headings need no inline markup,
+whose parser is the slow part on adversarial input), and a document with more than
+``MAX_LINES`` lines, ``MAX_HEADINGS`` heading lines or ``MAX_CHUNKS`` chunks is refused
+(``TooComplex``) before or while it is cut.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -35,6 +43,16 @@ CODE_SUFFIXES = frozenset(
      ".toml", ".yaml", ".yml", ".json", ".ini", ".cfg", ".mk", ".lua", ".r", ".pl"}
 )  # fmt: skip
 CODE_NAMES = frozenset({"Makefile", "Dockerfile", "Justfile"})
+MAX_LINES = 100_000
+MAX_HEADINGS = 2_000
+MAX_CHUNKS = 4_000
+# What could be a Markdown heading: an ATX heading or a setext underline (counted before
+# parsing; thematic breaks count too, so the count errs on the safe side).
+_HEADING_LINE = re.compile(r"^ {0,3}(?:#{1,6}(?:[ \t]|$)|=+[ \t]*$|-+[ \t]*$)", re.MULTILINE)
+
+
+class TooComplex(ValueError):
+    """A document whose structure exceeds the chunking limits; the message says which."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,23 +77,38 @@ def detect_format(path: str) -> str:
 
 
 def chunk(text: str, fmt: str, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
-    """The chunks of ``text`` under the rule ``fmt`` (one of FORMATS)."""
+    """The chunks of ``text`` under the rule ``fmt`` (one of FORMATS); ``TooComplex`` when
+    the document has more lines, headings or chunks than the limits allow."""
     lines = text.splitlines()
+    if len(lines) > MAX_LINES:
+        raise TooComplex(f"has {len(lines)} lines; the limit is {MAX_LINES} per document")
     if fmt == "markdown":
-        pieces = list(_markdown(text, lines, max_chars))
+        headings = sum(1 for _ in itertools.islice(_HEADING_LINE.finditer(text), MAX_HEADINGS + 1))
+        if headings > MAX_HEADINGS:
+            raise TooComplex(
+                f"has more than {MAX_HEADINGS} heading lines; the limit is {MAX_HEADINGS} "
+                "per Markdown document (split it, or put it as format TEXT)"
+            )
+        pieces = _markdown(text, lines, max_chars)
     elif fmt == "python":
-        pieces = list(_python(text, lines, max_chars))
+        pieces = _python(text, lines, max_chars)
     elif fmt == "code":
-        pieces = list(_windows(lines, 1, (), max_chars))
+        pieces = _windows(lines, 1, (), max_chars)
     elif fmt == "text":
-        pieces = list(_blocks(lines, 1, (), max_chars))
+        pieces = _blocks(lines, 1, (), max_chars)
     else:
         raise ValueError(f"unknown format {fmt!r}")
-    return [c for c in pieces if c.content.strip()]
+    kept = list(itertools.islice((c for c in pieces if c.content.strip()), MAX_CHUNKS + 1))
+    if len(kept) > MAX_CHUNKS:
+        raise TooComplex(
+            f"would make more than {MAX_CHUNKS} chunks; the limit is {MAX_CHUNKS} per document"
+        )
+    return kept
 
 
 def _markdown(text: str, lines: list[str], max_chars: int) -> Iterator[Chunk]:
-    tokens = MarkdownIt("commonmark").parse(text)
+    # Block structure only (a parser per call: chunking runs on worker threads).
+    tokens = MarkdownIt("commonmark").disable("inline").parse(text)
     # (first line, level, title) of each heading, 0-based lines.
     headings: list[tuple[int, int, str]] = []
     tokens_end: dict[int, int] = {}  # first line of a heading -> the line after it

@@ -9,15 +9,17 @@ power follows write scope.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import asyncpg
 import structlog
 
-from brain.authz import Caller
+from brain.authz import Caller, Permission
 from brain.server.domain import convert, cursors
 from brain.server.domain import validation as check
 from brain.server.domain.knowledge import chunking
@@ -25,7 +27,7 @@ from brain.server.domain.memories import DEFAULT_PAGE_SIZE, DEFAULT_SEARCH_LIMIT
 from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import Corpus, FusedHit
-from brain.server.errors import InvalidArgument, NotFound, PermissionDenied
+from brain.server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from brain.server.storage import knowledge as sql
 from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, knowledge_pb2
@@ -35,6 +37,11 @@ MAX_PATH_CHARS = 512
 MAX_COLLECTIONS = 16
 # Chunks embedded per embedder call.
 EMBED_BATCH = 32
+# Threads that chunk documents beside the event loop, shared by the process: a put never
+# blocks other calls, and at most this many documents are cut at once, whatever a client
+# cancels (a cancelled call's queued chunking never starts).
+CHUNKING_THREADS = 2
+_chunkers = ThreadPoolExecutor(CHUNKING_THREADS, thread_name_prefix="chunking")
 DOCUMENT_NOT_FOUND = "document not found"
 CHUNKS = Corpus("document_chunks", (("chunk_id", "uuid"),), sql.chunk_columns)
 
@@ -64,6 +71,15 @@ class Found:
 
     hits: list[FusedHit]
     lanes: int
+
+
+def receipt(row: asyncpg.Record) -> knowledge_pb2.Document:
+    """What a key without knowledge:read learns from its own put: the version it wrote,
+    never who created the document or its labels (as memories answer such keys)."""
+    d = document_message(row)
+    d.created_by = ""
+    del d.labels[:]
+    return d
 
 
 def document_message(row: asyncpg.Record, with_content: bool = False) -> knowledge_pb2.Document:
@@ -158,6 +174,27 @@ class Knowledge:
         self.memories = memories
         memories.knowledge = self
 
+    async def chunked(self, content: str, fmt: str) -> list[chunking.Chunk]:
+        """The document's chunks, cut on a chunking thread (never on the event loop);
+        INVALID_ARGUMENT naming ``content`` when its structure exceeds the limits."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(_chunkers, chunking.chunk, content, fmt)
+        except chunking.TooComplex as exc:
+            raise InvalidArgument("content", str(exc)) from exc
+
+    async def refuse_unreviewed(
+        self, conn: asyncpg.Connection, caller: Caller, namespace: str
+    ) -> None:
+        """Documents have no candidates: in a review-required namespace only a reviewer
+        publishes them (delete is erasure and stays open, as forget is for memories)."""
+        review = self.memories.review
+        if review is not None and await review.review_required(conn, caller, namespace):
+            raise FailedPrecondition(
+                f"scope.namespace: namespace {namespace} is review-required and documents "
+                "have no review: only a key with memories:review puts documents there"
+            )
+
     async def put(
         self, caller: Caller, req: knowledge_pb2.PutDocumentRequest, timeout_ms: int | None = None
     ) -> knowledge_pb2.PutDocumentResponse:
@@ -181,26 +218,32 @@ class Knowledge:
         digest = hashlib.sha256(content.encode()).digest()
         vis = self.memories.visibility(caller)
         bucket = (namespace, scope.user_id, scope.session_id, collection, path)
-        # Chunk and embed outside the transaction, unless the content is unchanged.
+        # A key that may not read gets no content oracle: its put always writes a version.
+        reader = caller.has(Permission.KNOWLEDGE_READ.value)
+        pieces = await self.chunked(content, fmt)
+        # Embed outside the transaction, unless the content is unchanged.
         async with self.memories.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
+            await self.refuse_unreviewed(conn, caller, namespace)
             seen = await sql.find_at_path(conn, vis, *bucket)
-        chunks: list[sql.NewChunk] = []
-        if seen is None or bytes(seen["content_hash"] or b"") != digest:
-            chunks = await self.embedded_chunks(chunking.chunk(content, fmt))
+        chunks: list[sql.NewChunk] | None = None
+        if not reader or seen is None or bytes(seen["content_hash"] or b"") != digest:
+            chunks = await self.embedded_chunks(pieces)
         async with self.memories.tx(caller, timeout_ms=timeout_ms) as conn:
+            await self.refuse_unreviewed(conn, caller, namespace)
             await sql.lock_path(conn, caller.tenant_id, *bucket)
             current = await self.locked_at_path(conn, vis, bucket)
             labels = self.labels_for(caller, current, requested)
-            if current is not None and bytes(current["content_hash"] or b"") == digest:
-                if labels != sorted(current["labels"]):
+            relabel = current is not None and set(labels) != set(current["labels"])
+            if reader and current is not None and bytes(current["content_hash"] or b"") == digest:
+                if relabel:
                     await sql.relabel(conn, current["tenant_id"], current["document_id"], labels)
                     current = await sql.find_at_path(conn, vis, *bucket)
                     assert current is not None
                 return knowledge_pb2.PutDocumentResponse(
                     document=document_message(current), outcome=knowledge_pb2.PUT_OUTCOME_UNCHANGED
                 )
-            if current is not None and not chunks:  # changed since the first look
-                chunks = await self.embedded_chunks(chunking.chunk(content, fmt))
+            if chunks is None:  # changed since the first look
+                chunks = await self.embedded_chunks(pieces)
             at = await sql.clock(conn)
             if current is None:
                 doc_id, version, created_by = cursors.uuid7(), 1, caller.principal
@@ -208,7 +251,7 @@ class Knowledge:
                 doc_id, version = current["document_id"], current["version"] + 1
                 created_by = current["created_by"]
                 await sql.retire(conn, current["tenant_id"], doc_id, current["version"], at)
-                if labels != sorted(current["labels"]):
+                if relabel:
                     await sql.relabel(conn, current["tenant_id"], doc_id, labels)
             new = sql.NewVersion(
                 document_id=doc_id, version=version, namespace=namespace,
@@ -223,7 +266,8 @@ class Knowledge:
         outcome = (
             knowledge_pb2.PUT_OUTCOME_CREATED if version == 1 else knowledge_pb2.PUT_OUTCOME_UPDATED
         )
-        return knowledge_pb2.PutDocumentResponse(document=document_message(row), outcome=outcome)
+        shown = document_message(row) if reader else receipt(row)
+        return knowledge_pb2.PutDocumentResponse(document=shown, outcome=outcome)
 
     @staticmethod
     async def locked_at_path(
@@ -255,7 +299,7 @@ class Knowledge:
                 "labels: this key cannot remove labels it does not hold; keep the "
                 "document's other labels, or ask a key that holds them"
             )
-        return requested
+        return sorted(requested)
 
     async def embedded_chunks(self, chunks: Sequence[chunking.Chunk]) -> list[sql.NewChunk]:
         """Chunks with vectors; a failing embedder stores them without (never fails a put)."""
@@ -335,6 +379,9 @@ class Knowledge:
             if current is None:
                 raise document_not_found()
             if not current["writable"]:
+                # PERMISSION_DENIED says nothing new only to a key that can read the document.
+                if not caller.has(Permission.KNOWLEDGE_READ.value):
+                    raise document_not_found()
                 raise PermissionDenied(
                     f"id: document {req.id} is outside this key's write scope: a key confined "
                     "to a user (or session) deletes only that user's (or session's) documents"
