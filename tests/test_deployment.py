@@ -332,7 +332,7 @@ async def test_backup_and_restore_keep_the_guarantees(
     api = Api(channel, key, namespace="proj")
     kept = (await api.save("Backups run nightly at 02:00")).memory.id
     await api.update(kept, ["content"], content="Backups run nightly at 03:00")
-    erased = (await api.save("The vault code is 7391")).memory.id
+    erased = (await api.save("The vault code is kilo-7391-quebec")).memory.id
     await api.forget(erased)
     docs = knowledge_pb2_grpc.KnowledgeServiceStub(channel)
 
@@ -357,7 +357,8 @@ async def test_backup_and_restore_keep_the_guarantees(
     text = path.read_text()
     assert path.stat().st_mode & 0o777 == 0o600
     assert "02:00" in text and "03:00" in text  # every version
-    assert "7391" not in text and "roadmap" not in text  # no erased value, no other tenant
+    # No erased value (a marker no hash or timestamp can hold), no other tenant.
+    assert "kilo-7391" not in text and "roadmap" not in text
     assert "quarterly" in text and "monthly" in text and "quokkazebra" not in text  # documents too
     assert key.split("_")[2][:16] not in text and "secret_hash" not in text
     events = brain_server.sql(
@@ -403,7 +404,7 @@ async def test_backup_and_restore_keep_the_guarantees(
             assert len(await restored.history(kept)) == 2
             gone = await restored.get(erased)
             assert (gone.content, gone.status) == ("", common_pb2.MEMORY_STATUS_RETRACTED)
-            err = await rpc_error(restored.save("the vault code is 7391"))
+            err = await rpc_error(restored.save("the vault code is kilo-7391-quebec"))
             assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert (await restored.save("A new fact")).outcome == memory_pb2.SAVE_OUTCOME_CREATED
             stub = knowledge_pb2_grpc.KnowledgeServiceStub(ch)
