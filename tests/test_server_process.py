@@ -18,7 +18,7 @@ from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
 from .conftest import PgCluster
 
-SERVER = [sys.executable, "-m", "brain.server.runtime.app"]
+SERVER = [sys.executable, "-m", "brain.server.runtime.main"]
 
 
 def free_port() -> int:

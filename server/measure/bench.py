@@ -34,8 +34,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from brain.server.measure.evaluation import PrivateBrain, private_brain
 from brain.server.measure.load import drive, start_echo_server
+from brain.server.measure.private import PrivateBrain, private_brain
 from brain.server.measure.synthetic import fill, tenant_of
 from brain.server.runtime import embedded
 from brain.server.telemetry import logs
@@ -67,7 +67,7 @@ async def worker_server(brain: PrivateBrain, embedder: str, workers: int) -> Asy
             "BRAIN_RATE_LIMIT": "1e9", "BRAIN_RATE_BURST": "1000000", "BRAIN_LOG_LEVEL": "warning",
         }  # fmt: skip
         server = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "brain.server.runtime.app", "--listen", address, env=env
+            sys.executable, "-m", "brain.server.runtime.main", "--listen", address, env=env
         )
         try:
             await _serving(address, server)

@@ -23,8 +23,8 @@ from typing import Any
 
 import asyncpg
 
-from brain.server.measure.evaluation import private_brain
 from brain.server.measure.load import drive
+from brain.server.measure.private import private_brain
 from brain.server.measure.synthetic import fill, tenant_of
 from brain.server.telemetry import logs
 

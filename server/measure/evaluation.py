@@ -33,33 +33,31 @@ import json
 import math
 import os
 import re
-import secrets
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-import asyncpg
 import grpc
 import numpy as np
 
-from brain.authz import Confinement
 from brain.server.domain.memories import Memories
 from brain.server.domain.retrieval import relevance
 from brain.server.domain.retrieval.lanes import FusedHit, RetrievalParams
 from brain.server.domain.validation import normalise
 from brain.server.measure import crossval, entities, knowledge_eval
-from brain.server.runtime import embedded
-from brain.server.runtime.app import StartupError, start_server
-from brain.server.runtime.bootstrap import prepare_embedded
+from brain.server.measure.private import (
+    Bucket,
+    PrivateBrain,
+    RemoteBrain,
+    private_brain,
+)
+from brain.server.runtime.app import StartupError
 from brain.server.runtime.config import (
-    Settings,
     add_embedder_arguments,
     add_graph_extract_arguments,
     add_reranker_arguments,
@@ -67,7 +65,6 @@ from brain.server.runtime.config import (
     graph_extract_settings,
     reranker_settings,
 )
-from brain.server.storage import admin
 from brain.server.telemetry import logs
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
@@ -566,122 +563,6 @@ def _learned_lines(learned: LearnedFusion, row: Callable[[str, Metrics], str]) -
         f"  {learned.fitted!r}",
     ]
     return lines
-
-
-# --- where the memories go --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """Where one conversation lives: the key to call with and the namespace."""
-
-    api_key: str
-    namespace: str
-
-    @property
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {self.api_key}"),)
-
-    @property
-    def scope(self) -> common_pb2.Scope:
-        return common_pb2.Scope(namespace=self.namespace)
-
-
-def _fresh_name(sample_id: str) -> str:
-    """``locomo-<sample_id>-<random>``, valid as a tenant name and as a namespace."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", sample_id).strip("-._")[:40] or "conversation"
-    return f"locomo-{slug}-{secrets.token_hex(4)}"
-
-
-@dataclass(frozen=True)
-class RemoteBrain:
-    """A running server: every conversation goes to a fresh namespace under one key."""
-
-    address: str
-    api_key: str
-
-    async def bucket(self, sample_id: str) -> Bucket:
-        return Bucket(api_key=self.api_key, namespace=_fresh_name(sample_id))
-
-    def use(self, params: RetrievalParams) -> None:
-        raise ValueError("--folds needs the private server; a --target keeps its parameters")
-
-
-@dataclass(frozen=True)
-class PrivateBrain:
-    """The private server: every conversation gets a fresh tenant and key."""
-
-    address: str
-    owner_dsn: str
-    pepper: bytes
-    memories: Memories  # the in-process server's domain layer, to swap its parameters
-
-    def use(self, params: RetrievalParams) -> None:
-        """Search with ``params`` from the next call on (the data stays as loaded)."""
-        self.memories.params = params
-
-    async def bucket(self, sample_id: str) -> Bucket:
-        tenant = _fresh_name(sample_id)
-        conn = await asyncpg.connect(self.owner_dsn)
-        try:
-            async with conn.transaction():
-                await admin.create_tenant(conn, tenant)
-                minted = await admin.mint_key(
-                    conn,
-                    self.pepper,
-                    tenant=tenant,
-                    principal="brain-eval",
-                    permissions=frozenset({"memories:read", "memories:write", "memories:forget"}),
-                    confinement=Confinement(),
-                    labels=frozenset({"team"}),
-                    expires_at=None,
-                    description="brain-eval locomo",
-                )
-        finally:
-            await conn.close()
-        return Bucket(api_key=minted.key, namespace="locomo")
-
-
-@contextlib.asynccontextmanager
-async def private_brain(
-    embedder: str,
-    scratch_dir: Path | None = None,
-    embedder_options: Mapping[str, Any] | None = None,
-) -> AsyncIterator[PrivateBrain]:
-    """A fresh embedded PostgreSQL + brain-server, removed on exit (also on errors).
-
-    ``embedder_options`` are further `Settings` fields such as ``openai_url``.
-    """
-    root = Path(tempfile.mkdtemp(prefix="brain-eval-", dir=scratch_dir))
-    pg: embedded.EmbeddedPostgres | None = None
-    try:
-        os.chmod(root, 0o755)  # as root the wheel runs PostgreSQL as another user
-        pg = embedded.start(root / "pg", delete_on_stop=True)
-        await prepare_embedded(pg)
-        pepper = secrets.token_bytes(32)
-        pepper_file = root / "pepper"
-        pepper_file.write_bytes(pepper)
-        pepper_file.chmod(0o600)
-        settings = Settings(
-            listen="127.0.0.1:0",
-            database_url=pg.app_dsn,
-            data_dir=root,
-            pepper_file=pepper_file,
-            log_level="warning",
-            rate_limit=1e9,  # loading is a burst of thousands of calls from one key
-            rate_burst=1_000_000,
-            embedder=embedder,
-            **(embedder_options or {}),
-        )
-        running = await start_server(settings)
-        try:
-            yield PrivateBrain(f"127.0.0.1:{running.port}", pg.owner_dsn, pepper, running.memories)
-        finally:
-            await running.stop(grace=1.0)
-    finally:
-        if pg is not None:
-            pg.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- the run ----------------------------------------------------------------------------

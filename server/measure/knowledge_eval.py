@@ -168,7 +168,7 @@ def add_parser(commands: Any) -> None:
 
 
 async def run(args: argparse.Namespace) -> KnowledgeResult:
-    from brain.server.measure.evaluation import private_brain
+    from brain.server.measure.private import private_brain
 
     documents, questions = load(args.data)
     async with private_brain(args.embedder) as brain:

@@ -7,7 +7,7 @@ import time
 
 import asyncpg
 
-from brain.server.measure.evaluation import PrivateBrain
+from brain.server.measure.private import PrivateBrain
 
 VOCABULARY = 20_000
 NAMESPACE = "bench"

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -44,7 +42,7 @@ from brain.server.edge.memory import MemoryServicer
 from brain.server.edge.review import ReviewServicer
 from brain.server.runtime import embedded
 from brain.server.runtime.bootstrap import prepare_embedded
-from brain.server.runtime.config import Settings, add_server_arguments, settings_from_args
+from brain.server.runtime.config import Settings
 from brain.server.runtime.pepper import PepperError, load_pepper
 from brain.server.runtime.supervisor import DatabaseSupervisor
 from brain.server.storage import migrate as migrations
@@ -389,25 +387,3 @@ async def run(settings: Settings, ready: Callable[[], None] | None = None) -> No
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="brain-server", description=__doc__)
-    add_server_arguments(parser)
-    settings = settings_from_args(parser.parse_args(argv))
-    logs.configure(settings.log_level, settings.log_format)
-    if settings.workers > 1:
-        from brain.server.runtime import workers
-
-        sys.exit(workers.serve(settings))
-    try:
-        asyncio.run(run(settings))
-    except StartupError as exc:
-        print(f"brain-server: error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        pass
-
-
-if __name__ == "__main__":
-    main()

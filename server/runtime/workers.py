@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 
 from brain.server.runtime import embedded
+from brain.server.runtime.app import StartupError, run
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
 from brain.server.runtime.pepper import PepperError, load_pepper
@@ -83,8 +84,6 @@ def _worker_main(settings: Settings, index: int, ready: Event) -> None:
     """A worker process: one server, as ``brain-server --workers 1`` runs it."""
     with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere best effort
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    from brain.server.runtime.app import StartupError, run
-
     logs.configure(settings.log_level, settings.log_format, worker=index)
     try:
         asyncio.run(run(settings, ready=ready.set))
@@ -145,8 +144,6 @@ class Workers:
 
 def serve(settings: Settings) -> int:
     """Run ``settings.workers`` server processes on one port; the exit code for main."""
-    from brain.server.runtime.app import StartupError
-
     workers = Workers(settings, settings.workers)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: workers.stopping.set())

@@ -1,0 +1,145 @@
+"""A brain to evaluate against: a fresh private server (embedded PostgreSQL + brain-server,
+removed on exit) or a running one, and the bucket each conversation or corpus goes to.
+
+Shared by `brain-eval` (LoCoMo and knowledge) and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from brain.authz import Confinement
+from brain.server.domain.memories import Memories
+from brain.server.domain.retrieval.lanes import RetrievalParams
+from brain.server.runtime import embedded
+from brain.server.runtime.app import start_server
+from brain.server.runtime.bootstrap import prepare_embedded
+from brain.server.runtime.config import (
+    Settings,
+)
+from brain.server.storage import admin
+from brain.v1 import common_pb2
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Where one conversation lives: the key to call with and the namespace."""
+
+    api_key: str
+    namespace: str
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.api_key}"),)
+
+    @property
+    def scope(self) -> common_pb2.Scope:
+        return common_pb2.Scope(namespace=self.namespace)
+
+
+def _fresh_name(sample_id: str) -> str:
+    """``locomo-<sample_id>-<random>``, valid as a tenant name and as a namespace."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", sample_id).strip("-._")[:40] or "conversation"
+    return f"locomo-{slug}-{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
+class RemoteBrain:
+    """A running server: every conversation goes to a fresh namespace under one key."""
+
+    address: str
+    api_key: str
+
+    async def bucket(self, sample_id: str) -> Bucket:
+        return Bucket(api_key=self.api_key, namespace=_fresh_name(sample_id))
+
+    def use(self, params: RetrievalParams) -> None:
+        raise ValueError("--folds needs the private server; a --target keeps its parameters")
+
+
+@dataclass(frozen=True)
+class PrivateBrain:
+    """The private server: every conversation gets a fresh tenant and key."""
+
+    address: str
+    owner_dsn: str
+    pepper: bytes
+    memories: Memories  # the in-process server's domain layer, to swap its parameters
+
+    def use(self, params: RetrievalParams) -> None:
+        """Search with ``params`` from the next call on (the data stays as loaded)."""
+        self.memories.params = params
+
+    async def bucket(self, sample_id: str) -> Bucket:
+        tenant = _fresh_name(sample_id)
+        conn = await asyncpg.connect(self.owner_dsn)
+        try:
+            async with conn.transaction():
+                await admin.create_tenant(conn, tenant)
+                minted = await admin.mint_key(
+                    conn,
+                    self.pepper,
+                    tenant=tenant,
+                    principal="brain-eval",
+                    permissions=frozenset({"memories:read", "memories:write", "memories:forget"}),
+                    confinement=Confinement(),
+                    labels=frozenset({"team"}),
+                    expires_at=None,
+                    description="brain-eval locomo",
+                )
+        finally:
+            await conn.close()
+        return Bucket(api_key=minted.key, namespace="locomo")
+
+
+@contextlib.asynccontextmanager
+async def private_brain(
+    embedder: str,
+    scratch_dir: Path | None = None,
+    embedder_options: Mapping[str, Any] | None = None,
+) -> AsyncIterator[PrivateBrain]:
+    """A fresh embedded PostgreSQL + brain-server, removed on exit (also on errors).
+
+    ``embedder_options`` are further `Settings` fields such as ``openai_url``.
+    """
+    root = Path(tempfile.mkdtemp(prefix="brain-eval-", dir=scratch_dir))
+    pg: embedded.EmbeddedPostgres | None = None
+    try:
+        os.chmod(root, 0o755)  # as root the wheel runs PostgreSQL as another user
+        pg = embedded.start(root / "pg", delete_on_stop=True)
+        await prepare_embedded(pg)
+        pepper = secrets.token_bytes(32)
+        pepper_file = root / "pepper"
+        pepper_file.write_bytes(pepper)
+        pepper_file.chmod(0o600)
+        settings = Settings(
+            listen="127.0.0.1:0",
+            database_url=pg.app_dsn,
+            data_dir=root,
+            pepper_file=pepper_file,
+            log_level="warning",
+            rate_limit=1e9,  # loading is a burst of thousands of calls from one key
+            rate_burst=1_000_000,
+            embedder=embedder,
+            **(embedder_options or {}),
+        )
+        running = await start_server(settings)
+        try:
+            yield PrivateBrain(f"127.0.0.1:{running.port}", pg.owner_dsn, pepper, running.memories)
+        finally:
+            await running.stop(grace=1.0)
+    finally:
+        if pg is not None:
+            pg.stop()
+        shutil.rmtree(root, ignore_errors=True)

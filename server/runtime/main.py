@@ -1,0 +1,33 @@
+"""brain-server's entry point: parse the command line, then serve in this process or, with
+``--workers N`` above 1, in N worker processes (`workers`) that share the port."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from brain.server.runtime import workers
+from brain.server.runtime.app import StartupError, run
+from brain.server.runtime.config import add_server_arguments, settings_from_args
+from brain.server.telemetry import logs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="brain-server", description=__doc__)
+    add_server_arguments(parser)
+    settings = settings_from_args(parser.parse_args(argv))
+    logs.configure(settings.log_level, settings.log_format)
+    if settings.workers > 1:
+        sys.exit(workers.serve(settings))
+    try:
+        asyncio.run(run(settings))
+    except StartupError as exc:
+        print(f"brain-server: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
