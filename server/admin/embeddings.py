@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -115,24 +116,50 @@ async def cmd_backfill(ctx: Context) -> None:
     output(ctx.args, {"backfilled": done, "chunks": chunks, "model": model}, summary)
 
 
-async def _backfill_memories(
-    conn: asyncpg.Connection, embedder: Embedder, model: str | None, where: str,
-    args: list[Any], batch: int,
+@dataclass(frozen=True)
+class _Vectors:
+    """Rows of one table that need a vector. ``key`` names a row after its tenant (paged by
+    its first column); ``pending`` is re-checked at the write, so a forget or delete that
+    lands while the embedder runs leaves no vector of the erased text behind."""
+
+    table: str
+    key: tuple[str, ...]
+    pending: str
+    noun: str
+
+
+_MEMORY_VECTORS = _Vectors("memories", ("memory_id", "version"), _PENDING, "memories")
+_CHUNK_VECTORS = _Vectors(
+    "document_chunks",
+    ("chunk_id",),
+    "m.embedding IS NULL AND m.retired_at IS NULL AND m.content <> ''",
+    "document chunks",
+)
+
+
+async def _backfill(
+    conn: asyncpg.Connection, embedder: Embedder, model: str | None, rows_of: _Vectors,
+    where: str, args: list[Any], batch: int,
 ) -> int:  # fmt: skip
-    """Embed every current memory without a vector, in batches, with a progress line."""
-    done = 0
-    started = time.monotonic()
+    """Embed every row of ``rows_of`` still without a vector, in batches, with a progress line."""
+    table, page_key = rows_of.table, rows_of.key[0]
     total = await conn.fetchval(
-        f"SELECT count(*) FROM memories m WHERE {_PENDING} AND {where}", *args
+        f"SELECT count(*) FROM {table} m WHERE {rows_of.pending} AND {where}", *args
     )
+    n = len(args)
+    key_match = " AND ".join(f"m.{column} = ${i + 2}" for i, column in enumerate(rows_of.key))
+    update = f"""UPDATE {table} m SET embedding = ${len(rows_of.key) + 2},
+                        embedding_model = ${len(rows_of.key) + 3}
+                 WHERE m.tenant_id = $1 AND {key_match} AND {rows_of.pending}"""
+    done, started = 0, time.monotonic()
     after = ("00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
     while True:
-        n = len(args)
         rows = await conn.fetch(
-            f"""SELECT m.tenant_id, m.memory_id, m.version, m.content FROM memories m
-                WHERE {_PENDING} AND {where}
-                  AND (m.tenant_id, m.memory_id) > (${n + 1}::uuid, ${n + 2}::uuid)
-                ORDER BY m.tenant_id, m.memory_id LIMIT ${n + 3}""",
+            f"""SELECT m.tenant_id, {", ".join(f"m.{c}" for c in rows_of.key)}, m.content
+                FROM {table} m
+                WHERE {rows_of.pending} AND {where}
+                  AND (m.tenant_id, m.{page_key}) > (${n + 1}::uuid, ${n + 2}::uuid)
+                ORDER BY m.tenant_id, m.{page_key} LIMIT ${n + 3}""",
             *args,
             *after,
             batch,
@@ -142,24 +169,31 @@ async def _backfill_memories(
         try:
             vectors = await embedder.embed([r["content"] for r in rows])
         except EmbedderError as exc:
-            raise UsageError(f"embedder failed after {done} memories: {exc}") from exc
-        # Re-checked at the write: a forget that landed while the embedder ran blanked
-        # the row, and its text's vector must not come back.
+            raise UsageError(f"embedder failed after {done} {rows_of.noun}: {exc}") from exc
         await conn.executemany(
-            """UPDATE memories SET embedding = $4, embedding_model = $5
-               WHERE tenant_id = $1 AND memory_id = $2 AND version = $3
-                 AND embedding IS NULL AND retired_at IS NULL AND content <> ''
-                 AND status IN ('active', 'candidate')""",
+            update,
             [
-                (r["tenant_id"], r["memory_id"], r["version"], v, model)
+                (r["tenant_id"], *(r[c] for c in rows_of.key), v, model)
                 for r, v in zip(rows, vectors, strict=True)
             ],
         )
         done += len(rows)
-        after = (str(rows[-1]["tenant_id"]), str(rows[-1]["memory_id"]))
+        after = (str(rows[-1]["tenant_id"]), str(rows[-1][page_key]))
         rate = done / max(time.monotonic() - started, 1e-6)
         pct = 100 * done / max(total, 1)
-        print(f"\rbackfilled {done}/{total} ({pct:.0f}%), {rate:.0f}/s", end="", file=sys.stderr)
+        print(
+            f"\rbackfilled {done}/{total} {rows_of.noun} ({pct:.0f}%), {rate:.0f}/s",
+            end="",
+            file=sys.stderr,
+        )
+
+
+async def _backfill_memories(
+    conn: asyncpg.Connection, embedder: Embedder, model: str | None, where: str,
+    args: list[Any], batch: int,
+) -> int:  # fmt: skip
+    """Embed every current memory (or candidate) without a vector."""
+    return await _backfill(conn, embedder, model, _MEMORY_VECTORS, where, args, batch)
 
 
 async def _backfill_chunks(
@@ -167,36 +201,7 @@ async def _backfill_chunks(
     args: list[Any], batch: int,
 ) -> int:  # fmt: skip
     """Embed every current knowledge chunk without a vector (the embedder was down at put)."""
-    pending = "m.embedding IS NULL AND m.retired_at IS NULL AND m.content <> ''"
-    done, n = 0, len(args)
-    after = ("00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
-    while True:
-        rows = await conn.fetch(
-            f"""SELECT m.tenant_id, m.chunk_id, m.content FROM document_chunks m
-                WHERE {pending} AND {where}
-                  AND (m.tenant_id, m.chunk_id) > (${n + 1}::uuid, ${n + 2}::uuid)
-                ORDER BY m.tenant_id, m.chunk_id LIMIT ${n + 3}""",
-            *args,
-            *after,
-            batch,
-        )
-        if not rows:
-            return done
-        try:
-            vectors = await embedder.embed([r["content"] for r in rows])
-        except EmbedderError as exc:
-            raise UsageError(f"embedder failed after {done} document chunks: {exc}") from exc
-        # Re-checked at the write: a delete that landed while the embedder ran erased the
-        # chunk, and its text's vector must not come back.
-        await conn.executemany(
-            """UPDATE document_chunks SET embedding = $3, embedding_model = $4
-               WHERE tenant_id = $1 AND chunk_id = $2 AND embedding IS NULL
-                 AND retired_at IS NULL AND content <> ''""",
-            [(r["tenant_id"], r["chunk_id"], v, model) for r, v in zip(rows, vectors, strict=True)],
-        )
-        done += len(rows)
-        after = (str(rows[-1]["tenant_id"]), str(rows[-1]["chunk_id"]))
-        print(f"\rbackfilled {done} document chunks", end="", file=sys.stderr)
+    return await _backfill(conn, embedder, model, _CHUNK_VECTORS, where, args, batch)
 
 
 async def cmd_set_dimension(ctx: Context) -> None:
