@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from brain.server.domain import convert
 from brain.server.errors import InvalidArgument
-from brain.v1 import common_pb2, memory_pb2
+from brain.v1 import memory_pb2
 
 if TYPE_CHECKING:
     from brain.server.domain.retrieval.lanes import FusedHit as Hit
@@ -117,14 +117,5 @@ def _chunk_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
         tokens=cost,
         content=row["content"],
         kind=memory_pb2.CONTEXT_ITEM_KIND_KNOWLEDGE,
-        source=common_pb2.ChunkSource(
-            chunk_id=str(row["chunk_id"]),
-            document_id=str(row["document_id"]),
-            version=row["version"],
-            collection=row["collection"],
-            path=row["path"],
-            heading_path=row["heading_path"],
-            line_start=row["line_start"],
-            line_end=row["line_end"],
-        ),
+        source=convert.chunk_source(row),
     )

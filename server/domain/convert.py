@@ -93,3 +93,17 @@ def receipt(row: Any) -> common_pb2.Memory:
 def shown(row: Any, may_read: bool) -> common_pb2.Memory:
     """The full memory for a key with memories:read, else its receipt."""
     return memory(row) if may_read else receipt(row)
+
+
+def chunk_source(row: Any) -> common_pb2.ChunkSource:
+    """Where a knowledge chunk comes from, for an agent to cite."""
+    return common_pb2.ChunkSource(
+        chunk_id=str(row["chunk_id"]),
+        document_id=str(row["document_id"]),
+        version=row["version"],
+        collection=row["collection"],
+        path=row["path"],
+        heading_path=row["heading_path"],
+        line_start=row["line_start"],
+        line_end=row["line_end"],
+    )

@@ -110,22 +110,9 @@ def document_message(row: asyncpg.Record, with_content: bool = False) -> knowled
     return d
 
 
-def chunk_source(row: asyncpg.Record) -> common_pb2.ChunkSource:
-    return common_pb2.ChunkSource(
-        chunk_id=str(row["chunk_id"]),
-        document_id=str(row["document_id"]),
-        version=row["version"],
-        collection=row["collection"],
-        path=row["path"],
-        heading_path=row["heading_path"],
-        line_start=row["line_start"],
-        line_end=row["line_end"],
-    )
-
-
 def hit_message(hit: FusedHit) -> knowledge_pb2.KnowledgeHit:
     return knowledge_pb2.KnowledgeHit(
-        source=chunk_source(hit.row),
+        source=convert.chunk_source(hit.row),
         content=hit.row["content"],
         score=hit.score,
         lexical_rank=hit.lexical_rank,
@@ -427,7 +414,7 @@ class Knowledge:
             lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
         elif not lexical_only and m.embedder.dimension:
             try:
-                vector = await m.query_vector(query, ())
+                vector = await m.query_vector(caller, query, ())
                 lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
             except EmbedderError as exc:
                 _log.warning("query embedding failed; lexical only", error=str(exc))

@@ -160,7 +160,7 @@ class MemoryReads(MemoryBase):
         lexical_only = False
         if self.embedder.dimension:
             try:
-                vector = await self.query_vector(query, ())
+                vector = await self.query_vector(caller, query, ())
             except EmbedderError as exc:
                 _log.warning("query embedding failed; lexical only", error=str(exc))
                 lexical_only = True
@@ -209,10 +209,10 @@ class MemoryReads(MemoryBase):
         if mode == memory_pb2.SEARCH_MODE_HYBRID and not query_embedding:
             # Embedded while the lexical lanes run; awaited before the semantic lane.
             if self.embedder.dimension:
-                pending = asyncio.create_task(self.query_vector(query, ()))
+                pending = asyncio.create_task(self.query_vector(caller, query, ()))
         elif mode != memory_pb2.SEARCH_MODE_LEXICAL:
             try:
-                vector = await self.query_vector(query, query_embedding)
+                vector = await self.query_vector(caller, query, query_embedding)
             except EmbedderError as exc:
                 if mode == memory_pb2.SEARCH_MODE_SEMANTIC:
                     raise Unavailable(
@@ -324,7 +324,9 @@ class MemoryReads(MemoryBase):
         head = sorted(head, key=lambda h: -h.rerank_score)  # stable: ties keep fused order
         return Recalled((head + hits[len(head) :])[:limit], memory_pb2.RANKING_RERANKED)
 
-    async def query_vector(self, query: str, given: Sequence[float]) -> list[float] | None:
+    async def query_vector(
+        self, caller: Caller, query: str, given: Sequence[float]
+    ) -> list[float] | None:
         if given:
             if len(given) != self.embedding_dimension:
                 raise InvalidArgument(
@@ -338,4 +340,4 @@ class MemoryReads(MemoryBase):
         if self.embedder.dimension == 0:
             return None
         model = self.embedding_model or self.embedder.name
-        return await self.query_vectors.vector(self.embedder, model, query)
+        return await self.query_vectors.vector(self.embedder, model, query, tenant=caller.tenant_id)
