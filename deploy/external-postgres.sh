@@ -126,6 +126,9 @@ CREATE DATABASE brain OWNER brain_owner;
 \endif
 SQL
     psql_super -d brain -c "SET client_min_messages TO warning; CREATE EXTENSION IF NOT EXISTS vector"
+    # Text match may then run before the row-level security policies, through the GIN
+    # indexes (README, Scaling); only a superuser may mark it.
+    psql_super -d brain -c "ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF"
 
     local url=postgresql://%s:%s@127.0.0.1:$PORT/brain
     (

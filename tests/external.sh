@@ -52,7 +52,8 @@ for db in ${SPARE//,/ }; do
     runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -h "$ROOT/pg/socket" -p "$PG_PORT" -U postgres -d postgres \
         -c "CREATE DATABASE $db OWNER brain_owner"
     runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -h "$ROOT/pg/socket" -p "$PG_PORT" -U postgres -d "$db" \
-        -c "CREATE EXTENSION vector"
+        -c "CREATE EXTENSION vector" \
+        -c "ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF"
 done
 
 # A streaming standby of that cluster, for the read-replica test; brain_owner may pause its

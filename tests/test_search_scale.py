@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncpg
 import grpc
 import pytest
 
 from brain.authz import Confinement
+from brain.server.domain.retrieval.lanes import RetrievalParams, plan_lane
 from brain.v1 import memory_pb2
 
 from .conftest import BrainServer, unique
@@ -158,3 +161,80 @@ async def test_row_level_security_shows_only_the_cells_a_key_may_see(
     cells, df = brain_server.loop.run(seen())
     assert cells == {("", ("team",))}  # its own cell only: not hr, not bob, not the stranger's
     assert df == 1
+
+
+def test_lane_plans_draw_rare_terms_first_within_the_budget() -> None:
+    """Which candidates each lane reads, from the visible statistics alone."""
+    params = RetrievalParams(lexical_df_cap=10)
+    rows = ("", 100.0, 800.0)
+    rare = plan_lane("english", [rows, ("zeppelin", 3.0, 0), ("hangar", 8.0, 0)], params)
+    assert (rare.draw, rare.common, rare.over_budget) == ("'zeppelin'", False, False)
+    both = plan_lane("english", [rows, ("zeppelin", 3.0, 0), ("hangar", 4.0, 0)], params)
+    assert both.draw == "'zeppelin' | 'hangar'" and not both.pair
+    over = plan_lane("english", [rows, ("zeppelin", 4.0, 0), ("hangar", 6.0, 0)],
+                     RetrievalParams(lexical_df_cap=3))  # fmt: skip
+    assert (over.over_budget, over.common, over.pair) == (True, False, "'zeppelin' & 'hangar'")
+    common = plan_lane("english", [rows, ("the", 90.0, 0)], params)
+    assert common.common and common.draw == "'the'"
+    assert plan_lane("english", [rows, ("o'neil\\x", 1.0, 0)], params).draw == "'o''neil\\\\x'"
+    assert [w for w, _ in rare.weights] == ["zeppelin", "hangar"]  # every term weighs
+    assert rare.weights[0][1] > rare.weights[1][1] > 0  # rarer weighs more
+    assert (rare.n, rare.avgdl) == (100.0, 8.0)
+
+
+async def test_budget_paths_ignore_rows_the_caller_cannot_see(
+    walled_server: BrainServer,
+) -> None:
+    """Over the budget (the rarest term's rows holding the next rarest first) and
+    unspecific (the newest rows holding the rarest term): a caller's hits, scores and
+    order still ignore rows it cannot see, and it finds its own rows (the control)."""
+    server = walled_server
+    if server.running is None:
+        pytest.skip("needs the in-process server to set a small candidate budget")
+    tenant, namespace = unique("t"), unique("ns")
+    memories = server.running.memories
+    saved = memories.params
+    memories.params = dataclasses.replace(saved, lexical_df_cap=2, candidates=2)
+    try:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            alice = Api(
+                channel, server.mint_key(tenant, "alice", user="alice", namespaces=(namespace,)),
+                namespace=namespace, user_id="alice",
+            )  # fmt: skip
+            writer = Api(channel, server.mint_key(tenant, "writer"), namespace=namespace)
+            pair = [(await alice.save(f"zeppelin hangar pair {i}")).memory.id for i in range(2)]
+            lone = (await alice.save("zeppelin alone in the sky")).memory.id
+            for i in range(60):
+                await alice.save(f"filler note {i} about hangar doors")
+
+            async def both(query: str) -> list[tuple[str, float, float]]:
+                response = await alice.memories.SearchMemories(
+                    memory_pb2.SearchMemoriesRequest(
+                        scope=alice.scope(), query=query, limit=20, min_relevance=0,
+                        mode=memory_pb2.SEARCH_MODE_LEXICAL,
+                    ),
+                    metadata=alice.md,
+                )  # fmt: skip
+                return [(h.memory.id, round(h.score, 5), h.lexical_score) for h in response.hits]
+
+            # zeppelin: 3 rows, over the budget of 2, in under a twentieth of 63.
+            over = await both("zeppelin hangar")
+            assert {hit[0] for hit in over[:2]} == set(pair) and lone in {h[0] for h in over}
+            # filler: in 60 of 63 rows, an unspecific query: 4 x candidates newest rows.
+            common = await both("filler note")
+            assert len(common) == 8
+            for _ in range(10):
+                await writer.save("zeppelin hangar filler note", scope=writer.scope(user_id="bob"))
+            assert await both("zeppelin hangar") == over
+            assert await both("filler note") == common
+            # Control: the writer sees bob's rows, and they come first for it.
+            seen = await writer.memories.SearchMemories(
+                memory_pb2.SearchMemoriesRequest(
+                    scope=writer.scope(), query="filler note", limit=20, min_relevance=0,
+                    mode=memory_pb2.SEARCH_MODE_LEXICAL,
+                ),
+                metadata=writer.md,
+            )  # fmt: skip
+            assert "bob" in {h.memory.scope.user_id for h in seen.hits}
+    finally:
+        memories.params = saved

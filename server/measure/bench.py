@@ -132,7 +132,8 @@ async def run(
                 for size in sorted(sizes):
                     print(f"{embedder}: filling to {size} memories…", file=sys.stderr)
                     dimension = 0 if embedder == "none" else brain.memories.embedding_dimension
-                    cost = await fill(brain.owner_dsn, tenant, size, dimension, seed)
+                    model = brain.memories.embedding_model or ""
+                    cost = await fill(brain.owner_dsn, tenant, size, dimension, seed, model)
                     for kind in kinds:
                         for c in concurrencies:
                             measured = await load(address, bucket.api_key, kind, c)

@@ -24,6 +24,9 @@ from brain.server.measure.synthetic import NAMESPACE, sentence
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
 ECHO_METHOD = "/brain.bench.Echo/Echo"
+# Callers share up to this many connections (each its own TCP connection), as a team's
+# many clients would: with one connection every call would reach the same server worker.
+CONNECTIONS = 8
 
 
 # --- the bare echo server: the ceiling a grpc.aio service can reach on this machine -----
@@ -81,12 +84,19 @@ async def _drive(
     todo = iter(texts)
     scope = common_pb2.Scope(namespace=NAMESPACE)
     md = (("authorization", f"Bearer {api_key}"),)
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = memory_pb2_grpc.MemoryServiceStub(channel)
-        echo = channel.unary_unary(ECHO_METHOD, None, None)
+    async with contextlib.AsyncExitStack() as stack:
+        channels = [
+            await stack.enter_async_context(
+                grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+            )
+            for _ in range(min(concurrency, CONNECTIONS))
+        ]
         deadline = float("inf")
 
-        async def call(text: str) -> None:
+        async def call(text: str, caller_index: int = 0) -> None:
+            channel = channels[caller_index % len(channels)]
+            stub = memory_pb2_grpc.MemoryServiceStub(channel)
+            echo = channel.unary_unary(ECHO_METHOD, None, None)
             if kind == "echo":
                 request = memory_pb2.SearchMemoriesRequest(scope=scope, query=text, limit=10)
                 await echo(request.SerializeToString(), timeout=60)
@@ -105,24 +115,24 @@ async def _drive(
                     metadata=md, timeout=60,
                 )  # fmt: skip
 
-        async def caller() -> None:
+        async def caller(index: int) -> None:
             for text in todo:  # one shared iterator: each text is sent once
                 if time.perf_counter() > deadline:
                     return
                 started = time.perf_counter()
                 try:
-                    await call(text)
+                    await call(text, index)
                 except grpc.aio.AioRpcError as exc:
                     errors[exc.code().name] += 1
                     continue
                 latencies.append((time.perf_counter() - started) * 1000)
 
-        for text in itertools.islice(todo, 3):  # warm up: connection, caches
+        for index, text in enumerate(itertools.islice(todo, max(3, len(channels)))):  # warm up
             with contextlib.suppress(grpc.aio.AioRpcError):
-                await call(text)
+                await call(text, index)  # each connection, and the server's caches
         started = time.perf_counter()
         deadline = started + seconds if seconds else float("inf")
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        await asyncio.gather(*(caller(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
     return {
         "ok": len(latencies),

@@ -32,14 +32,17 @@ FILL_SQL = """
            CASE WHEN $3::int > 0 THEN
                (SELECT array_agg(random() - 0.5)::vector FROM generate_series(1, $3::int + g * 0))
            END,
-           CASE WHEN $3::int > 0 THEN 'bench' END
+           CASE WHEN $3::int > 0 THEN $7::text END
     FROM generate_series(1, $2::int) g"""
 
 
 async def fill(
-    owner_dsn: str, tenant: str, target: int, dimension: int, seed: int = 7
+    owner_dsn: str, tenant: str, target: int, dimension: int, seed: int = 7, model: str = ""
 ) -> dict[str, float]:
     """Fill the tenant's bucket ``bench`` up to ``target`` current memories, in one statement.
+
+    Vectors are stored as made by ``model`` (the server's embedding model id): the semantic
+    lane compares only vectors of the model that embeds the query.
 
     With vectors, the HNSW index is dropped first and built again afterwards, so the fill
     measures what building it costs (``hnsw_build_s``) instead of slow row-by-row inserts.
@@ -65,7 +68,9 @@ async def fill(
         # Term statistics are counted once for the whole load, not row by row.
         await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_lexical_stats")
         try:
-            await conn.execute(FILL_SQL, tenant_id, rows, dimension, VOCABULARY, NAMESPACE, seed)
+            await conn.execute(
+                FILL_SQL, tenant_id, rows, dimension, VOCABULARY, NAMESPACE, seed, model
+            )
         finally:
             await conn.execute("ALTER TABLE memories ENABLE TRIGGER memories_lexical_stats")
         out["fill_s"] = round(time.perf_counter() - started, 1)

@@ -152,6 +152,12 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
     except UnsafeRole as exc:
         await db.close()
         raise StartupError(str(exc)) from exc
+    if not await db.text_match_is_leakproof():
+        _log.warning(
+            "lexical search cannot use its indexes under row-level security, so each "
+            "search reads the whole table; a superuser can fix it once per database",
+            run=migrations.MARK_TEXT_MATCH,
+        )
     return db, pg
 
 

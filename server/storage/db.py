@@ -26,6 +26,7 @@ from brain.server.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from brain.server.storage import migrate
 from brain.server.telemetry import metrics
 
 _log = structlog.get_logger("brain.db")
@@ -261,6 +262,10 @@ class Database:
             readonly=readonly,
             replica=replica,
         )
+
+    async def text_match_is_leakproof(self) -> bool:
+        """Whether lexical searches can use the GIN indexes under row-level security."""
+        return bool(await self.pool.fetchval(migrate.IS_LEAKPROOF, migrate.TEXT_MATCH))
 
     async def embedding_dimension(self) -> int:
         """The dimension the schema's vector column was declared with."""

@@ -12,6 +12,14 @@ import structlog
 _log = structlog.get_logger("brain.migrate")
 _LOCK_ID = 0x6272_6169_6E00  # "brain\0"
 APP_GROUP_ROLE = "brain_app"
+# Under row-level security PostgreSQL runs a query's own condition before the policies,
+# and so through an index, only when the condition's function is LEAKPROOF. Text match
+# (tsvector @@ tsquery) is not marked so, although its answer depends only on its two
+# arguments and it raises no error about the row it reads; unmarked, the GIN indexes
+# cannot serve a lexical search and each one reads the whole table. Only a superuser may
+# mark a function: `migrate` does when it can, and the server warns at start when not.
+TEXT_MATCH = "pg_catalog.ts_match_vq(tsvector, tsquery)"
+MARK_TEXT_MATCH = f"ALTER FUNCTION {TEXT_MATCH} LEAKPROOF"
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,26 @@ async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[
             )
         _log.info("migration applied", version=migration.version, name=migration.name)
         done.append(migration)
+    await _mark_text_match(conn)
     return done
+
+
+IS_LEAKPROOF = "SELECT proleakproof FROM pg_proc WHERE oid = $1::regprocedure"
+
+
+async def text_match_is_leakproof(conn: asyncpg.Connection) -> bool:
+    """Whether lexical searches can use the GIN indexes under row-level security."""
+    return bool(await conn.fetchval(IS_LEAKPROOF, TEXT_MATCH))
+
+
+async def _mark_text_match(conn: asyncpg.Connection) -> None:
+    """Mark text match LEAKPROOF (see TEXT_MATCH) when this role may; checked on every
+    migrate, since a restore into a new cluster brings its own catalog."""
+    if await text_match_is_leakproof(conn):
+        return
+    if await conn.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"):
+        await conn.execute(MARK_TEXT_MATCH)
+        _log.info("text match marked leakproof", function=TEXT_MATCH)
 
 
 async def _ensure_app_role(conn: asyncpg.Connection) -> None:

@@ -276,8 +276,8 @@ class MemoryReads(MemoryBase):
         exact: list[retrieval.LaneHit] = []
         size = 0
         if mode != memory_pb2.SEARCH_MODE_SEMANTIC and retrieval.uses_term_statistics(f, t):
-            lexical, exact = await retrieval.lexical_lanes(conn, vis, query, f, t, n, self.params)
-            size = retrieval.searched_rows(lexical + exact)
+            both = await retrieval.lexical_lanes(conn, vis, query, f, t, n, self.params)
+            lexical, exact, size = both.english, both.simple, both.searched_rows
         elif mode != memory_pb2.SEARCH_MODE_SEMANTIC:
             size = await retrieval.corpus_size(conn, vis, f, t)
             lexical = await retrieval.lexical_lane(

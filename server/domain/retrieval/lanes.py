@@ -287,41 +287,24 @@ async def lexical_lanes(
     t: TimeCoords,
     limit: int,
     params: RetrievalParams,
-) -> tuple[list[LaneHit], list[LaneHit]]:
-    """Both BM25 lanes (``english``, ``simple``) in one statement, from kept statistics.
+) -> LexicalHits:
+    """Both BM25 lanes (``english``, ``simple``) from kept statistics, in two statements.
 
     Document frequencies and the corpus size are sums of the write-time counts of the
     visibility cells the caller may see (migration 0010), never of other cells, so they
-    cost a few index lookups whatever the bucket's size. Candidates come through the GIN
-    index from the rarest query terms first, as many terms as fit ``lexical_df_cap`` rows
-    (always the rarest one), so the rows read follow the query's rare terms too; when even
-    the rarest term is in a twentieth of the rows and over the budget, the newest
-    ``4 x candidates`` visible rows holding it are scored instead. Every choice depends
-    only on rows and statistics the caller may see.
+    cost a few index lookups whatever the bucket's size. The first statement reads them;
+    the terms to draw candidates from are then chosen here (`plan_lane`), so the second
+    statement carries them as a constant query the planner can see: candidates come
+    through the GIN index from the rarest query terms first, as many terms as fit
+    ``lexical_df_cap`` rows (always the rarest one); when even the rarest term is in a
+    twentieth of the rows and over the budget, the newest ``4 x candidates`` visible rows
+    holding it are scored instead. Every choice depends only on rows and statistics the
+    caller may see.
     """
     p = Params(query)
-    scope_sql = (
-        f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
-    )
-    tenant, budget = f"{p.add(v.tenant_id)}::uuid", p.add(params.lexical_df_cap)
-    k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
-    recent = p.add(params.candidates * 4)
-    docs = " UNION ALL ".join(
-        f"""(SELECT '{config}'::text AS config, m.tenant_id, m.memory_id, m.version,
-                    m.{tsv} AS tsv
-             FROM picked q, memories m
-             WHERE q.config = '{config}' AND NOT q.common AND m.{tsv} @@ q.tq AND {scope_sql}
-             LIMIT {budget})
-            UNION ALL
-            (SELECT '{config}', r.* FROM picked q, LATERAL (
-                 SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv FROM memories m
-                 -- not through the GIN index: its posting list is most of the bucket
-                 WHERE (m.{tsv} || ''::tsvector) @@ q.tq AND {scope_sql}
-                 ORDER BY m.memory_id DESC LIMIT {recent}) r
-             WHERE q.config = '{config}' AND q.common)"""
-        for config, tsv in TSVECTORS.items()
-    )
-    sql = f"""
+    tenant = f"{p.add(v.tenant_id)}::uuid"
+    stats = await conn.fetch(
+        f"""
         WITH cells AS (
             SELECT c.cell_id FROM lexical_cells c
             WHERE c.tenant_id = {tenant} AND {cell_predicate(v, p, "c")}
@@ -332,74 +315,143 @@ async def lexical_lanes(
             UNION ALL SELECT 'simple', l
             FROM unnest(tsvector_to_array(to_tsvector('simple'::regconfig, $1))) l
             UNION ALL SELECT 'english', '' UNION ALL SELECT 'simple', ''
-        ),
+        )
         -- Lexeme '' is each cell's row count and total length (see migration 0010).
-        stats AS (
-            SELECT t.config, t.lexeme, s.df, s.len FROM terms t, LATERAL (
-                SELECT COALESCE(sum(s.df), 0)::float8 AS df,
-                       COALESCE(sum(s.total_length), 0)::float8 AS len
-                FROM lexical_terms s
-                WHERE s.tenant_id = {tenant} AND s.config = t.config AND s.lexeme = t.lexeme
-                  AND s.cell_id = ANY(ARRAY(SELECT cell_id FROM cells))) s
-        ),
-        corpus AS (
-            SELECT config, df AS n, CASE WHEN df > 0 THEN len / df ELSE 1 END AS avgdl
-            FROM stats WHERE lexeme = ''
-        ),
-        qterms AS (
-            SELECT s.config, s.lexeme, s.df,
-                   sum(s.df) OVER (PARTITION BY s.config ORDER BY s.df, s.lexeme
-                                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS running
-            FROM stats s WHERE s.lexeme <> '' AND s.df > 0
-        ),
-        -- Candidates: rows holding the rarest terms, as many terms as fit the budget
-        -- (always the rarest one), through the GIN index. When even the rarest term is in
-        -- more than a twentieth of the rows and over the budget, the query is unspecific:
-        -- its newest rows holding that term are read instead, a bounded number.
-        picked AS (
-            SELECT q.config, string_agg(quote_literal(q.lexeme), ' | ')::tsquery AS tq,
-                   min(q.df) > {budget} AND min(q.df) * 20 > min(c.n) AS common
-            FROM qterms q JOIN corpus c USING (config)
-            WHERE q.running <= {budget} OR q.running = q.df
-            GROUP BY q.config
-        ),
-        docs AS ({docs}),
-        weights AS (
-            SELECT q.config, q.lexeme, c.avgdl,
-                   ln(1 + (c.n - q.df + 0.5) / (q.df + 0.5)) AS idf
-            FROM qterms q JOIN corpus c USING (config)
-        ),
-        -- Each candidate scored on its own: no join of every candidate's every word.
-        scored AS (
-            SELECT d.config, d.tenant_id, d.memory_id, d.version, (
-                SELECT sum(w.idf * cardinality(u.positions) * ({k1} + 1)
-                           / (cardinality(u.positions)
-                              + {k1} * (1 - {b} + {b} * length(d.tsv) / GREATEST(w.avgdl, 1))))
-                FROM unnest(d.tsv) AS u JOIN weights w ON w.lexeme = u.lexeme
-                WHERE w.config = d.config) AS score
-            FROM docs d
-        ),
+        SELECT t.config, t.lexeme, s.df, s.len FROM terms t, LATERAL (
+            SELECT COALESCE(sum(s.df), 0)::float8 AS df,
+                   COALESCE(sum(s.total_length), 0)::float8 AS len
+            FROM lexical_terms s
+            WHERE s.tenant_id = {tenant} AND s.config = t.config AND s.lexeme = t.lexeme
+              AND s.cell_id = ANY(ARRAY(SELECT cell_id FROM cells))) s""",
+        *p.values,
+    )
+    plans = [
+        plan_lane(c, [(r["lexeme"], r["df"], r["len"]) for r in stats if r["config"] == c], params)
+        for c in TSVECTORS
+    ]  # fmt: skip
+    searched = max(plan.n for plan in plans)
+    plans = [plan for plan in plans if plan.weights]
+    if not plans:
+        return LexicalHits([], [], 0)
+    p = Params()
+    scope_sql = (
+        f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
+    )
+    k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
+    lanes_sql = []
+    for plan in plans:
+        tsv, tq = TSVECTORS[plan.config], f"{p.add(plan.draw)}::tsquery"
+        if plan.common:
+            # Not through the GIN index (its posting list is most of the bucket): IS TRUE
+            # keeps the match out of the index yet, leakproof, tested before the policies.
+            read = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
+                       FROM memories m WHERE (m.{tsv} @@ {tq}) IS TRUE AND {scope_sql}
+                       ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}"""
+        elif plan.over_budget:
+            # The rarest term alone has more rows than the budget: its rows holding the
+            # next rarest term too first (they score highest), then a few more of its rows.
+            both = (
+                f"""(SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv, 0 AS pass
+                     FROM memories m
+                     WHERE m.{tsv} @@ {p.add(plan.pair)}::tsquery AND {scope_sql}
+                     LIMIT {p.add(params.candidates * 4)}) UNION ALL"""
+                if plan.pair
+                else ""
+            )
+            read = f"""SELECT DISTINCT ON (c.memory_id) c.tenant_id, c.memory_id, c.version, c.tsv
+                       FROM ({both}
+                             (SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
+                                     1 AS pass
+                              FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}
+                              LIMIT {p.add(params.candidates * 4)})) c
+                       ORDER BY c.memory_id, c.pass"""
+        else:
+            read = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
+                       FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}
+                       LIMIT {p.add(params.lexical_df_cap)}"""
+        terms = p.add([term for term, _ in plan.weights])
+        idfs = p.add([idf for _, idf in plan.weights])
+        norm = f"{k1} * (1 - {b} + {b} * length(d.tsv) / {p.add(max(plan.avgdl, 1.0))}::float8)"
+        # Each candidate scored on its own, its query words looked up in the term arrays.
+        lanes_sql.append(f"""
+            SELECT '{plan.config}'::text AS lane, d.tenant_id, d.memory_id, d.version, (
+                SELECT sum(({idfs}::float8[])[array_position({terms}::text[], u.lexeme)]
+                           * cardinality(u.positions) * ({k1} + 1)
+                           / (cardinality(u.positions) + {norm}))
+                FROM unnest(d.tsv) AS u WHERE u.lexeme = ANY({terms}::text[])) AS score
+            FROM ({read}) d""")
+    sql = f"""
+        WITH scored AS ({" UNION ALL ".join(lanes_sql)}),
         ranked AS (
-            SELECT s.*, row_number() OVER (PARTITION BY s.config
+            SELECT s.*, row_number() OVER (PARTITION BY s.lane
                                            ORDER BY s.score DESC, s.memory_id) AS rank
             FROM scored s WHERE s.score IS NOT NULL
         )
-        SELECT {memory_columns(v, p)}, r.config AS lane, r.score,
-               (SELECT c.n FROM corpus c WHERE c.config = r.config) AS searched_rows
+        SELECT {memory_columns(v, p)}, r.lane, r.score
         FROM ranked r JOIN memories m USING (tenant_id, memory_id, version)
         WHERE r.rank <= {p.add(limit)}
-        ORDER BY r.config, r.score DESC, m.memory_id"""
+        ORDER BY r.lane, r.score DESC, m.memory_id"""
     with metrics.lane("lexical"):
         rows = await conn.fetch(sql, *p.values)
     lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
     for r in rows:
         lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
-    return lanes["english"], lanes["simple"]
+    # N goes with hits only: a search that matched nothing lexically fuses as it always has.
+    return LexicalHits(lanes["english"], lanes["simple"], int(searched) if rows else 0)
 
 
-def searched_rows(hits: Sequence[LaneHit]) -> int:
-    """N of the statement `lexical_lanes` ran (each row carries it); 0 without hits."""
-    return int(hits[0].row["searched_rows"]) if hits else 0
+@dataclass(frozen=True)
+class LexicalHits:
+    english: list[LaneHit]
+    simple: list[LaneHit]
+    searched_rows: int  # N, the current active rows the caller may see; 0 without hits
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """What one BM25 lane reads: ``draw`` (a tsquery over the terms candidates come
+    from), whether the query is unspecific (``common``), and every term's weight. When
+    the rarest term alone is over the budget, ``pair`` (its rows that also hold the next
+    rarest term, the best-scoring ones) is read first, then a few more of its rows."""
+
+    config: str
+    n: float
+    avgdl: float
+    draw: str
+    common: bool
+    weights: tuple[tuple[str, float], ...]
+    over_budget: bool = False
+    pair: str = ""
+
+
+def plan_lane(
+    config: str, stats: Sequence[tuple[str, float, float]], params: RetrievalParams
+) -> LanePlan:
+    """The lane's plan from (lexeme, df, total length) of each query term in the cells the
+    caller may see, lexeme '' giving the row count and total length."""
+    n, total = next(((df, length) for lexeme, df, length in stats if lexeme == ""), (0.0, 0.0))
+    avgdl = total / n if n > 0 else 1.0
+    terms = sorted((df, lexeme) for lexeme, df, _ in stats if lexeme and df > 0)
+    budget = params.lexical_df_cap
+    drawn: list[str] = []
+    running = 0.0
+    for df, lexeme in terms:
+        running += df
+        if running <= budget or not drawn:
+            drawn.append(lexeme)
+    over_budget = bool(terms) and terms[0][0] > budget
+    common = over_budget and terms[0][0] * 20 > n
+    weights = tuple((lexeme, math.log(1 + (n - df + 0.5) / (df + 0.5))) for df, lexeme in terms)
+    draw = " | ".join(quote_lexeme(lexeme) for lexeme in drawn)
+    pair = ""
+    if over_budget and not common and len(terms) > 1:
+        pair = f"{quote_lexeme(terms[0][1])} & {quote_lexeme(terms[1][1])}"
+    return LanePlan(config, n, avgdl, draw, common, weights, over_budget, pair)
+
+
+def quote_lexeme(lexeme: str) -> str:
+    """A lexeme as a tsquery operand, matched as it is (PostgreSQL's quote_literal)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
