@@ -6,6 +6,14 @@ import json
 import subprocess
 import sys
 
+import asyncpg
+import pytest
+
+from brain.server.measure.synthetic import fill, vocabulary
+from brain.server.storage import admin
+
+from .conftest import PgCluster, unique
+
 
 def test_throughput_bench_runs_and_reports_every_level() -> None:
     """`bench throughput` saves and searches over real gRPC and reports each concurrency."""
@@ -56,16 +64,46 @@ def test_brain_bench_runs_end_to_end_at_a_tiny_size() -> None:
 
 def test_brain_bench_with_the_local_embedder_rebuilds_and_reports_the_hnsw_index() -> None:
     """With an embedder the fill gives rows vectors, rebuilds the HNSW index and reports its
-    build time and size; hybrid searches then run without errors."""
+    build time and size; hybrid and semantic searches and reads by id then run without
+    errors."""
     done = subprocess.run(
         [
             sys.executable, "-m", "brain.server.measure.bench", "--rows", "50",
-            "--concurrency", "1", "--ops", "5", "--seconds", "5", "--kinds", "search",
+            "--concurrency", "1", "--ops", "5", "--seconds", "5",
+            "--kinds", "search", "semantic", "get",
             "--embedders", "local", "--workers", "1", "--json",
         ],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    (run,) = json.loads(done.stdout.strip().splitlines()[-1])["runs"]
-    assert run["embedder"] == "local" and run["ok"] > 0 and run["errors"] == {}, run
+    runs = json.loads(done.stdout.strip().splitlines()[-1])["runs"]
+    assert [r["kind"] for r in runs] == ["search", "semantic", "get"]
+    for run in runs:
+        assert run["embedder"] == "local" and run["ok"] > 0 and run["errors"] == {}, run
     assert run["inserted"] == 50 and run["hnsw_mb"] > 0 and run["hnsw_build_s"] >= 0
+
+
+async def test_fill_gives_rows_the_mean_of_their_words_vectors(pg_cluster: PgCluster) -> None:
+    """The benchmark's rows carry vectors of the server's model (the semantic lane compares
+    no other), each the mean of its words' vectors."""
+    dsn = pg_cluster.embedded_pg.owner_dsn
+    conn = await asyncpg.connect(dsn)
+    try:
+        tenant = unique("fill")
+        await admin.create_tenant(conn, tenant)
+        words = [[float(i % 7 == d) for d in range(384)] for i in range(len(vocabulary()))]
+        cost = await fill(dsn, tenant, 30, 384, model="local:test", word_vectors=words)
+        rows = await conn.fetch(
+            """SELECT m.content, m.embedding::text AS v, m.embedding_model FROM memories m
+               JOIN tenants t USING (tenant_id) WHERE t.name = $1""",
+            tenant,
+        )
+    finally:
+        await conn.close()
+    assert cost["inserted"] == 30 and len(rows) == 30
+    for row in rows:
+        assert row["embedding_model"] == "local:test"
+        ids = [int(w[1:]) for w in row["content"].split() if int(w[1:]) < len(words)]
+        expected = [sum(words[i][d] for i in ids) / len(ids) for d in range(7)]
+        got = [float(x) for x in row["v"].strip("[]").split(",")[:7]]
+        assert got == pytest.approx(expected, abs=1e-6)

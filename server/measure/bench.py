@@ -5,8 +5,9 @@
 First a bare grpc.aio echo server is measured at each concurrency: the most calls per
 second a Python gRPC service can answer on this machine (the ceiling). Then, for each
 embedder, a private server starts on a fresh embedded database (as brain-eval does), one
-tenant's bucket is filled straight through SQL (Zipf-distributed words, random vectors;
-only the query is embedded) to each size in turn, and SearchMemories then SaveMemory are
+tenant's bucket is filled straight through SQL (Zipf-distributed words; each row's vector
+the mean of the model's vectors of its words, so only the vocabulary is embedded up front
+and the query per search) to each size in turn, and SearchMemories then SaveMemory are
 driven over real gRPC from a separate process at each concurrency, for ``--seconds`` or
 ``--ops`` calls, whichever ends first. Every row says calls/s, p50/p99 and the ratio to
 the echo ceiling at the same concurrency. Figures depend on the machine and its load:
@@ -36,11 +37,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brain.server.measure.load import drive, start_echo_server
 from brain.server.measure.private import PrivateBrain, private_brain
-from brain.server.measure.synthetic import fill, tenant_of
+from brain.server.measure.synthetic import fill, tenant_of, vocabulary
 from brain.server.runtime import embedded
 from brain.server.telemetry import logs
 
-KINDS = ("search", "save")
+# search: hybrid with an embedder, else lexical; semantic: the query's vector alone (the
+# workload of a vector-only memory service); get: one memory by id, the floor of any call
+# that reads the database through the whole stack (authorization, transaction, one row).
+KINDS = ("search", "semantic", "save", "get")
+DEFAULT_KINDS = ("search", "save")
 
 
 @contextlib.asynccontextmanager
@@ -100,7 +105,7 @@ async def run(
     ops: int,
     seconds: float,
     seed: int,
-    kinds: Sequence[str] = KINDS,
+    kinds: Sequence[str] = DEFAULT_KINDS,
     workers: int = 1,
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
@@ -129,12 +134,16 @@ async def run(
             ):
                 bucket = await brain.bucket("bench")
                 tenant = await tenant_of(brain, bucket.api_key)
+                model_of = brain.memories.embedder
+                words = await model_of.embed(vocabulary()) if model_of.dimension else []
                 for size in sorted(sizes):
                     print(f"{embedder}: filling to {size} memories…", file=sys.stderr)
                     dimension = 0 if embedder == "none" else brain.memories.embedding_dimension
                     model = brain.memories.embedding_model or ""
-                    cost = await fill(brain.owner_dsn, tenant, size, dimension, seed, model)
+                    cost = await fill(brain.owner_dsn, tenant, size, dimension, seed, model, words)
                     for kind in kinds:
+                        if kind == "semantic" and embedder == "none":
+                            continue
                         for c in concurrencies:
                             measured = await load(address, bucket.api_key, kind, c)
                             echo = results["echo"][c]["per_s"] or 1.0
@@ -149,17 +158,17 @@ async def run(
 
 def report(results: dict[str, Any]) -> str:
     lines = [
-        f"{'':>8} {'rows':>9} {'kind':>6} {'conc':>4} {'calls/s':>8} {'p50 ms':>8} "
+        f"{'':>8} {'rows':>9} {'kind':>8} {'conc':>4} {'calls/s':>8} {'p50 ms':>8} "
         f"{'p99 ms':>8} {'vs echo':>8} {'errors':>6}"
     ]
     for c, e in results["echo"].items():
         lines.append(
-            f"{'echo':>8} {'':>9} {'echo':>6} {c:>4} {e['per_s']:>8} {e['p50_ms']:>8} "
+            f"{'echo':>8} {'':>9} {'echo':>8} {c:>4} {e['per_s']:>8} {e['p50_ms']:>8} "
             f"{e['p99_ms']:>8} {1.0:>8} {sum(e['errors'].values()):>6}"
         )
     for r in results["runs"]:
         lines.append(
-            f"{r['embedder']:>8} {r['rows']:>9} {r['kind']:>6} {r['concurrency']:>4} "
+            f"{r['embedder']:>8} {r['rows']:>9} {r['kind']:>8} {r['concurrency']:>4} "
             f"{r['per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['vs_echo']:>8} "
             f"{sum(r['errors'].values()):>6}"
         )
@@ -185,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--embedders", nargs="+", choices=["none", "local"], default=["none", "local"]
     )
-    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(DEFAULT_KINDS))
     parser.add_argument("--ops", type=int, default=2000, help="at most this many calls per row")
     parser.add_argument("--seconds", type=float, default=10.0, help="at most this long per row")
     parser.add_argument(

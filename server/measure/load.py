@@ -60,8 +60,8 @@ def drive(
     seed: int,
     seconds: float = 0.0,
 ) -> dict[str, Any]:
-    """Run up to ``ops`` calls of ``kind`` (save, search, echo) with ``concurrency`` callers,
-    stopping early after ``seconds`` when given."""
+    """Run up to ``ops`` calls of ``kind`` (save, search, semantic, get, echo) with
+    ``concurrency`` callers, stopping early after ``seconds`` when given."""
     return asyncio.run(_drive(address, api_key, kind, concurrency, ops, seed, seconds))
 
 
@@ -92,6 +92,15 @@ async def _drive(
             for _ in range(min(concurrency, CONNECTIONS))
         ]
         deadline = float("inf")
+        known = ""  # the memory `get` reads
+        if kind == "get":
+            saved = await memory_pb2_grpc.MemoryServiceStub(channels[0]).SaveMemory(
+                memory_pb2.SaveMemoryRequest(
+                    scope=scope, memory=common_pb2.MemoryDraft(content=f"get {seed}")
+                ),
+                metadata=md, timeout=60,
+            )  # fmt: skip
+            known = saved.memory.id
 
         async def call(text: str, caller_index: int = 0) -> None:
             channel = channels[caller_index % len(channels)]
@@ -109,9 +118,18 @@ async def _drive(
                     ),
                     metadata=md, timeout=60,
                 )  # fmt: skip
+            elif kind == "get":
+                await stub.GetMemory(
+                    memory_pb2.GetMemoryRequest(scope=scope, id=known), metadata=md, timeout=60
+                )
             else:
+                mode = (
+                    memory_pb2.SEARCH_MODE_SEMANTIC
+                    if kind == "semantic"
+                    else memory_pb2.SEARCH_MODE_UNSPECIFIED
+                )
                 await stub.SearchMemories(
-                    memory_pb2.SearchMemoriesRequest(scope=scope, query=text, limit=10),
+                    memory_pb2.SearchMemoriesRequest(scope=scope, query=text, limit=10, mode=mode),
                     metadata=md, timeout=60,
                 )  # fmt: skip
 

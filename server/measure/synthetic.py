@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 
 import asyncpg
 
@@ -18,31 +19,53 @@ def sentence(rng: random.Random, words: int) -> str:
     return " ".join(f"w{int(rng.paretovariate(1.1)) % VOCABULARY}" for _ in range(words))
 
 
-# One statement: the same Zipf vocabulary as `sentence`, 8 to 30 words per memory, and a
-# random vector per row when the bucket has an embedder (only the query is embedded).
+# One statement: the same Zipf vocabulary as `sentence`, 8 to 30 words per memory, and,
+# when the bucket has an embedder, a vector per row: the mean of the embedding model's
+# vectors of its words (table ``bench_words``, filled from `vocabulary`), so rows sharing
+# words lie close together as real embeddings do, and the query (embedded by the server)
+# is compared in the same space. Embedding every row would take minutes per 100,000 rows.
 FILL_SQL = """
     INSERT INTO memories (tenant_id, memory_id, version, namespace, content, labels, status,
                           valid_from, created_by, changed_by, changed_by_key, change,
                           embedding, embedding_model)
-    SELECT $1, gen_random_uuid(), 1, $5,
-           (SELECT string_agg('w' || (floor(power(1 - random(), -1 / 1.1))::bigint
-                                      % $4::int), ' ')
-            FROM generate_series(1, 8 + (g::bigint * 7919 + $6::int) % 23)),
+    SELECT $1, gen_random_uuid(), 1, $5, c.content,
            '{team}', 'active', now(), 'bench', 'bench', 'bench', 'save',
            CASE WHEN $3::int > 0 THEN
-               (SELECT array_agg(random() - 0.5)::vector FROM generate_series(1, $3::int + g * 0))
+               (SELECT avg(b.v) FROM unnest(string_to_array(c.content, ' ')) AS w
+                JOIN bench_words b ON b.word = w)
            END,
            CASE WHEN $3::int > 0 THEN $7::text END
-    FROM generate_series(1, $2::int) g"""
+    FROM (SELECT (SELECT string_agg('w' || (floor(power(1 - random(), -1 / 1.1))::bigint
+                                            % $4::int), ' ')
+                  FROM generate_series(1, 8 + (g::bigint * 7919 + $6::int) % 23)) AS content
+          FROM generate_series(1, $2::int) g) c"""
+
+
+# Word i is drawn with probability about i^-2.1: the 2,000 most frequent words make up
+# 99.98% of the words drawn, and a row's vector averages those of its words among them.
+EMBEDDED_WORDS = 2_000
+
+
+def vocabulary() -> list[str]:
+    """The words whose vectors make up the rows' vectors (the most frequent first)."""
+    return [f"w{i}" for i in range(EMBEDDED_WORDS)]
 
 
 async def fill(
-    owner_dsn: str, tenant: str, target: int, dimension: int, seed: int = 7, model: str = ""
+    owner_dsn: str,
+    tenant: str,
+    target: int,
+    dimension: int,
+    seed: int = 7,
+    model: str = "",
+    word_vectors: Sequence[Sequence[float]] = (),
 ) -> dict[str, float]:
     """Fill the tenant's bucket ``bench`` up to ``target`` current memories, in one statement.
 
-    Vectors are stored as made by ``model`` (the server's embedding model id): the semantic
-    lane compares only vectors of the model that embeds the query.
+    With a ``dimension``, each row's vector is the mean of ``word_vectors`` (the model's
+    vectors of `vocabulary`, in order) over its words, stored as made by ``model`` (the
+    server's embedding model id): the semantic lane compares only vectors of the model
+    that embeds the query.
 
     With vectors, the HNSW index is dropped first and built again afterwards, so the fill
     measures what building it costs (``hnsw_build_s``) instead of slow row-by-row inserts.
@@ -57,6 +80,15 @@ async def fill(
             tenant_id,
             NAMESPACE,
         )
+        await conn.execute(
+            f"CREATE TEMP TABLE bench_words (word text PRIMARY KEY, v vector({dimension or 1}))"
+        )
+        if dimension:
+            await conn.executemany(
+                "INSERT INTO bench_words VALUES ($1, $2::vector)",
+                [(word, "[" + ",".join(map(repr, vector)) + "]")
+                 for word, vector in zip(vocabulary(), word_vectors, strict=True)],
+            )  # fmt: skip
         await conn.execute("SELECT setseed($1)", (seed % 1000) / 1000)
         hnsw = None
         if dimension:
