@@ -178,15 +178,9 @@ class Database:
         timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         readonly: bool = False,
         replica: bool = False,
-        generic_plans: bool = False,
     ) -> AsyncIterator[asyncpg.Connection]:
         """A transaction in which RLS shows one tenant, within the key's confinement and labels
-        (and, to keys that may review, every proposal).
-
-        ``generic_plans`` plans each prepared statement once per connection instead of on
-        every call: for searches, whose statements were chosen so their plans do not depend
-        on the values bound (a search at 100,000 memories spent 1.5 of 8 ms planning).
-        """
+        (and, to keys that may review, every proposal)."""
         pool = self.pool
         if replica and readonly and self.replica is not None:
             pool = await self._read_pool(key_id)
@@ -207,10 +201,7 @@ class Database:
                                       set_config('brain.confine_user_id', $7, true),
                                       set_config('brain.confine_namespaces', $8, true),
                                       set_config('brain.confine_session_id', $9, true),
-                                      set_config('brain.may_review', $10, true),
-                                      set_config('plan_cache_mode', CASE WHEN $11
-                                          THEN 'force_generic_plan'
-                                          ELSE current_setting('plan_cache_mode') END, true)""",
+                                      set_config('brain.may_review', $10, true)""",
                             tenant_id,
                             key_id,
                             principal,
@@ -221,7 +212,6 @@ class Database:
                             _pg_array(confinement.namespaces) if confinement.namespaces else "",
                             confinement.session_id or "",
                             "on" if may_review else "",
-                            generic_plans,
                         )
                         yield conn
                         auditing = not readonly and await metrics.audit_pending(conn)
@@ -258,7 +248,6 @@ class Database:
         cap_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
         readonly: bool = False,
         replica: bool = False,
-        generic_plans: bool = False,
     ) -> AbstractAsyncContextManager[asyncpg.Connection]:
         """A tenant transaction bound to an authenticated caller's key, scope and deadline."""
         return self.tenant_tx(
@@ -272,7 +261,6 @@ class Database:
             timeout_ms=min(timeout_ms or cap_ms, cap_ms),
             readonly=readonly,
             replica=replica,
-            generic_plans=generic_plans,
         )
 
     async def text_match_is_leakproof(self) -> bool:

@@ -206,7 +206,6 @@ class MemoryBase:
         timeout_ms: int | None = None,
         readonly: bool = False,
         replica: bool = False,
-        generic_plans: bool = False,
     ) -> AbstractAsyncContextManager[asyncpg.Connection]:
         """A caller transaction; ``replica`` reads may go to the read replica, if any."""
         return self.db.caller_tx(
@@ -215,7 +214,6 @@ class MemoryBase:
             cap_ms=self.limits.statement_timeout_ms,
             readonly=readonly,
             replica=replica,
-            generic_plans=generic_plans,
         )
 
     def visibility(self, caller: Caller) -> Visibility:

@@ -228,9 +228,7 @@ class MemoryReads(MemoryBase):
         n = max(limit, self.params.candidates)
         vis = self.visibility(caller)
         try:
-            async with self.tx(
-                caller, timeout_ms=timeout_ms, readonly=True, replica=True, generic_plans=True
-            ) as conn:
+            async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
                 found = await self.lanes(conn, vis, query, f, t, n, mode, vector, pending)
         finally:
             if pending is not None:
