@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from .memories import RowFilter, TimeCoords, filter_predicate, memory_columns, time_predicate
+from .memories import RANKING_COLUMNS, RowFilter, TimeCoords, filter_predicate, time_predicate
 from .visibility import (
     Params,
     Visibility,
@@ -446,7 +446,7 @@ async def graph_lane(
                 GROUP BY h.tenant_id, h.memory_id, h.version
                 ORDER BY score DESC, h.memory_id DESC
                 LIMIT {p.add(limit)})
-        SELECT {memory_columns(v, p)}, s.score
+        SELECT {RANKING_COLUMNS}, s.score
         FROM scored s JOIN memories m USING (tenant_id, memory_id, version)
         ORDER BY s.score DESC, m.memory_id DESC""",
         *p.values,

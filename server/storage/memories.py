@@ -27,6 +27,34 @@ _ROW_COLUMNS = """m.tenant_id, m.memory_id, m.version, m.namespace, m.user_id, m
 MEMORY_COLUMNS = f"{_ROW_COLUMNS}, m.supersedes, m.superseded_by"
 
 
+# What ranking reads of every search candidate: its key, and what fusion's features and
+# boosts use. The columns shown (`memory_columns`) are read for the returned hits only.
+RANKING_COLUMNS = "m.tenant_id, m.memory_id, m.version, m.valid_from, m.importance, m.recorded_at"
+
+
+def ranking_columns(v: Visibility, p: Params) -> str:
+    return RANKING_COLUMNS
+
+
+async def shown_rows(
+    conn: asyncpg.Connection, v: Visibility, keys: Sequence[tuple[Any, Any, int]]
+) -> dict[tuple[Any, Any, int], asyncpg.Record]:
+    """The shown columns of the versions ``keys`` (tenant, memory id, version) that ``v``
+    may see, by key."""
+    if not keys:
+        return {}
+    tenants, ids, versions = (list(column) for column in zip(*keys, strict=True))
+    p = Params(tenants, ids, versions)
+    rows = await conn.fetch(
+        f"""SELECT {memory_columns(v, p)} FROM memories m
+            WHERE (m.tenant_id, m.memory_id, m.version) IN (
+                      SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[]))
+              AND {visibility_predicate(v, p)}""",
+        *p.values,
+    )
+    return {(r["tenant_id"], r["memory_id"], r["version"]): r for r in rows}
+
+
 def memory_columns(v: Visibility, p: Params) -> str:
     """The columns a caller is shown, with links cut to the memories it may see."""
     return (

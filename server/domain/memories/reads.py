@@ -230,28 +230,33 @@ class MemoryReads(MemoryBase):
         try:
             async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
                 found = await self.lanes(conn, vis, query, f, t, n, mode, vector, pending)
+                relevance = self.params.hybrid_model if found.hybrid else self.params.lexical_model
+                fused = retrieval.fuse(
+                    found.lexical, found.semantic, None, self.params, exact=found.exact,
+                    graph=found.graph, corpus_size=found.rows, model=relevance,
+                )  # fmt: skip
+                if self.observer is not None:
+                    self.observer(fused, found.rows)
+                # The search answers only when its best hit reaches the floor: weaker hits of
+                # an answered query still come (ranked lower), but a query that matched
+                # nothing well returns nothing (see the relevance module and README,
+                # Retrieval).
+                floor = (
+                    min_relevance
+                    if min_relevance is not None
+                    else self.default_floor(relevance, found.rows)
+                )
+                if fused and max(h.relevance for h in fused) < floor:
+                    return Recalled(
+                        [], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused))
+                    )
+                depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
+                # The lanes read what ranking needs; the hits shown are read in full here.
+                head = await retrieval.shown(conn, vis, fused[:depth])
         finally:
             if pending is not None:
                 pending.cancel()  # a no-op once awaited
-        relevance = self.params.hybrid_model if found.hybrid else self.params.lexical_model
-        fused = retrieval.fuse(
-            found.lexical, found.semantic, None, self.params, exact=found.exact,
-            graph=found.graph, corpus_size=found.rows, model=relevance,
-        )  # fmt: skip
-        if self.observer is not None:
-            self.observer(fused, found.rows)
-        # The search answers only when its best hit reaches the floor: weaker hits of an
-        # answered query still come (ranked lower), but a query that matched nothing well
-        # returns nothing (see the relevance module and README, Retrieval).
-        floor = (
-            min_relevance
-            if min_relevance is not None
-            else self.default_floor(relevance, found.rows)
-        )
-        if fused and max(h.relevance for h in fused) < floor:
-            return Recalled([], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused)))
-        depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
-        return await self.rerank(query, fused[:depth], limit)
+        return await self.rerank(query, head, limit)
 
     def default_floor(self, model: RelevanceModel, searched_rows: int) -> float:
         """The model's floor, once the lexical lanes ran over enough rows for BM25's term

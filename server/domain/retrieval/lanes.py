@@ -43,10 +43,12 @@ from brain.server.domain.retrieval.relevance import (
 )
 from brain.server.storage import graph as graph_sql
 from brain.server.storage.memories import (
+    RANKING_COLUMNS,
     RowFilter,
     TimeCoords,
     filter_predicate,
-    memory_columns,
+    ranking_columns,
+    shown_rows,
     time_predicate,
 )
 from brain.server.storage.visibility import (
@@ -150,7 +152,8 @@ class Corpus:
         return tuple(row[name] for name, _ in self.keys)
 
 
-MEMORIES = Corpus("memories", (("memory_id", "uuid"), ("version", "int")), memory_columns)
+# Memory lanes read the ranking columns; `shown` reads the returned hits in full.
+MEMORIES = Corpus("memories", (("memory_id", "uuid"), ("version", "int")), ranking_columns)
 # A lane's filter over ``m``: visibility, status, time and the caller's narrowing filters.
 Where = Callable[[Params], str]
 
@@ -387,7 +390,7 @@ async def lexical_lanes(
                                            ORDER BY s.score DESC, s.memory_id) AS rank
             FROM scored s WHERE s.score IS NOT NULL
         )
-        SELECT {memory_columns(v, p)}, r.lane, r.score
+        SELECT {RANKING_COLUMNS}, r.lane, r.score
         FROM ranked r JOIN memories m USING (tenant_id, memory_id, version)
         WHERE r.rank <= {p.add(limit)}
         ORDER BY r.lane, r.score DESC, m.memory_id"""
@@ -630,6 +633,20 @@ def fuse(
         item.score += boost(item.row, params, now)
     ranked = sorted(items, key=lambda h: (-h.score, str(corpus.key(h.row)[0])))
     return ranked if limit is None else ranked[:limit]
+
+
+async def shown(conn: asyncpg.Connection, v: Visibility, hits: list[FusedHit]) -> list[FusedHit]:
+    """The memory hits with every column a caller is shown, in their order (the lanes read
+    only what ranking needs)."""
+    rows = await shown_rows(conn, v, [(h.row["tenant_id"], h.row["memory_id"], h.row["version"])
+                                      for h in hits])  # fmt: skip
+    kept = []
+    for hit in hits:
+        row = rows.get((hit.row["tenant_id"], hit.row["memory_id"], hit.row["version"]))
+        if row is not None:  # always, in the transaction that ranked it
+            hit.row = row
+            kept.append(hit)
+    return kept
 
 
 def boost(row: asyncpg.Record, params: RetrievalParams, now: datetime) -> float:
