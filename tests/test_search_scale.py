@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 import grpc
 import pytest
 
 from brain.authz import Confinement
+from brain.server.domain.retrieval import lanes
 from brain.server.domain.retrieval.lanes import RetrievalParams, plan_lane
 from brain.v1 import memory_pb2
 
@@ -238,3 +242,73 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
             assert "bob" in {h.memory.scope.user_id for h in seen.hits}
     finally:
         memories.params = saved
+
+
+async def search_with_a_write_between(
+    api: Api, query: str, write: Callable[[], Awaitable[Any]], monkeypatch: pytest.MonkeyPatch
+) -> memory_pb2.SearchMemoriesResponse:
+    """A lexical search during which ``write`` commits after ranking and before the hits
+    are read in full (`lanes.shown`): the gap between a search's two reads."""
+    test_loop = asyncio.get_running_loop()
+    original, fired = lanes.shown, []
+
+    async def racing(conn: Any, v: Any, hits: Any) -> Any:
+        if not fired:
+            fired.append(True)
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(write(), test_loop))
+        return await original(conn, v, hits)
+
+    monkeypatch.setattr(lanes, "shown", racing)
+    response = await api.memories.SearchMemories(
+        memory_pb2.SearchMemoriesRequest(
+            scope=api.scope(), query=query, limit=10, min_relevance=0,
+            mode=memory_pb2.SEARCH_MODE_LEXICAL,
+        ),
+        metadata=api.md,
+    )  # fmt: skip
+    assert fired
+    return response
+
+
+async def test_a_write_between_ranking_and_reading_the_hits_is_not_mixed_in(
+    brain_server: BrainServer, channel: grpc.aio.Channel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search reads one snapshot: an update or a forget committed between its ranking and
+    its reading of the hits neither shows a retired version nor a half-forgotten memory
+    (found by an outside review: the hits came back as the replaced version, or ACTIVE with
+    empty content)."""
+    if brain_server.running is None:
+        pytest.skip("needs the in-process server to widen the gap")
+    api = Api(channel, brain_server.mint_key(
+        unique("t"), "w", permissions="memories:read,memories:write,memories:forget"))  # fmt: skip
+    first = (await api.save("basilisk first wording")).memory
+    found = await search_with_a_write_between(
+        api, "basilisk",
+        lambda: api.update(first.id, ["content"], content="basilisk second wording"),
+        monkeypatch,
+    )  # fmt: skip
+    # The search answers as of its start: the version it ranked, current then.
+    assert [(h.memory.id, h.memory.version, h.memory.content) for h in found.hits] == [
+        (first.id, 1, "basilisk first wording")
+    ]
+    assert not found.hits[0].memory.HasField("retired_at")
+
+    secret = (await api.save("manticore secret wording")).memory
+    public = (await api.save("manticore public wording")).memory
+    monkeypatch.undo()
+    found = await search_with_a_write_between(
+        api, "manticore", lambda: api.forget(secret.id), monkeypatch
+    )
+    shown = {h.memory.id: h.memory.content for h in found.hits}
+    assert shown[public.id] == "manticore public wording"  # control
+    assert all(content for content in shown.values()), shown  # never half-forgotten
+    # After the forget committed, the next search no longer finds it.
+    monkeypatch.undo()
+    after = await api.memories.SearchMemories(
+        memory_pb2.SearchMemoriesRequest(
+            scope=api.scope(), query="manticore", limit=10, min_relevance=0,
+            mode=memory_pb2.SEARCH_MODE_LEXICAL,
+        ),
+        metadata=api.md,
+    )  # fmt: skip
+    assert [h.memory.id for h in after.hits] == [public.id]

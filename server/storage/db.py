@@ -190,7 +190,11 @@ class Database:
             name = "replica" if pool is self.replica else "primary"
             async with metrics.acquire(pool, name) as conn:
                 try:
-                    async with conn.transaction(readonly=readonly):
+                    # A read sees one snapshot across its statements (a search ranks in
+                    # one and reads the hits it returns in another); read-only, it cannot
+                    # fail on a concurrent write.
+                    isolation = "repeatable_read" if readonly else None
+                    async with conn.transaction(isolation=isolation, readonly=readonly):
                         await conn.execute(
                             """SELECT set_config('brain.tenant_id', $1, true),
                                       set_config('brain.key_id', $2, true),
