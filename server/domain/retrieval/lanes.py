@@ -301,7 +301,8 @@ async def lexical_lanes(
     through the GIN index from the rarest query terms first, as many terms as fit
     ``lexical_df_cap`` rows (always the rarest one); when even the rarest term is in a
     twentieth of the rows and over the budget, the newest ``4 x candidates`` visible rows
-    holding it are scored instead. Every choice depends only on rows and statistics the
+    holding it are scored instead (when both lanes are so, the newest rows holding either
+    lane's term, in one pass). Every choice depends only on rows and statistics the
     caller may see.
     """
     p = Params(query)
@@ -341,12 +342,25 @@ async def lexical_lanes(
         f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
     )
     k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
+    draws = {plan.config: f"{p.add(plan.draw)}::tsquery" for plan in plans}
+    newest = ""
+    if all(plan.common for plan in plans):
+        # Not through the GIN index (its posting lists are most of the bucket): the newest
+        # rows holding a lane's rarest term, read in one pass for every lane. IS TRUE keeps
+        # the match out of the index yet, leakproof, tested before the policies.
+        either = " OR ".join(f"m.{TSVECTORS[c]} @@ {tq}" for c, tq in draws.items())
+        newest = f"""newest AS MATERIALIZED (
+            SELECT m.tenant_id, m.memory_id, m.version,
+                   {", ".join(f"m.{TSVECTORS[c]}" for c in draws)}
+            FROM memories m WHERE ({either}) IS TRUE AND {scope_sql}
+            ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}),"""
     lanes_sql = []
     for plan in plans:
-        tsv, tq = TSVECTORS[plan.config], f"{p.add(plan.draw)}::tsquery"
-        if plan.common:
-            # Not through the GIN index (its posting list is most of the bucket): IS TRUE
-            # keeps the match out of the index yet, leakproof, tested before the policies.
+        tsv, tq = TSVECTORS[plan.config], draws[plan.config]
+        if newest:
+            read = f"""SELECT n.tenant_id, n.memory_id, n.version, n.{tsv} AS tsv
+                       FROM newest n WHERE n.{tsv} @@ {tq}"""
+        elif plan.common:
             read = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
                        FROM memories m WHERE (m.{tsv} @@ {tq}) IS TRUE AND {scope_sql}
                        ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}"""
@@ -384,7 +398,7 @@ async def lexical_lanes(
                 FROM unnest(d.tsv) AS u WHERE u.lexeme = ANY({terms}::text[])) AS score
             FROM ({read}) d""")
     sql = f"""
-        WITH scored AS ({" UNION ALL ".join(lanes_sql)}),
+        WITH {newest} scored AS MATERIALIZED ({" UNION ALL ".join(lanes_sql)}),
         ranked AS (
             SELECT s.*, row_number() OVER (PARTITION BY s.lane
                                            ORDER BY s.score DESC, s.memory_id) AS rank
