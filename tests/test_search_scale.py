@@ -10,11 +10,12 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
+from google.protobuf import timestamp_pb2
 
 from brain.authz import Confinement
 from brain.server.domain.retrieval import lanes
 from brain.server.domain.retrieval.lanes import RetrievalParams, plan_lane
-from brain.v1 import memory_pb2
+from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
 from .helpers import Api
@@ -242,6 +243,59 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
             assert "bob" in {h.memory.scope.user_id for h in seen.hits}
     finally:
         memories.params = saved
+
+
+async def test_kept_statistics_score_every_read_path_exactly(
+    walled_server: BrainServer,
+) -> None:
+    """Each way the lexical lanes read candidates (rare terms through the GIN index, both
+    lanes in one pass; an unspecific query's newest rows, both lanes in one pass) gives
+    every hit the BM25 score a recount gives: the same as a search of the same instant
+    through time travel, which counts document frequencies over the rows themselves."""
+    server = walled_server
+    if server.running is None:
+        pytest.skip("needs the in-process server to set a small candidate budget")
+    memories = server.running.memories
+    namespace = unique("ns")
+    api = Api(channel := grpc.aio.insecure_channel(server.target),
+              server.mint_key(unique("t"), "w"), namespace=namespace)  # fmt: skip
+    try:
+        for i in range(24):
+            await api.save(f"filler notes {i} about the hangar doors running late")
+        for text in ("zeppelin hangar runs", "the zeppelins were running", "zeppelin crew notes"):
+            await api.save(text)
+
+        async def scores(query: str, **time: Any) -> dict[str, tuple[float, float]]:
+            response = await api.memories.SearchMemories(
+                memory_pb2.SearchMemoriesRequest(
+                    scope=api.scope(), query=query, limit=50, min_relevance=0,
+                    mode=memory_pb2.SEARCH_MODE_LEXICAL, time=common_pb2.TimeTravel(**time),
+                ),
+                metadata=api.md,
+            )  # fmt: skip
+            return {h.memory.id: (h.lexical_score, h.exact_score) for h in response.hits}
+
+        instant = timestamp_pb2.Timestamp()
+        instant.GetCurrentTime()
+        for query in ("zeppelin hangar running", "filler notes", "zeppelins run"):
+            kept, counted = await scores(query), await scores(query, as_of=instant)
+            assert kept and kept.keys() == counted.keys()
+            for memory_id, (english, simple) in kept.items():
+                assert english == pytest.approx(counted[memory_id][0], rel=1e-6)
+                assert simple == pytest.approx(counted[memory_id][1], rel=1e-6)
+        # Unspecific (every term in over a twentieth of the rows and over a budget of 2):
+        # the 8 newest rows holding the rarest term, each scored as the full read scores it.
+        full = await scores("filler notes")
+        saved = memories.params
+        memories.params = dataclasses.replace(saved, lexical_df_cap=2, candidates=2)
+        try:
+            newest = await scores("filler notes")
+        finally:
+            memories.params = saved
+        assert len(newest) == 8 and newest.keys() <= full.keys()
+        assert all(newest[m] == pytest.approx(full[m], rel=1e-6) for m in newest)
+    finally:
+        await channel.close()
 
 
 async def search_with_a_write_between(

@@ -343,23 +343,31 @@ async def lexical_lanes(
     )
     k1, b = f"{p.add(params.bm25_k1)}::float8", f"{p.add(params.bm25_b)}::float8"
     draws = {plan.config: f"{p.add(plan.draw)}::tsquery" for plan in plans}
-    newest = ""
+    # Both lanes mostly match the same rows: when they draw alike, the rows are read once.
+    drawn = ""
+    either = " OR ".join(f"m.{TSVECTORS[c]} @@ {tq}" for c, tq in draws.items())
+    columns = ", ".join(f"m.{TSVECTORS[c]}" for c in draws)
     if all(plan.common for plan in plans):
         # Not through the GIN index (its posting lists are most of the bucket): the newest
-        # rows holding a lane's rarest term, read in one pass for every lane. IS TRUE keeps
-        # the match out of the index yet, leakproof, tested before the policies.
-        either = " OR ".join(f"m.{TSVECTORS[c]} @@ {tq}" for c, tq in draws.items())
-        newest = f"""newest AS MATERIALIZED (
-            SELECT m.tenant_id, m.memory_id, m.version,
-                   {", ".join(f"m.{TSVECTORS[c]}" for c in draws)}
+        # rows holding a lane's rarest term. IS TRUE keeps the match out of the index yet,
+        # leakproof, tested before the policies.
+        drawn = f"""drawn AS MATERIALIZED (
+            SELECT m.tenant_id, m.memory_id, m.version, {columns}
             FROM memories m WHERE ({either}) IS TRUE AND {scope_sql}
             ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}),"""
+    elif len(plans) > 1 and not any(plan.over_budget for plan in plans):
+        # Each lane's terms fit the budget, so the limit (the budget per lane) cuts nothing:
+        # every lane gets exactly the rows it would read alone.
+        drawn = f"""drawn AS MATERIALIZED (
+            SELECT m.tenant_id, m.memory_id, m.version, {columns}
+            FROM memories m WHERE ({either}) AND {scope_sql}
+            LIMIT {p.add(params.lexical_df_cap * len(plans))}),"""
     lanes_sql = []
     for plan in plans:
         tsv, tq = TSVECTORS[plan.config], draws[plan.config]
-        if newest:
+        if drawn:
             read = f"""SELECT n.tenant_id, n.memory_id, n.version, n.{tsv} AS tsv
-                       FROM newest n WHERE n.{tsv} @@ {tq}"""
+                       FROM drawn n WHERE n.{tsv} @@ {tq}"""
         elif plan.common:
             read = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
                        FROM memories m WHERE (m.{tsv} @@ {tq}) IS TRUE AND {scope_sql}
@@ -390,15 +398,18 @@ async def lexical_lanes(
         idfs = p.add([idf for _, idf in plan.weights])
         norm = f"{k1} * (1 - {b} + {b} * length(d.tsv) / {p.add(max(plan.avgdl, 1.0))}::float8)"
         # Each candidate scored on its own, its query words looked up in the term arrays.
+        # Only the query's lexemes are unnested: marked with weight A (the generated
+        # vectors carry none), then kept by ts_filter, without a row per other word.
         lanes_sql.append(f"""
             SELECT '{plan.config}'::text AS lane, d.tenant_id, d.memory_id, d.version, (
                 SELECT sum(({idfs}::float8[])[array_position({terms}::text[], u.lexeme)]
                            * cardinality(u.positions) * ({k1} + 1)
                            / (cardinality(u.positions) + {norm}))
-                FROM unnest(d.tsv) AS u WHERE u.lexeme = ANY({terms}::text[])) AS score
+                FROM unnest(ts_filter(setweight(d.tsv, 'A', {terms}::text[]), '{{a}}')) AS u
+            ) AS score
             FROM ({read}) d""")
     sql = f"""
-        WITH {newest} scored AS MATERIALIZED ({" UNION ALL ".join(lanes_sql)}),
+        WITH {drawn} scored AS MATERIALIZED ({" UNION ALL ".join(lanes_sql)}),
         ranked AS (
             SELECT s.*, row_number() OVER (PARTITION BY s.lane
                                            ORDER BY s.score DESC, s.memory_id) AS rank
