@@ -245,6 +245,47 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
         memories.params = saved
 
 
+async def test_over_the_budget_the_rarest_terms_rows_come_only_to_fill_the_pair(
+    walled_server: BrainServer,
+) -> None:
+    """Over the budget, the rows holding the two rarest terms come first; the rarest term's
+    other rows are read only while those are fewer than 4 x candidates (its whole posting
+    list is never read just to be cut)."""
+    server = walled_server
+    if server.running is None:
+        pytest.skip("needs the in-process server to set a small candidate budget")
+    memories = server.running.memories
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
+        # The lone row first: read in table order, the rarest term's rows would start with it.
+        lone = (await api.save("kestrel alone on the cliff")).memory.id
+        pair = {(await api.save(f"kestrel heron pair {i}")).memory.id for i in range(5)}
+        for i in range(121):  # kestrel: 6 rows, over a budget of 2, under a twentieth
+            await api.save(f"filler heron note {i}")
+
+        async def found(candidates: int) -> set[str]:
+            saved = memories.params
+            memories.params = dataclasses.replace(saved, lexical_df_cap=2, candidates=candidates)
+            try:
+                response = await api.memories.SearchMemories(
+                    memory_pb2.SearchMemoriesRequest(
+                        scope=api.scope(), query="kestrel heron", limit=20, min_relevance=0,
+                        mode=memory_pb2.SEARCH_MODE_LEXICAL,
+                    ),
+                    metadata=api.md,
+                )  # fmt: skip
+            finally:
+                memories.params = saved
+            return {h.memory.id for h in response.hits}
+
+        # 8 candidates: the 5 pair rows, then the rarest term's other row fills in.
+        eight = await found(2)
+        assert eight == pair | {lone}
+        # 4 candidates: the pair alone fills them; the lone row is not read.
+        four = await found(1)
+        assert len(four) == 4 and four <= pair
+
+
 async def test_kept_statistics_score_every_read_path_exactly(
     walled_server: BrainServer,
 ) -> None:

@@ -374,22 +374,28 @@ async def lexical_lanes(
                        ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}"""
         elif plan.over_budget:
             # The rarest term alone has more rows than the budget: its rows holding the
-            # next rarest term too first (they score highest), then a few more of its rows.
-            both = (
-                f"""(SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv, 0 AS pass
-                     FROM memories m
-                     WHERE m.{tsv} @@ {p.add(plan.pair)}::tsquery AND {scope_sql}
-                     LIMIT {p.add(params.candidates * 4)}) UNION ALL"""
-                if plan.pair
-                else ""
-            )
-            read = f"""SELECT DISTINCT ON (c.memory_id) c.tenant_id, c.memory_id, c.version, c.tsv
-                       FROM ({both}
-                             (SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
-                                     1 AS pass
-                              FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}
-                              LIMIT {p.add(params.candidates * 4)})) c
-                       ORDER BY c.memory_id, c.pass"""
+            # next rarest term too first (they score highest), then a few more of its rows,
+            # read only while those are fewer than 4 x candidates (the rarest term's
+            # posting list is long: reading it whole for rows that would be cut costs most
+            # of such a search at 1,000,000 memories).
+            budget = p.add(params.candidates * 4)
+            rest = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv, 1 AS pass
+                       FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}"""
+            read = f"""SELECT c.tenant_id, c.memory_id, c.version, c.tsv
+                       FROM ({rest} LIMIT {budget}) c"""
+            if plan.pair:
+                read = f"""WITH pair AS MATERIALIZED (
+                               SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
+                                      0 AS pass
+                               FROM memories m
+                               WHERE m.{tsv} @@ {p.add(plan.pair)}::tsquery AND {scope_sql}
+                               LIMIT {budget})
+                           SELECT DISTINCT ON (c.memory_id)
+                                  c.tenant_id, c.memory_id, c.version, c.tsv
+                           FROM (SELECT * FROM pair UNION ALL
+                                 ({rest} AND (SELECT count(*) FROM pair) < {budget}
+                                  LIMIT {budget})) c
+                           ORDER BY c.memory_id, c.pass"""
         else:
             read = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
                        FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}
