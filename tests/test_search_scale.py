@@ -42,6 +42,18 @@ async def ranked(api: Api, mode: int) -> list[tuple[str, float, float]]:
     return [(h.memory.id, round(h.score, 5), h.lexical_score) for h in response.hits]
 
 
+async def lexical(api: Api, query: str, **time: Any) -> list[memory_pb2.SearchHit]:
+    """A lexical search with no floor (every hit), optionally of another instant."""
+    response = await api.memories.SearchMemories(
+        memory_pb2.SearchMemoriesRequest(
+            scope=api.scope(), query=query, limit=50, min_relevance=0,
+            mode=memory_pb2.SEARCH_MODE_LEXICAL, time=common_pb2.TimeTravel(**time),
+        ),
+        metadata=api.md,
+    )  # fmt: skip
+    return list(response.hits)
+
+
 async def test_scores_and_order_ignore_rows_the_caller_cannot_see(
     walled_server: BrainServer,
 ) -> None:
@@ -213,14 +225,8 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
                 await alice.save(f"filler note {i} about hangar doors")
 
             async def both(query: str) -> list[tuple[str, float, float]]:
-                response = await alice.memories.SearchMemories(
-                    memory_pb2.SearchMemoriesRequest(
-                        scope=alice.scope(), query=query, limit=20, min_relevance=0,
-                        mode=memory_pb2.SEARCH_MODE_LEXICAL,
-                    ),
-                    metadata=alice.md,
-                )  # fmt: skip
-                return [(h.memory.id, round(h.score, 5), h.lexical_score) for h in response.hits]
+                hits = await lexical(alice, query)
+                return [(h.memory.id, round(h.score, 5), h.lexical_score) for h in hits]
 
             # zeppelin: 3 rows, over the budget of 2, in under a twentieth of 63.
             over = await both("zeppelin hangar")
@@ -233,14 +239,8 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
             assert await both("zeppelin hangar") == over
             assert await both("filler note") == common
             # Control: the writer sees bob's rows, and they come first for it.
-            seen = await writer.memories.SearchMemories(
-                memory_pb2.SearchMemoriesRequest(
-                    scope=writer.scope(), query="filler note", limit=20, min_relevance=0,
-                    mode=memory_pb2.SEARCH_MODE_LEXICAL,
-                ),
-                metadata=writer.md,
-            )  # fmt: skip
-            assert "bob" in {h.memory.scope.user_id for h in seen.hits}
+            seen = await lexical(writer, "filler note")
+            assert "bob" in {h.memory.scope.user_id for h in seen}
     finally:
         memories.params = saved
 
@@ -267,16 +267,9 @@ async def test_over_the_budget_the_rarest_terms_rows_come_only_to_fill_the_pair(
             saved = memories.params
             memories.params = dataclasses.replace(saved, lexical_df_cap=2, candidates=candidates)
             try:
-                response = await api.memories.SearchMemories(
-                    memory_pb2.SearchMemoriesRequest(
-                        scope=api.scope(), query="kestrel heron", limit=20, min_relevance=0,
-                        mode=memory_pb2.SEARCH_MODE_LEXICAL,
-                    ),
-                    metadata=api.md,
-                )  # fmt: skip
+                return {h.memory.id for h in await lexical(api, "kestrel heron")}
             finally:
                 memories.params = saved
-            return {h.memory.id for h in response.hits}
 
         # 8 candidates: the 5 pair rows, then the rarest term's other row fills in.
         eight = await found(2)
@@ -307,14 +300,8 @@ async def test_kept_statistics_score_every_read_path_exactly(
             await api.save(text)
 
         async def scores(query: str, **time: Any) -> dict[str, tuple[float, float]]:
-            response = await api.memories.SearchMemories(
-                memory_pb2.SearchMemoriesRequest(
-                    scope=api.scope(), query=query, limit=50, min_relevance=0,
-                    mode=memory_pb2.SEARCH_MODE_LEXICAL, time=common_pb2.TimeTravel(**time),
-                ),
-                metadata=api.md,
-            )  # fmt: skip
-            return {h.memory.id: (h.lexical_score, h.exact_score) for h in response.hits}
+            hits = await lexical(api, query, **time)
+            return {h.memory.id: (h.lexical_score, h.exact_score) for h in hits}
 
         instant = timestamp_pb2.Timestamp()
         instant.GetCurrentTime()
