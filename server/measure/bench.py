@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -111,12 +112,16 @@ async def run(
     loop = asyncio.get_running_loop()
     spawn = multiprocessing.get_context("spawn")
     results: dict[str, Any] = {"echo": {}, "runs": []}
+    # Every row sends texts of its own: the server caches query vectors, so a row that
+    # replayed an earlier row's queries (search then semantic, or the next size on the
+    # same server) would measure the cache instead of embedding its queries.
+    streams = itertools.count(seed * 10_000)
     with ProcessPoolExecutor(1, mp_context=spawn) as pool:
 
         async def load(address: str, key: str, kind: str, c: int) -> dict[str, Any]:
             print(f"  {kind} at concurrency {c}…", file=sys.stderr)
             measured: dict[str, Any] = await loop.run_in_executor(
-                pool, drive, address, key, kind, c, ops, seed + c, seconds
+                pool, drive, address, key, kind, c, ops, next(streams), seconds
             )
             return measured
 
