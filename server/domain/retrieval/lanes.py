@@ -299,11 +299,13 @@ async def lexical_lanes(
     the terms to draw candidates from are then chosen here (`plan_lane`), so the second
     statement carries them as a constant query the planner can see: candidates come
     through the GIN index from the rarest query terms first, as many terms as fit
-    ``lexical_df_cap`` rows (always the rarest one); when even the rarest term is in a
-    twentieth of the rows and over the budget, the newest ``4 x candidates`` visible rows
-    holding it are scored instead (when both lanes are so, the newest rows holding either
-    lane's term, in one pass). Every choice depends only on rows and statistics the
-    caller may see.
+    ``lexical_df_cap`` rows (always the rarest one); when the rarest term alone is over
+    the budget, its rows holding the next rarest term too, then (only to fill up to
+    ``4 x candidates``) more of its rows; when even the rarest term is in a twentieth of
+    the rows and over the budget, the newest ``4 x candidates`` visible rows holding it
+    are scored instead. When both lanes draw alike (both within the budget, or both
+    unspecific), their rows are read once for both. Every choice depends only on rows and
+    statistics the caller may see.
     """
     p = Params(query)
     tenant = f"{p.add(v.tenant_id)}::uuid"
@@ -365,7 +367,21 @@ async def lexical_lanes(
     lanes_sql = []
     for plan in plans:
         tsv, tq = TSVECTORS[plan.config], draws[plan.config]
-        if drawn:
+        if drawn and plan.common:
+            # The newest rows holding either lane's term are this lane's newest rows if it
+            # holds every one of them, or if there were fewer than the limit; otherwise (the
+            # other lane's rows were newer) it reads its own newest rows, as alone.
+            newest = p.add(params.candidates * 4)
+            short = f"""((SELECT count(*) FROM drawn) >= {newest}
+                         AND (SELECT count(*) FROM drawn n WHERE n.{tsv} @@ {tq}) < {newest})"""
+            read = f"""SELECT n.tenant_id, n.memory_id, n.version, n.{tsv} AS tsv
+                       FROM drawn n WHERE n.{tsv} @@ {tq} AND NOT {short}
+                       UNION ALL
+                       (SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
+                        FROM memories m WHERE (m.{tsv} @@ {tq}) IS TRUE AND {scope_sql}
+                          AND {short}
+                        ORDER BY m.memory_id DESC LIMIT {newest})"""
+        elif drawn:
             read = f"""SELECT n.tenant_id, n.memory_id, n.version, n.{tsv} AS tsv
                        FROM drawn n WHERE n.{tsv} @@ {tq}"""
         elif plan.common:
