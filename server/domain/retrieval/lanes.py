@@ -339,6 +339,28 @@ async def lexical_lanes(
     plans = [plan for plan in plans if plan.weights]
     if not plans:
         return LexicalHits([], [], 0)
+    rows, crowded = await candidate_statement(conn, v, plans, f, t, limit, params)
+    for plan in crowded:  # rare: unspecific lanes drawing different terms
+        alone, _ = await candidate_statement(conn, v, [plan], f, t, limit, params)
+        rows = [r for r in rows if r["lane"] != plan.config] + alone
+    lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
+    for r in rows:
+        lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
+    # N goes with hits only: a search that matched nothing lexically fuses as it always has.
+    return LexicalHits(lanes["english"], lanes["simple"], int(searched) if rows else 0)
+
+
+async def candidate_statement(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    plans: Sequence[LanePlan],
+    f: RowFilter,
+    t: TimeCoords,
+    limit: int,
+    params: RetrievalParams,
+) -> tuple[list[asyncpg.Record], list[LanePlan]]:
+    """The planned lanes' best ``limit`` hits each (rows with ``lane`` and ``score``), and
+    the unspecific lanes the shared read crowded out (to be read alone)."""
     p = Params()
     scope_sql = (
         f"{visibility_predicate(v, p)} AND {time_predicate(t, p)} AND {filter_predicate(f, p)}"
@@ -349,6 +371,7 @@ async def lexical_lanes(
     drawn = ""
     either = " OR ".join(f"m.{TSVECTORS[c]} @@ {tq}" for c, tq in draws.items())
     columns = ", ".join(f"m.{TSVECTORS[c]}" for c in draws)
+    crowding = ""
     if all(plan.common for plan in plans):
         # Not through the GIN index (its posting lists are most of the bucket): the newest
         # rows holding a lane's rarest term. IS TRUE keeps the match out of the index yet,
@@ -357,6 +380,10 @@ async def lexical_lanes(
             SELECT m.tenant_id, m.memory_id, m.version, {columns}
             FROM memories m WHERE ({either}) IS TRUE AND {scope_sql}
             ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}),"""
+        crowding = ", (SELECT count(*) FROM drawn) AS drawn_rows" + "".join(
+            f", (SELECT count(*) FROM drawn n WHERE n.{TSVECTORS[c]} @@ {tq}) AS rows_{c}"
+            for c, tq in draws.items()
+        )
     elif len(plans) > 1 and not any(plan.over_budget for plan in plans):
         # Each lane's terms fit the budget, so the limit (the budget per lane) cuts nothing:
         # every lane gets exactly the rows it would read alone.
@@ -367,21 +394,7 @@ async def lexical_lanes(
     lanes_sql = []
     for plan in plans:
         tsv, tq = TSVECTORS[plan.config], draws[plan.config]
-        if drawn and plan.common:
-            # The newest rows holding either lane's term are this lane's newest rows if it
-            # holds every one of them, or if there were fewer than the limit; otherwise (the
-            # other lane's rows were newer) it reads its own newest rows, as alone.
-            newest = p.add(params.candidates * 4)
-            short = f"""((SELECT count(*) FROM drawn) >= {newest}
-                         AND (SELECT count(*) FROM drawn n WHERE n.{tsv} @@ {tq}) < {newest})"""
-            read = f"""SELECT n.tenant_id, n.memory_id, n.version, n.{tsv} AS tsv
-                       FROM drawn n WHERE n.{tsv} @@ {tq} AND NOT {short}
-                       UNION ALL
-                       (SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
-                        FROM memories m WHERE (m.{tsv} @@ {tq}) IS TRUE AND {scope_sql}
-                          AND {short}
-                        ORDER BY m.memory_id DESC LIMIT {newest})"""
-        elif drawn:
+        if drawn:
             read = f"""SELECT n.tenant_id, n.memory_id, n.version, n.{tsv} AS tsv
                        FROM drawn n WHERE n.{tsv} @@ {tq}"""
         elif plan.common:
@@ -437,17 +450,23 @@ async def lexical_lanes(
                                            ORDER BY s.score DESC, s.memory_id) AS rank
             FROM scored s WHERE s.score IS NOT NULL
         )
-        SELECT {RANKING_COLUMNS}, r.lane, r.score
+        SELECT {RANKING_COLUMNS}, r.lane, r.score{crowding}
         FROM ranked r JOIN memories m USING (tenant_id, memory_id, version)
         WHERE r.rank <= {p.add(limit)}
         ORDER BY r.lane, r.score DESC, m.memory_id"""
     with metrics.lane("lexical"):
         rows = await conn.fetch(sql, *p.values)
-    lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
-    for r in rows:
-        lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
-    # N goes with hits only: a search that matched nothing lexically fuses as it always has.
-    return LexicalHits(lanes["english"], lanes["simple"], int(searched) if rows else 0)
+    # An unspecific lane keeps the shared newest rows only if it holds every one of them,
+    # or they were fewer than the limit; else the other lane's rows were newer and crowded
+    # its own out. (Every shared row holds some lane's term, so a full read has hits.)
+    crowded = [
+        plan
+        for plan in plans
+        if crowding and rows
+        and rows[0]["drawn_rows"] >= params.candidates * 4
+        and rows[0][f"rows_{plan.config}"] < params.candidates * 4
+    ]  # fmt: skip
+    return list(rows), crowded
 
 
 @dataclass(frozen=True)
