@@ -404,9 +404,10 @@ async def candidate_statement(
         elif plan.over_budget:
             # The rarest term alone has more rows than the budget: its rows holding the
             # next rarest term too first (they score highest), then a few more of its rows,
-            # read only while those are fewer than 4 x candidates (the rarest term's
-            # posting list is long: reading it whole for rows that would be cut costs most
-            # of such a search at 1,000,000 memories).
+            # read only while those are fewer than 4 x candidates. Those few are the first
+            # of a long posting list, built whole to take them (most of such a search at
+            # 1,000,000 memories); so a row holding the rarest term several times but not
+            # the next rarest is not read once the pair fills the candidates.
             budget = p.add(params.candidates * 4)
             rest = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv, 1 AS pass
                        FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}"""
