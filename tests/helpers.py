@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterable, Iterator
@@ -142,6 +143,17 @@ class Api:
             if not token:
                 return out
 
+    async def lexical(self, query: str, **kw: Any) -> list[memory_pb2.SearchHit]:
+        """Every lexical hit (no relevance floor, up to 50); ``kw`` are request fields."""
+        response = await self.memories.SearchMemories(
+            memory_pb2.SearchMemoriesRequest(
+                scope=self.scope(), query=query, limit=50, min_relevance=0,
+                mode=memory_pb2.SEARCH_MODE_LEXICAL, **kw,
+            ),
+            metadata=self.md,
+        )  # fmt: skip
+        return list(response.hits)
+
     async def export(self, cursor: str = "", **kw: Any) -> list[memory_pb2.ExportMemoriesResponse]:
         call = self.memories.ExportMemories(
             memory_pb2.ExportMemoriesRequest(scope=self.scope(), cursor=cursor, **kw),
@@ -205,6 +217,18 @@ class _JsonHandler(BaseHTTPRequestHandler):
 
 
 E = TypeVar("E", bound=JsonEndpoint)
+
+
+@contextmanager
+def search_params(memories: Any, **params: Any) -> Iterator[None]:
+    """The in-process server's retrieval parameters changed for the block (a small
+    candidate budget, to reach the budget paths with a few rows)."""
+    saved = memories.params
+    memories.params = dataclasses.replace(saved, **params)
+    try:
+        yield
+    finally:
+        memories.params = saved
 
 
 @contextmanager

@@ -7,11 +7,6 @@ Real parts only: the session's embedded PostgreSQL and an in-process gRPC server
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
@@ -19,20 +14,10 @@ from google.protobuf import timestamp_pb2
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
-from .helpers import Api
+from .helpers import Api, search_params
 from .test_review import propose
 
 LEXICAL = memory_pb2.SEARCH_MODE_LEXICAL
-
-
-async def hits(api: Api, query: str, **kw: Any) -> list[memory_pb2.SearchHit]:
-    response = await api.memories.SearchMemories(
-        memory_pb2.SearchMemoriesRequest(
-            scope=api.scope(), query=query, limit=50, min_relevance=0, mode=LEXICAL, **kw
-        ),
-        metadata=api.md,
-    )
-    return list(response.hits)
 
 
 def scored(found: list[memory_pb2.SearchHit]) -> dict[str, tuple[float, float]]:
@@ -43,18 +28,6 @@ def ranked(found: list[memory_pb2.SearchHit]) -> list[tuple[str, float, float, i
     return [
         (h.memory.id, h.lexical_score, h.exact_score, h.lexical_rank, h.exact_rank) for h in found
     ]
-
-
-@contextmanager
-def budget(server: BrainServer, **params: int) -> Iterator[None]:
-    assert server.running is not None
-    memories = server.running.memories
-    saved = memories.params
-    memories.params = dataclasses.replace(saved, **params)
-    try:
-        yield
-    finally:
-        memories.params = saved
 
 
 def now() -> timestamp_pb2.Timestamp:
@@ -108,6 +81,7 @@ async def test_odd_queries_on_every_read_path_score_as_a_recount(
     server = brain_server
     if server.running is None:
         pytest.skip("needs the in-process server")
+    memories = server.running.memories
     async with grpc.aio.insecure_channel(server.target) as channel:
         api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
         for i in range(24):
@@ -116,8 +90,8 @@ async def test_odd_queries_on_every_read_path_score_as_a_recount(
             await api.save(text)
         instant = now()
         for query in ODD_QUERIES:
-            kept = scored(await hits(api, query))
-            counted = scored(await hits(api, query, time=common_pb2.TimeTravel(as_of=instant)))
+            kept = scored(await api.lexical(query))
+            counted = scored(await api.lexical(query, time=common_pb2.TimeTravel(as_of=instant)))
             assert kept.keys() == counted.keys(), query
             for mid, (english, simple) in kept.items():
                 assert english == pytest.approx(counted[mid][0], rel=1e-6), query
@@ -125,8 +99,8 @@ async def test_odd_queries_on_every_read_path_score_as_a_recount(
             for params in ({"lexical_df_cap": 2, "candidates": 2},
                            {"lexical_df_cap": 2, "candidates": 1},
                            {"lexical_df_cap": 1, "candidates": 1}):  # fmt: skip
-                with budget(server, **params):
-                    forced = scored(await hits(api, query))
+                with search_params(memories, **params):
+                    forced = scored(await api.lexical(query))
                 assert forced.keys() <= kept.keys(), (query, params)
                 for mid, (english, simple) in forced.items():
                     # A lane that did not return the row reports 0; the other must agree.
@@ -135,16 +109,15 @@ async def test_odd_queries_on_every_read_path_score_as_a_recount(
                     if simple:
                         assert simple == pytest.approx(kept[mid][1], rel=1e-6), (query, params)
             # Other statuses / time travel: the older path, same input must not fail.
-            await hits(
-                api,
+            await api.lexical(
                 query,
                 filter=common_pb2.MemoryFilter(
                     statuses=[common_pb2.MEMORY_STATUS_ACTIVE, common_pb2.MEMORY_STATUS_SUPERSEDED]
                 ),
             )
         # Controls: the odd rows are found by their odd words.
-        assert scored(await hits(api, "o'neil"))
-        assert scored(await hits(api, "http://foo.com:8080/a'b?c=d\\e"))
+        assert scored(await api.lexical("o'neil"))
+        assert scored(await api.lexical("http://foo.com:8080/a'b?c=d\\e"))
 
 
 async def test_a_nul_character_in_the_query_is_not_an_internal_error(
@@ -155,7 +128,7 @@ async def test_a_nul_character_in_the_query_is_not_an_internal_error(
     api = Api(channel, brain_server.mint_key(unique("t"), "w"), namespace=unique("ns"))
     await api.save("nul probe row")
     try:
-        await hits(api, "nul\x00probe")
+        await api.lexical("nul\x00probe")
     except grpc.aio.AioRpcError as exc:
         assert exc.code() != grpc.StatusCode.INTERNAL, exc.details()
 
@@ -177,16 +150,17 @@ async def test_both_lanes_unspecific_the_exact_lane_still_gets_its_own_rows(
     server = walled_server
     if server.running is None:
         pytest.skip("needs the in-process server")
+    memories = server.running.memories
     async with grpc.aio.insecure_channel(server.target) as channel:
         api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
         exact = {(await api.save(f"running notes {i}")).memory.id for i in range(20)}
         for i in range(20):
             await api.save(f"the runs notes {i}")
         # Control: with the default budget the exact lane finds the exact-word rows.
-        full = await hits(api, "running notes")
+        full = await api.lexical("running notes")
         assert exact <= {h.memory.id for h in full if h.exact_score > 0}
-        with budget(server, lexical_df_cap=2, candidates=2):
-            found = await hits(api, "running notes")
+        with search_params(memories, lexical_df_cap=2, candidates=2):
+            found = await api.lexical("running notes")
         english = [h for h in found if h.lexical_score > 0]
         assert len(english) == 8  # the english lane got its 4 x candidates rows
         exact_hits = [h.memory.id for h in found if h.exact_score > 0]
@@ -209,6 +183,7 @@ async def test_a_full_pair_hides_a_better_scoring_row_of_the_rarest_term(
     server = walled_server
     if server.running is None:
         pytest.skip("needs the in-process server")
+    memories = server.running.memories
     async with grpc.aio.insecure_channel(server.target) as channel:
         api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
         best = (await api.save("kestrel kestrel kestrel osprey")).memory.id
@@ -219,12 +194,12 @@ async def test_a_full_pair_hides_a_better_scoring_row_of_the_rarest_term(
         for i in range(5):  # osprey more common than heron: the pair is kestrel & heron
             await api.save(f"osprey extra {i}")
         query = "kestrel heron osprey"
-        with budget(server, lexical_df_cap=2, candidates=2):  # pair 4 < 8: the rest is read
-            roomy = await hits(api, query)
+        with search_params(memories, lexical_df_cap=2, candidates=2):  # pair 4 < 8: rest read
+            roomy = await api.lexical(query)
         # The best BM25 row overall (b = 0 by default: term frequency, not length, wins).
         assert max(roomy, key=lambda h: h.lexical_score).memory.id == best
-        with budget(server, lexical_df_cap=2, candidates=1):  # pair 4 = 4: rest skipped
-            full_pair = await hits(api, query)
+        with search_params(memories, lexical_df_cap=2, candidates=1):  # pair 4 = 4: rest skipped
+            full_pair = await api.lexical(query)
         english = {h.memory.id for h in full_pair if h.lexical_score > 0}
         assert english == pair
         assert best not in english  # the documented cost: the best row is not a candidate
@@ -248,6 +223,7 @@ async def test_new_read_paths_ignore_every_kind_of_invisible_row(
     server, tenant, ns = walled_server, unique("t"), unique("ns")
     if server.running is None:
         pytest.skip("needs the in-process server")
+    memories = server.running.memories
     rw = "memories:read,memories:write,memories:forget"
     async with grpc.aio.insecure_channel(server.target) as channel:
         alice = Api(channel, server.mint_key(tenant, "alice", user="alice", namespaces=(ns,),
@@ -284,8 +260,8 @@ async def test_new_read_paths_ignore_every_kind_of_invisible_row(
         async def snapshot() -> list[list[tuple[str, float, float, int, int]]]:
             out = []
             for query, params in cases:
-                with budget(server, **params):
-                    out.append(ranked(await hits(alice, query)))
+                with search_params(memories, **params):
+                    out.append(ranked(await alice.lexical(query)))
             return out
 
         before = await snapshot()
@@ -295,7 +271,7 @@ async def test_new_read_paths_ignore_every_kind_of_invisible_row(
         assert len(before[1]) == 8
         assert pair | {lone} <= {r[0] for r in before[2]}
         assert pair | {lone} <= {r[0] for r in before[3]}
-        assert not await hits(writer, "invisible")
+        assert not await writer.lexical("invisible")
 
         text = "zeppelin hangar quokka marmot filler note invisible {i}"
         for i in range(6):
@@ -318,6 +294,6 @@ async def test_new_read_paths_ignore_every_kind_of_invisible_row(
             assert now_ == was, (query, params)
         # Control: the unconfined writer sees the new rows (bob's, hr, other session) that
         # alice cannot; alice finds none of them by their own word.
-        seen = await hits(writer, "invisible")
+        seen = await writer.lexical("invisible")
         assert len(seen) >= 18
-        assert not await hits(alice, "invisible")
+        assert not await alice.lexical("invisible")

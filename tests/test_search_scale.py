@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +17,7 @@ from brain.server.domain.retrieval.lanes import RetrievalParams, plan_lane
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
-from .helpers import Api
+from .helpers import Api, search_params
 from .test_review import decide, propose
 
 QUERY = "zeppelin hangar maintenance"
@@ -40,18 +39,6 @@ async def ranked(api: Api, mode: int) -> list[tuple[str, float, float]]:
         metadata=api.md,
     )
     return [(h.memory.id, round(h.score, 5), h.lexical_score) for h in response.hits]
-
-
-async def lexical(api: Api, query: str, **time: Any) -> list[memory_pb2.SearchHit]:
-    """A lexical search with no floor (every hit), optionally of another instant."""
-    response = await api.memories.SearchMemories(
-        memory_pb2.SearchMemoriesRequest(
-            scope=api.scope(), query=query, limit=50, min_relevance=0,
-            mode=memory_pb2.SEARCH_MODE_LEXICAL, time=common_pb2.TimeTravel(**time),
-        ),
-        metadata=api.md,
-    )  # fmt: skip
-    return list(response.hits)
 
 
 async def test_scores_and_order_ignore_rows_the_caller_cannot_see(
@@ -209,10 +196,7 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
     if server.running is None:
         pytest.skip("needs the in-process server to set a small candidate budget")
     tenant, namespace = unique("t"), unique("ns")
-    memories = server.running.memories
-    saved = memories.params
-    memories.params = dataclasses.replace(saved, lexical_df_cap=2, candidates=2)
-    try:
+    with search_params(server.running.memories, lexical_df_cap=2, candidates=2):
         async with grpc.aio.insecure_channel(server.target) as channel:
             alice = Api(
                 channel, server.mint_key(tenant, "alice", user="alice", namespaces=(namespace,)),
@@ -225,7 +209,7 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
                 await alice.save(f"filler note {i} about hangar doors")
 
             async def both(query: str) -> list[tuple[str, float, float]]:
-                hits = await lexical(alice, query)
+                hits = await alice.lexical(query)
                 return [(h.memory.id, round(h.score, 5), h.lexical_score) for h in hits]
 
             # zeppelin: 3 rows, over the budget of 2, in under a twentieth of 63.
@@ -239,10 +223,8 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
             assert await both("zeppelin hangar") == over
             assert await both("filler note") == common
             # Control: the writer sees bob's rows, and they come first for it.
-            seen = await lexical(writer, "filler note")
+            seen = await writer.lexical("filler note")
             assert "bob" in {h.memory.scope.user_id for h in seen}
-    finally:
-        memories.params = saved
 
 
 async def test_over_the_budget_the_rarest_terms_rows_come_only_to_fill_the_pair(
@@ -264,12 +246,8 @@ async def test_over_the_budget_the_rarest_terms_rows_come_only_to_fill_the_pair(
             await api.save(f"filler heron note {i}")
 
         async def found(candidates: int) -> set[str]:
-            saved = memories.params
-            memories.params = dataclasses.replace(saved, lexical_df_cap=2, candidates=candidates)
-            try:
-                return {h.memory.id for h in await lexical(api, "kestrel heron")}
-            finally:
-                memories.params = saved
+            with search_params(memories, lexical_df_cap=2, candidates=candidates):
+                return {h.memory.id for h in await api.lexical("kestrel heron")}
 
         # 8 candidates: the 5 pair rows, then the rarest term's other row fills in.
         eight = await found(2)
@@ -300,7 +278,7 @@ async def test_kept_statistics_score_every_read_path_exactly(
             await api.save(text)
 
         async def scores(query: str, **time: Any) -> dict[str, tuple[float, float]]:
-            hits = await lexical(api, query, **time)
+            hits = await api.lexical(query, time=common_pb2.TimeTravel(**time))
             return {h.memory.id: (h.lexical_score, h.exact_score) for h in hits}
 
         instant = timestamp_pb2.Timestamp()
@@ -314,12 +292,8 @@ async def test_kept_statistics_score_every_read_path_exactly(
         # Unspecific (every term in over a twentieth of the rows and over a budget of 2):
         # the 8 newest rows holding the rarest term, each scored as the full read scores it.
         full = await scores("filler notes")
-        saved = memories.params
-        memories.params = dataclasses.replace(saved, lexical_df_cap=2, candidates=2)
-        try:
+        with search_params(memories, lexical_df_cap=2, candidates=2):
             newest = await scores("filler notes")
-        finally:
-            memories.params = saved
         assert len(newest) == 8 and newest.keys() <= full.keys()
         assert all(newest[m] == pytest.approx(full[m], rel=1e-6) for m in newest)
     finally:
