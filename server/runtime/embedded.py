@@ -173,6 +173,7 @@ def drop_shared_buffers_line(data_dir: Path) -> bool:
 
 
 def _handle_pids(data_dir: Path) -> list[int]:
+    """The wheel's list of processes using the cluster ([] when missing or unreadable)."""
     try:
         pids = json.loads((data_dir / HANDLE_PIDS).read_text())
     except (OSError, ValueError):
@@ -226,17 +227,11 @@ def drop_dead_handles(data_dir: Path, server_class: Any = None) -> list[int]:
     Returns the pids removed. Without this, a server killed with SIGKILL leaves its pid
     behind and no later process ever counts as the last one, so PostgreSQL is orphaned.
     """
-    path = data_dir / HANDLE_PIDS
     with _wheel_lock(server_class):
-        try:
-            pids = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return []
-        if not isinstance(pids, list):
-            return []
+        pids = _handle_pids(data_dir)
         stale = [p for p in pids if not isinstance(p, int) or (p != os.getpid() and not _alive(p))]
         if stale:
-            path.write_text(json.dumps([p for p in pids if p not in stale]))
+            (data_dir / HANDLE_PIDS).write_text(json.dumps([p for p in pids if p not in stale]))
             _log.warning(
                 "adopting embedded PostgreSQL left by a process that died",
                 data_dir=str(data_dir),
@@ -310,25 +305,18 @@ def machine_memory() -> int:
     """Physical memory, or the lowest memory limit of this process's cgroup and its parents
     (cgroup v2, or v1's memory controller) when lower."""
     total = int(psutil.virtual_memory().total)
-    limits = [
-        Path("/sys/fs/cgroup/memory.max"),
-        Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
-    ]
+    limits: list[Path] = []
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)
-            if controllers == "":  # v2: every level from this cgroup up to the root
-                here = Path(path)
-                for level in (here, *here.parents):
-                    limits.append(Path("/sys/fs/cgroup", str(level).lstrip("/"), "memory.max"))
-            elif "memory" in controllers.split(","):
-                here = Path(path)
-                for level in (here, *here.parents):
-                    limits.append(
-                        Path(
-                            "/sys/fs/cgroup/memory", str(level).lstrip("/"), "memory.limit_in_bytes"
-                        )
-                    )
+            if controllers == "":  # v2
+                root, name = Path("/sys/fs/cgroup"), "memory.max"
+            elif "memory" in controllers.split(","):  # v1
+                root, name = Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"
+            else:
+                continue
+            here = Path(path)
+            limits += [root / str(level).lstrip("/") / name for level in (here, *here.parents)]
     except (OSError, ValueError):
         pass
     for limit in limits:

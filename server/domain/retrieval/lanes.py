@@ -371,15 +371,13 @@ async def candidate_statement(
     drawn = ""
     either = " OR ".join(f"m.{TSVECTORS[c]} @@ {tq}" for c, tq in draws.items())
     columns = ", ".join(f"m.{TSVECTORS[c]}" for c in draws)
-    crowding = ""
+    crowding = shared = ""
     if all(plan.common for plan in plans):
         # Not through the GIN index (its posting lists are most of the bucket): the newest
         # rows holding a lane's rarest term. IS TRUE keeps the match out of the index yet,
         # leakproof, tested before the policies.
-        drawn = f"""drawn AS MATERIALIZED (
-            SELECT m.tenant_id, m.memory_id, m.version, {columns}
-            FROM memories m WHERE ({either}) IS TRUE AND {scope_sql}
-            ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}),"""
+        shared = f"""({either}) IS TRUE AND {scope_sql}
+            ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}"""
         crowding = ", (SELECT count(*) FROM drawn) AS drawn_rows" + "".join(
             f", (SELECT count(*) FROM drawn n WHERE n.{TSVECTORS[c]} @@ {tq}) AS rows_{c}"
             for c, tq in draws.items()
@@ -387,10 +385,11 @@ async def candidate_statement(
     elif len(plans) > 1 and not any(plan.over_budget for plan in plans):
         # Each lane's terms fit the budget, so the limit (the budget per lane) cuts nothing:
         # every lane gets exactly the rows it would read alone.
+        shared = f"({either}) AND {scope_sql} LIMIT {p.add(params.lexical_df_cap * len(plans))}"
+    if shared:
         drawn = f"""drawn AS MATERIALIZED (
             SELECT m.tenant_id, m.memory_id, m.version, {columns}
-            FROM memories m WHERE ({either}) AND {scope_sql}
-            LIMIT {p.add(params.lexical_df_cap * len(plans))}),"""
+            FROM memories m WHERE {shared}),"""
     lanes_sql = []
     for plan in plans:
         tsv, tq = TSVECTORS[plan.config], draws[plan.config]
