@@ -350,6 +350,12 @@ async def lexical_lanes(
     return LexicalHits(lanes["english"], lanes["simple"], int(searched) if rows else 0)
 
 
+def _carried(alias: str) -> str:
+    """The ranking columns, read with each candidate and carried through the statement
+    (no second look-up of the ranked rows)."""
+    return RANKING_COLUMNS.replace("m.", f"{alias}.")
+
+
 async def candidate_statement(
     conn: asyncpg.Connection,
     v: Visibility,
@@ -388,16 +394,16 @@ async def candidate_statement(
         shared = f"({either}) AND {scope_sql} LIMIT {p.add(params.lexical_df_cap * len(plans))}"
     if shared:
         drawn = f"""drawn AS MATERIALIZED (
-            SELECT m.tenant_id, m.memory_id, m.version, {columns}
+            SELECT {_carried("m")}, {columns}
             FROM memories m WHERE {shared}),"""
     lanes_sql = []
     for plan in plans:
         tsv, tq = TSVECTORS[plan.config], draws[plan.config]
         if drawn:
-            read = f"""SELECT n.tenant_id, n.memory_id, n.version, n.{tsv} AS tsv
+            read = f"""SELECT {_carried("n")}, n.{tsv} AS tsv
                        FROM drawn n WHERE n.{tsv} @@ {tq}"""
         elif plan.common:
-            read = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
+            read = f"""SELECT {_carried("m")}, m.{tsv} AS tsv
                        FROM memories m WHERE (m.{tsv} @@ {tq}) IS TRUE AND {scope_sql}
                        ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}"""
         elif plan.over_budget:
@@ -408,25 +414,24 @@ async def candidate_statement(
             # 1,000,000 memories); so a row holding the rarest term several times but not
             # the next rarest is not read once the pair fills the candidates.
             budget = p.add(params.candidates * 4)
-            rest = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv, 1 AS pass
+            rest = f"""SELECT {_carried("m")}, m.{tsv} AS tsv, 1 AS pass
                        FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}"""
-            read = f"""SELECT c.tenant_id, c.memory_id, c.version, c.tsv
+            read = f"""SELECT {_carried("c")}, c.tsv
                        FROM ({rest} LIMIT {budget}) c"""
             if plan.pair:
                 read = f"""WITH pair AS MATERIALIZED (
-                               SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv,
-                                      0 AS pass
+                               SELECT {_carried("m")}, m.{tsv} AS tsv, 0 AS pass
                                FROM memories m
                                WHERE m.{tsv} @@ {p.add(plan.pair)}::tsquery AND {scope_sql}
                                LIMIT {budget})
                            SELECT DISTINCT ON (c.memory_id)
-                                  c.tenant_id, c.memory_id, c.version, c.tsv
+                                  {_carried("c")}, c.tsv
                            FROM (SELECT * FROM pair UNION ALL
                                  ({rest} AND (SELECT count(*) FROM pair) < {budget}
                                   LIMIT {budget})) c
                            ORDER BY c.memory_id, c.pass"""
         else:
-            read = f"""SELECT m.tenant_id, m.memory_id, m.version, m.{tsv} AS tsv
+            read = f"""SELECT {_carried("m")}, m.{tsv} AS tsv
                        FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}
                        LIMIT {p.add(params.lexical_df_cap)}"""
         terms = p.add([term for term, _ in plan.weights])
@@ -436,7 +441,7 @@ async def candidate_statement(
         # Only the query's lexemes are unnested: marked with weight A (the generated
         # vectors carry none), then kept by ts_filter, without a row per other word.
         lanes_sql.append(f"""
-            SELECT '{plan.config}'::text AS lane, d.tenant_id, d.memory_id, d.version, (
+            SELECT '{plan.config}'::text AS lane, {_carried("d")}, (
                 SELECT sum(({idfs}::float8[])[array_position({terms}::text[], u.lexeme)]
                            * cardinality(u.positions) * ({k1} + 1)
                            / (cardinality(u.positions) + {norm}))
@@ -450,10 +455,10 @@ async def candidate_statement(
                                            ORDER BY s.score DESC, s.memory_id) AS rank
             FROM scored s WHERE s.score IS NOT NULL
         )
-        SELECT {RANKING_COLUMNS}, r.lane, r.score{crowding}
-        FROM ranked r JOIN memories m USING (tenant_id, memory_id, version)
+        SELECT {_carried("r")}, r.lane, r.score{crowding}
+        FROM ranked r
         WHERE r.rank <= {p.add(limit)}
-        ORDER BY r.lane, r.score DESC, m.memory_id"""
+        ORDER BY r.lane, r.score DESC, r.memory_id"""
     with metrics.lane("lexical"):
         rows = await conn.fetch(sql, *p.values)
     # An unspecific lane keeps the shared newest rows only if it holds every one of them,
@@ -645,12 +650,10 @@ async def feedback_vector(
     )
     if not rows:
         return list(vector)
-    mixed = [float(x) for x in vector]
-    for row in rows:
-        for i, x in enumerate(row["embedding"].to_list()):
-            mixed[i] += params.feedback_weight * x / len(rows)
-    norm = math.sqrt(sum(x * x for x in mixed)) or 1.0
-    return [x / norm for x in mixed]
+    hits = np.array([row["embedding"].to_numpy() for row in rows], dtype=np.float64)
+    mixed = np.asarray(vector, dtype=np.float64) + params.feedback_weight * hits.mean(axis=0)
+    norm = float(np.sqrt(mixed @ mixed)) or 1.0
+    return [float(x) for x in mixed / norm]
 
 
 def fuse(
