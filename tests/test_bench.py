@@ -81,6 +81,17 @@ def test_brain_bench_with_the_local_embedder_rebuilds_and_reports_the_hnsw_index
     for run in runs:
         assert run["embedder"] == "local" and run["ok"] > 0 and run["errors"] == {}, run
     assert run["inserted"] == 50 and run["hnsw_mb"] > 0 and run["hnsw_build_s"] >= 0
+    assert run["build_memory_mb"] == 512  # the floor; a million rows take about 2 GB
+
+
+def test_the_hnsw_build_memory_holds_the_graph_within_bounds() -> None:
+    from brain.server.measure.synthetic import build_memory_mb
+    from brain.server.runtime.embedded import machine_memory
+
+    assert build_memory_mb(10_000, 384) == 512
+    quarter = machine_memory() // 4 // 2**20
+    assert build_memory_mb(1_000_000, 384) == max(512, min(2148, quarter))
+    assert build_memory_mb(10**9, 384) == max(512, quarter)  # never past a quarter
 
 
 async def test_fill_gives_rows_the_mean_of_their_words_vectors(pg_cluster: PgCluster) -> None:

@@ -179,7 +179,12 @@ def report(results: dict[str, Any]) -> str:
         )
     fills = {(r["embedder"], r["rows"]): r for r in results["runs"]}
     for (embedder, rows), r in fills.items():
-        hnsw = f", HNSW build {r['hnsw_build_s']} s ({r['hnsw_mb']} MB)" if "hnsw_mb" in r else ""
+        hnsw = (
+            f", HNSW build {r['hnsw_build_s']} s ({r['hnsw_mb']} MB, maintenance_work_mem "
+            f"{r['build_memory_mb']} MB)"
+            if "hnsw_mb" in r
+            else ""
+        )
         lines.append(
             f"fill {embedder} to {rows}: {r['fill_s']} s, term statistics {r['stats_s']} s{hnsw}"
         )
