@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -38,9 +39,12 @@ logging.getLogger("pgserver").setLevel(logging.WARNING)
 _log = structlog.get_logger("brain.embedded")
 T = TypeVar("T")
 HANDLE_PIDS = ".handle_pids.json"
-# The shared_buffers value this module last wrote with ALTER SYSTEM: a line with another
-# value is an operator's, and a failed start never removes it.
+# The shared_buffers value this module wrote with ALTER SYSTEM and that is still in
+# postgresql.auto.conf, or empty: a line with another value is an operator's, and a failed
+# start never removes it. No file: a cluster this release has not started yet.
 SIZE_MARK = "brain_shared_buffers"
+# How earlier releases, which kept no record, wrote the size: whole MB within its bounds.
+_EARLIER_SIZE = re.compile(r"[0-9]+MB")
 # Without XDG_RUNTIME_DIR (containers, CI) platformdirs warns and falls back to /tmp.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR", module="platformdirs")
 
@@ -87,14 +91,15 @@ class EmbeddedPostgres:
         process is the cluster's only user it restarts the postmaster at once to take the
         size; else the size applies from the next start. If PostgreSQL cannot start with
         it, the line is removed again and the size in use is pinned, so no later start
-        tries again. The value written is recorded (`SIZE_MARK`): only a line with that
-        value is ever removed, never an operator's.
+        tries again. The value written is recorded (`SIZE_MARK`) while it stands: only a
+        line with that value is ever removed, never an operator's.
         """
         own = self.handle.psql(
             "SELECT 'own=' || count(*) FROM pg_file_settings WHERE name = 'shared_buffers'"
             " AND (sourcefile LIKE '%postgresql.auto.conf' OR setting <> '128MB');"
         )
         if "own=0" not in own:
+            _forget_replaced_size(self.data_dir)
             return
         size = shared_buffers_mb()
         self._set_size(f"{size}MB")
@@ -178,11 +183,67 @@ def drop_our_shared_buffers(data_dir: Path) -> bool:
     except OSError:
         return False
     kept = [line for line in lines if _shared_buffers_value(line) != ours]
-    if len(kept) == len(lines):
+    if not ours or len(kept) == len(lines):
         return False
     auto.write_text("".join(kept))
-    (data_dir / SIZE_MARK).unlink(missing_ok=True)
+    (data_dir / SIZE_MARK).write_text("")
     return True
+
+
+def _auto_conf_sizes(data_dir: Path) -> list[str]:
+    """The ``shared_buffers`` values in ``postgresql.auto.conf`` ([] without the file)."""
+    try:
+        lines = (data_dir / "postgresql.auto.conf").read_text().splitlines()
+    except OSError:
+        return []
+    return [value for value in map(_shared_buffers_value, lines) if value is not None]
+
+
+def _forget_replaced_size(data_dir: Path) -> None:
+    """Clear the record once ALTER SYSTEM replaced or reset the value it names: a value
+    set later, even an equal one, is the operator's."""
+    mark = data_dir / SIZE_MARK
+    try:
+        ours = mark.read_text().strip()
+    except OSError:
+        return
+    if ours and ours not in _auto_conf_sizes(data_dir):
+        mark.write_text("")
+
+
+def _adopt_earlier_size(data_dir: Path) -> None:
+    """On the first start of this release, record a size an earlier release wrote.
+
+    Those kept no record; they wrote whole megabytes from 128 to 4096, and the size a
+    failed start fell back to. A hand-made value of that same form in a cluster from an
+    earlier release is taken for theirs (the README says so). An existing cluster without
+    such a line records that it has none of ours; a new one gets its record when sized.
+    """
+    mark = data_dir / SIZE_MARK
+    if mark.exists() or not (data_dir / "PG_VERSION").exists():
+        return
+    earlier = [
+        value
+        for value in _auto_conf_sizes(data_dir)
+        if _EARLIER_SIZE.fullmatch(value) and 128 <= int(value[:-2]) <= 4096
+    ]
+    mark.write_text(earlier[-1] if earlier else "")
+    if earlier:
+        _log.info(
+            "embedded PostgreSQL: shared_buffers set by an earlier release", value=earlier[-1]
+        )
+
+
+def _short_of_shared_memory(data_dir: Path) -> bool:
+    """Whether the postmaster's log (the wheel's, in the data directory) ends with a failure
+    to get its shared memory."""
+    try:
+        with (data_dir / "log").open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 8192))
+            tail = log.read().decode(errors="replace")
+    except OSError:
+        return False
+    return "shared memory" in tail.rsplit("starting PostgreSQL", 1)[-1]
 
 
 def _shared_buffers_value(line: str) -> str | None:
@@ -198,25 +259,30 @@ def _falling_back(data_dir: Path, start_postmaster: Callable[[], T], *, fresh: b
     this module wrote (the machine shrank, a container got a lower limit), that line is
     dropped and the start tried once more, the line restored if it was not the cause.
     ``fresh``: the retry builds a new handle (the wheel caches the one that failed)."""
+    _adopt_earlier_size(data_dir)
     try:
         return start_postmaster()
     except Exception:
+        if fresh:
+            _forget_failed(data_dir)  # never hand out the instance that failed
         auto = data_dir / "postgresql.auto.conf"
         mark = data_dir / SIZE_MARK
         before = auto.read_text() if auto.exists() else None
         recorded = mark.read_text() if mark.exists() else None
         if not drop_our_shared_buffers(data_dir):
-            _log.warning(
-                "embedded PostgreSQL did not start; if it is short of shared memory, lower "
-                "the shared_buffers set by hand in postgresql.auto.conf or postgresql.conf",
-                data_dir=str(data_dir),
-            )
+            if _short_of_shared_memory(data_dir):
+                _log.error(
+                    "embedded PostgreSQL cannot get its shared memory; lower the "
+                    "shared_buffers set in postgresql.auto.conf or postgresql.conf",
+                    data_dir=str(data_dir),
+                    set_in_auto_conf=_auto_conf_sizes(data_dir),
+                )
             raise
-        if fresh:
-            _forget_failed(data_dir)
         try:
             started = start_postmaster()
         except Exception:
+            if fresh:
+                _forget_failed(data_dir)
             if before is not None:
                 auto.write_text(before)  # not what kept it from starting: put it back
             if recorded is not None:
