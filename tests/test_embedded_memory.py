@@ -92,10 +92,17 @@ PRELUDE = textwrap.dedent(
     def auto():
         return (data / "postgresql.auto.conf").read_text()
 
-    def shrink():
-        # A machine that shrank: this process and the postmasters it starts map 2.5 GB.
+    def shrink(limit=int(2.5 * 2**30)):
+        # A machine that shrank: this process and the postmasters it starts map 2.5 GB,
+        # and a quarter of its memory is still taken to be 4 GB. Deterministic whatever
+        # the host's memory and overcommit policy (a 4 TB mapping is not).
         import resource
-        resource.setrlimit(resource.RLIMIT_AS, (int(2.5 * 2**30), resource.RLIM_INFINITY))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+        embedded.shared_buffers_mb = lambda total_bytes=None: 4096
+
+    def unshrink():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     """
 )
 
@@ -135,8 +142,7 @@ def test_a_failed_restart_keeps_the_operators_other_alter_system_settings(
         pg.handle.psql("ALTER SYSTEM RESET shared_buffers;")
         pg.handle.psql("ALTER SYSTEM SET work_mem = '7MB';")
         pg.stop()
-        # A machine whose quarter cannot be mapped (4 TB > RAM + swap).
-        embedded.shared_buffers_mb = lambda total_bytes=None: 4 * 1024 * 1024
+        shrink()  # a machine whose quarter cannot be mapped
         pg = embedded.start(data)
         try:
             print("SB", show(pg, "shared_buffers"))
@@ -159,8 +165,8 @@ def test_after_a_fallback_adopting_a_running_cluster_does_not_break_its_next_sta
     next start"; that start then goes through the wheel with no fallback and fails."""
     done = child(
         """
-        embedded.shared_buffers_mb = lambda total_bytes=None: 4 * 1024 * 1024
-        pg = embedded.start(data)  # fails to restart with 4 TB, falls back to 128 MB
+        shrink()
+        pg = embedded.start(data)  # fails to restart with 4 GB, falls back to 128 MB
         assert show(pg, "shared_buffers") == "128MB"
         # Another process adopting the running cluster (same code path: was_running).
         pg2 = embedded.start(data)
@@ -230,25 +236,27 @@ def test_a_failed_start_never_drops_an_operators_shared_buffers(cluster_root: Pa
         pg = embedded.start(data)
         ours = show(pg, "shared_buffers")
         assert ours != "128MB"  # control: sized at once, and the line is ours
-        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4TB';")  # the operator's
+        assert (data / embedded.SIZE_MARK).read_text() == f"{embedded.shared_buffers_mb() * 1024}kB"
+        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4096MB';")  # the operator's
         pg.stop()
+        shrink()
         try:
             embedded.start(data)
         except subprocess.CalledProcessError:
             pass  # pg_ctl could not start it
         else:
-            raise AssertionError("started with 4 TB of shared memory?")
-        assert "shared_buffers = '4TB'" in auto(), "operator's line dropped: " + repr(auto())
+            raise AssertionError("started with 4 GB under a 2.5 GB limit?")
+        assert "shared_buffers = '4096MB'" in auto(), "operator's line dropped: " + repr(auto())
         # Positive control: the same failure with a line this module wrote falls back.
-        (data / "postgresql.auto.conf").write_text(auto().replace("'4TB'", "'4194304MB'"))
-        (data / embedded.SIZE_MARK).write_text("4194304MB")
-        embedded._forget_failed(data)
+        (data / "postgresql.auto.conf").write_text(auto().replace("'4096MB'", "'4194304kB'"))
+        (data / embedded.SIZE_MARK).write_text("4194304kB")
         pg = embedded.start(data)
         try:
             in_use = show(pg, "shared_buffers")
             print("SB", in_use, repr(auto()))
-            assert "4194304MB" not in auto()
-            assert in_use in ("128MB", ours), in_use  # initdb's, or sized again at once
+            assert "4194304kB" not in auto()
+            assert in_use == "128MB", in_use  # initdb's, pinned: the quarter fails again
+            assert (data / embedded.SIZE_MARK).read_text() == "131072kB"
         finally:
             pg.stop()
         """,
@@ -257,7 +265,7 @@ def test_a_failed_start_never_drops_an_operators_shared_buffers(cluster_root: Pa
     assert done.returncode == 0, done.stdout + done.stderr[-1500:]
     # The log says what to do, naming the value it found.
     assert "cannot get its shared memory" in done.stdout + done.stderr
-    assert "4TB" in done.stdout + done.stderr
+    assert "4096MB" in done.stdout + done.stderr
 
 
 def test_the_supervisors_restart_falls_back_from_an_unmappable_size(cluster_root: Path) -> None:
@@ -270,8 +278,9 @@ def test_the_supervisors_restart_falls_back_from_an_unmappable_size(cluster_root
         pg = embedded.start(data)
         assert show(pg, "shared_buffers") != "128MB"  # control: sized, the line is ours
         # What size_memory writes for the next start when others use the cluster too.
-        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4194304MB';")
-        (data / "brain_shared_buffers").write_text("4194304MB")
+        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4194304kB';")
+        (data / "brain_shared_buffers").write_text("4194304kB")
+        shrink()
         os.kill(pg.postmaster_pid(), signal.SIGINT)  # fast shutdown: "the postmaster died"
         for _ in range(300):
             if not pg.is_running():
@@ -282,7 +291,7 @@ def test_the_supervisors_restart_falls_back_from_an_unmappable_size(cluster_root
         try:
             # initdb's size until the next start sizes it again (and pins what it can map)
             assert show(pg, "shared_buffers") == "128MB"
-            assert "4194304MB" not in auto(), auto()
+            assert "4194304kB" not in auto(), auto()
         finally:
             pg.stop()
         """,
@@ -303,7 +312,7 @@ def test_a_size_written_by_an_earlier_release_still_falls_back(cluster_root: Pat
             "# Do not edit this file manually!\\nshared_buffers = '4096MB'\\n"
         )
         (data / embedded.SIZE_MARK).unlink()  # as an earlier release left it
-        shrink()
+        shrink()  # and the machine shrank
         pg = embedded.start(data)
         try:
             assert show(pg, "shared_buffers") == "128MB", show(pg, "shared_buffers")
@@ -324,14 +333,15 @@ def test_an_operators_value_equal_to_a_replaced_size_of_ours_is_kept(
     done = child(
         """
         pg = embedded.start(data)
-        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4096MB';")  # as if we sized it
-        (data / embedded.SIZE_MARK).write_text("4096MB")
+        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4194304kB';")  # as if we sized it
+        (data / embedded.SIZE_MARK).write_text("4194304kB")
         pg.handle.psql("ALTER SYSTEM SET shared_buffers = '160MB';")  # the operator's
         pg.stop()
         pg = embedded.start(data)
         assert show(pg, "shared_buffers") == "160MB"
         assert (data / embedded.SIZE_MARK).read_text() == ""  # ours was replaced
-        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4096MB';")  # the operator again
+        # The operator again, even spelling our value as we do.
+        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4194304kB';")
         pg.stop()
         shrink()
         try:
@@ -339,8 +349,8 @@ def test_an_operators_value_equal_to_a_replaced_size_of_ours_is_kept(
         except subprocess.CalledProcessError:
             pass
         else:
-            raise AssertionError("started with 4096MB under a 2.5 GB limit?")
-        assert "shared_buffers = '4096MB'" in auto(), "operator's line dropped: " + auto()
+            raise AssertionError("started with 4 GB under a 2.5 GB limit?")
+        assert "shared_buffers = '4194304kB'" in auto(), "operator's line dropped: " + auto()
         """,
         cluster_root,
     )
@@ -353,18 +363,46 @@ def test_a_start_after_a_failed_one_in_the_same_process_works(cluster_root: Path
     done = child(
         """
         pg = embedded.start(data)
-        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4TB';")  # the operator's
+        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '4096MB';")  # the operator's
         pg.stop()
+        shrink()
         try:
             embedded.start(data)
         except subprocess.CalledProcessError:
             pass
         else:
-            raise AssertionError("started with 4 TB of shared memory?")
-        (data / "postgresql.auto.conf").write_text(auto().replace("'4TB'", "'160MB'"))
+            raise AssertionError("started with 4 GB under a 2.5 GB limit?")
+        (data / "postgresql.auto.conf").write_text(auto().replace("'4096MB'", "'160MB'"))
         pg = embedded.start(data)
         try:
             assert show(pg, "shared_buffers") == "160MB"
+        finally:
+            pg.stop()
+        """,
+        cluster_root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-1500:]
+
+
+def test_a_new_clusters_own_value_is_never_taken_for_an_earlier_releases(
+    cluster_root: Path,
+) -> None:
+    """The upgrade rule adopts a whole-MB value only in a cluster from before this release.
+    A host so small that initdb picks less than 128 MB gets no size from us; the operator's
+    later '160MB' must stay theirs."""
+    done = child(
+        """
+        shrink(150 * 2**20)  # initdb then settles below 128 MB: the cluster has its own
+        pg = embedded.start(data)  # a new cluster
+        first = show(pg, "shared_buffers")
+        pg.handle.psql("ALTER SYSTEM SET shared_buffers = '160MB';")  # the operator's
+        pg.stop()
+        unshrink()
+        pg = embedded.start(data)
+        try:
+            print("first", first, "mark", repr((data / embedded.SIZE_MARK).read_text()))
+            assert show(pg, "shared_buffers") == "160MB"
+            assert (data / embedded.SIZE_MARK).read_text() == ""  # not ours, not adopted
         finally:
             pg.stop()
         """,

@@ -102,7 +102,7 @@ class EmbeddedPostgres:
             _forget_replaced_size(self.data_dir)
             return
         size = shared_buffers_mb()
-        self._set_size(f"{size}MB")
+        self._set_size(size * 1024)
         with _wheel_lock(self.handle):
             if _handle_pids(self.data_dir) != [os.getpid()]:
                 _log.info(
@@ -119,13 +119,17 @@ class EmbeddedPostgres:
                 )
                 drop_our_shared_buffers(self.data_dir)
                 self._restart()
-                in_use = self.handle.psql("SELECT 'in_use=' || current_setting('shared_buffers');")
-                self._set_size(in_use.split("in_use=", 1)[1].split()[0])
+                in_use = self.handle.psql(
+                    "SELECT 'in_use=' || pg_size_bytes(current_setting('shared_buffers')) / 1024;"
+                )
+                self._set_size(int(in_use.split("in_use=", 1)[1].split()[0]))
                 return
         _log.info("embedded PostgreSQL memory set", shared_buffers_mb=size)
 
-    def _set_size(self, value: str) -> None:
-        """ALTER SYSTEM SET shared_buffers, recorded as ours (`SIZE_MARK`)."""
+    def _set_size(self, kilobytes: int) -> None:
+        """ALTER SYSTEM SET shared_buffers, recorded as ours (`SIZE_MARK`). Written in kB, as
+        nobody writes it by hand, so an operator's '4GB' or '4096MB' never passes for it."""
+        value = f"{kilobytes}kB"
         self.handle.psql(f"ALTER SYSTEM SET shared_buffers = '{value}';")
         (self.data_dir / SIZE_MARK).write_text(value)
 
@@ -234,16 +238,31 @@ def _adopt_earlier_size(data_dir: Path) -> None:
         )
 
 
-def _short_of_shared_memory(data_dir: Path) -> bool:
-    """Whether the postmaster's log (the wheel's, in the data directory) ends with a failure
-    to get its shared memory."""
+# What PostgreSQL logs when it cannot get the shared memory it is configured for.
+_NO_SHARED_MEMORY = (
+    "could not map anonymous shared memory",
+    "could not create shared memory segment",
+)
+
+
+def _log_size(data_dir: Path) -> int:
+    """The size of the postmaster's log (the wheel's ``pg_ctl -l`` file), 0 if none."""
+    try:
+        return (data_dir / "log").stat().st_size
+    except OSError:
+        return 0
+
+
+def _short_of_shared_memory(data_dir: Path, since: int) -> bool:
+    """Whether the postmaster logged, after byte ``since``, that it could not get its
+    shared memory."""
     try:
         with (data_dir / "log").open("rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - 8192))
-            tail = log.read().decode(errors="replace")
+            log.seek(since)
+            logged = log.read(65536).decode(errors="replace")
     except OSError:
         return False
-    return "shared memory" in tail.rsplit("starting PostgreSQL", 1)[-1]
+    return any(message in logged for message in _NO_SHARED_MEMORY)
 
 
 def _shared_buffers_value(line: str) -> str | None:
@@ -260,6 +279,7 @@ def _falling_back(data_dir: Path, start_postmaster: Callable[[], T], *, fresh: b
     dropped and the start tried once more, the line restored if it was not the cause.
     ``fresh``: the retry builds a new handle (the wheel caches the one that failed)."""
     _adopt_earlier_size(data_dir)
+    logged = _log_size(data_dir)
     try:
         return start_postmaster()
     except Exception:
@@ -270,7 +290,7 @@ def _falling_back(data_dir: Path, start_postmaster: Callable[[], T], *, fresh: b
         before = auto.read_text() if auto.exists() else None
         recorded = mark.read_text() if mark.exists() else None
         if not drop_our_shared_buffers(data_dir):
-            if _short_of_shared_memory(data_dir):
+            if _short_of_shared_memory(data_dir, logged):
                 _log.error(
                     "embedded PostgreSQL cannot get its shared memory; lower the "
                     "shared_buffers set in postgresql.auto.conf or postgresql.conf",
@@ -371,7 +391,10 @@ def start(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
     data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     mode = "delete" if delete_on_stop else "stop"
+    created = not (data_dir / "PG_VERSION").exists()
     handle = _falling_back(data_dir, lambda: _get_server(data_dir, mode), fresh=True)
+    if created:  # initdb just ran: nothing in it is an earlier release's (see SIZE_MARK)
+        (data_dir / SIZE_MARK).write_text("")
     pg = EmbeddedPostgres(handle=handle, data_dir=data_dir)
     pg.size_memory()
     return pg
