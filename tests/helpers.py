@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +26,8 @@ from brain.v1 import (
     memory_pb2_grpc,
     review_pb2_grpc,
 )
+
+from .conftest import unique
 
 
 def ts(value: datetime) -> Timestamp:
@@ -229,6 +231,17 @@ def search_params(memories: Any, **params: Any) -> Iterator[None]:
         yield
     finally:
         memories.params = saved
+
+
+@asynccontextmanager
+async def tuned_writer(server: Any) -> AsyncIterator[tuple[Api, Any]]:
+    """A writer of a fresh tenant and namespace on the in-process server, with the server's
+    memory reads (for `search_params`); skips when the server runs out of process."""
+    if server.running is None:
+        pytest.skip("needs the in-process server to set search parameters")
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
+        yield api, server.running.memories
 
 
 @contextmanager

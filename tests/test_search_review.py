@@ -14,7 +14,7 @@ from google.protobuf import timestamp_pb2
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
-from .helpers import Api, search_params
+from .helpers import Api, search_params, tuned_writer
 from .test_review import propose
 
 LEXICAL = memory_pb2.SEARCH_MODE_LEXICAL
@@ -78,12 +78,7 @@ async def test_odd_queries_on_every_read_path_score_as_a_recount(
 ) -> None:
     """No query errors on any read path; with the default budget the kept-statistics scores
     equal the time-travel recount; with forced budgets every hit scores as with the default."""
-    server = brain_server
-    if server.running is None:
-        pytest.skip("needs the in-process server")
-    memories = server.running.memories
-    async with grpc.aio.insecure_channel(server.target) as channel:
-        api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
+    async with tuned_writer(brain_server) as (api, memories):
         for i in range(24):
             await api.save(f"filler notes {i} about the hangar doors running late")
         for text in ODD_ROWS:
@@ -147,12 +142,7 @@ async def test_both_lanes_unspecific_the_exact_lane_still_gets_its_own_rows(
     'running'. Before the change the simple lane read the newest 8 rows holding
     'running'; now it reads none, so the exact lane (whose job is exact words) is empty
     although 20 visible rows hold the exact word."""
-    server = walled_server
-    if server.running is None:
-        pytest.skip("needs the in-process server")
-    memories = server.running.memories
-    async with grpc.aio.insecure_channel(server.target) as channel:
-        api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
+    async with tuned_writer(walled_server) as (api, memories):
         exact = {(await api.save(f"running notes {i}")).memory.id for i in range(20)}
         for i in range(20):
             await api.save(f"the runs notes {i}")
@@ -180,12 +170,7 @@ async def test_a_full_pair_hides_a_better_scoring_row_of_the_rarest_term(
     times, and a third query term). Pins the documented rule and shows what it costs:
     before the change that row (first in table order) was read and ranked first, as one
     arbitrary row among the first rows of the rarest term's posting list."""
-    server = walled_server
-    if server.running is None:
-        pytest.skip("needs the in-process server")
-    memories = server.running.memories
-    async with grpc.aio.insecure_channel(server.target) as channel:
-        api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
+    async with tuned_writer(walled_server) as (api, memories):
         best = (await api.save("kestrel kestrel kestrel osprey")).memory.id
         padding = " ".join(f"pad{j}" for j in range(30))
         pair = {(await api.save(f"kestrel heron {i} {padding}")).memory.id for i in range(4)}

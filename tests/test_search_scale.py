@@ -17,7 +17,7 @@ from brain.server.domain.retrieval.lanes import RetrievalParams, plan_lane
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
-from .helpers import Api, search_params
+from .helpers import Api, search_params, tuned_writer
 from .test_review import decide, propose
 
 QUERY = "zeppelin hangar maintenance"
@@ -233,12 +233,7 @@ async def test_over_the_budget_the_rarest_terms_rows_come_only_to_fill_the_pair(
     """Over the budget, the rows holding the two rarest terms come first; the rarest term's
     other rows are read only while those are fewer than 4 x candidates (its whole posting
     list is never read just to be cut)."""
-    server = walled_server
-    if server.running is None:
-        pytest.skip("needs the in-process server to set a small candidate budget")
-    memories = server.running.memories
-    async with grpc.aio.insecure_channel(server.target) as channel:
-        api = Api(channel, server.mint_key(unique("t"), "w"), namespace=unique("ns"))
+    async with tuned_writer(walled_server) as (api, memories):
         # The lone row first: read in table order, the rarest term's rows would start with it.
         lone = (await api.save("kestrel alone on the cliff")).memory.id
         pair = {(await api.save(f"kestrel heron pair {i}")).memory.id for i in range(5)}

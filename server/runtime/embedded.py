@@ -180,18 +180,22 @@ def drop_our_shared_buffers(data_dir: Path) -> bool:
     """Remove the ``shared_buffers`` line of ``postgresql.auto.conf`` if this module wrote it
     (its value is the one recorded in `SIZE_MARK`), keeping every other line; True if it
     did. An operator's own line is never removed."""
+    ours = _recorded(data_dir)
+    if not ours or ours not in _auto_conf_sizes(data_dir):
+        return False
     auto = data_dir / "postgresql.auto.conf"
-    try:
-        lines = auto.read_text().splitlines(keepends=True)
-        ours = (data_dir / SIZE_MARK).read_text().strip()
-    except OSError:
-        return False
-    kept = [line for line in lines if _shared_buffers_value(line) != ours]
-    if not ours or len(kept) == len(lines):
-        return False
-    auto.write_text("".join(kept))
+    lines = auto.read_text().splitlines(keepends=True)
+    auto.write_text("".join(line for line in lines if _shared_buffers_value(line) != ours))
     (data_dir / SIZE_MARK).write_text("")
     return True
+
+
+def _recorded(data_dir: Path) -> str:
+    """The value in `SIZE_MARK` ("" when none is ours, or the record cannot be read)."""
+    try:
+        return (data_dir / SIZE_MARK).read_text().strip()
+    except OSError:
+        return ""
 
 
 def _auto_conf_sizes(data_dir: Path) -> list[str]:
@@ -206,13 +210,9 @@ def _auto_conf_sizes(data_dir: Path) -> list[str]:
 def _forget_replaced_size(data_dir: Path) -> None:
     """Clear the record once ALTER SYSTEM replaced or reset the value it names: a value
     set later, even an equal one, is the operator's."""
-    mark = data_dir / SIZE_MARK
-    try:
-        ours = mark.read_text().strip()
-    except OSError:
-        return
+    ours = _recorded(data_dir)
     if ours and ours not in _auto_conf_sizes(data_dir):
-        mark.write_text("")
+        (data_dir / SIZE_MARK).write_text("")
 
 
 def _adopt_earlier_size(data_dir: Path) -> None:

@@ -29,7 +29,15 @@ MEMORY_COLUMNS = f"{_ROW_COLUMNS}, m.supersedes, m.superseded_by"
 
 # What ranking reads of every search candidate: its key, and what fusion's features and
 # boosts use. The columns shown (`memory_columns`) are read for the returned hits only.
-RANKING_COLUMNS = "m.tenant_id, m.memory_id, m.version, m.valid_from, m.importance, m.recorded_at"
+RANKING_NAMES = ("tenant_id", "memory_id", "version", "valid_from", "importance", "recorded_at")
+
+
+def ranking_of(alias: str) -> str:
+    """`RANKING_NAMES` as columns of the row called ``alias``."""
+    return ", ".join(f"{alias}.{name}" for name in RANKING_NAMES)
+
+
+RANKING_COLUMNS = ranking_of("m")
 
 
 def ranking_columns(v: Visibility, p: Params) -> str:

@@ -43,11 +43,11 @@ from brain.server.domain.retrieval.relevance import (
 )
 from brain.server.storage import graph as graph_sql
 from brain.server.storage.memories import (
-    RANKING_COLUMNS,
     RowFilter,
     TimeCoords,
     filter_predicate,
     ranking_columns,
+    ranking_of,
     shown_rows,
     time_predicate,
 )
@@ -350,12 +350,6 @@ async def lexical_lanes(
     return LexicalHits(lanes["english"], lanes["simple"], int(searched) if rows else 0)
 
 
-def _carried(alias: str) -> str:
-    """The ranking columns, read with each candidate and carried through the statement
-    (no second look-up of the ranked rows)."""
-    return RANKING_COLUMNS.replace("m.", f"{alias}.")
-
-
 async def candidate_statement(
     conn: asyncpg.Connection,
     v: Visibility,
@@ -394,16 +388,16 @@ async def candidate_statement(
         shared = f"({either}) AND {scope_sql} LIMIT {p.add(params.lexical_df_cap * len(plans))}"
     if shared:
         drawn = f"""drawn AS MATERIALIZED (
-            SELECT {_carried("m")}, {columns}
+            SELECT {ranking_of("m")}, {columns}
             FROM memories m WHERE {shared}),"""
     lanes_sql = []
     for plan in plans:
         tsv, tq = TSVECTORS[plan.config], draws[plan.config]
         if drawn:
-            read = f"""SELECT {_carried("n")}, n.{tsv} AS tsv
+            read = f"""SELECT {ranking_of("n")}, n.{tsv} AS tsv
                        FROM drawn n WHERE n.{tsv} @@ {tq}"""
         elif plan.common:
-            read = f"""SELECT {_carried("m")}, m.{tsv} AS tsv
+            read = f"""SELECT {ranking_of("m")}, m.{tsv} AS tsv
                        FROM memories m WHERE (m.{tsv} @@ {tq}) IS TRUE AND {scope_sql}
                        ORDER BY m.memory_id DESC LIMIT {p.add(params.candidates * 4)}"""
         elif plan.over_budget:
@@ -414,24 +408,24 @@ async def candidate_statement(
             # 1,000,000 memories); so a row holding the rarest term several times but not
             # the next rarest is not read once the pair fills the candidates.
             budget = p.add(params.candidates * 4)
-            rest = f"""SELECT {_carried("m")}, m.{tsv} AS tsv, 1 AS pass
+            rest = f"""SELECT {ranking_of("m")}, m.{tsv} AS tsv, 1 AS pass
                        FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}"""
-            read = f"""SELECT {_carried("c")}, c.tsv
+            read = f"""SELECT {ranking_of("c")}, c.tsv
                        FROM ({rest} LIMIT {budget}) c"""
             if plan.pair:
                 read = f"""WITH pair AS MATERIALIZED (
-                               SELECT {_carried("m")}, m.{tsv} AS tsv, 0 AS pass
+                               SELECT {ranking_of("m")}, m.{tsv} AS tsv, 0 AS pass
                                FROM memories m
                                WHERE m.{tsv} @@ {p.add(plan.pair)}::tsquery AND {scope_sql}
                                LIMIT {budget})
                            SELECT DISTINCT ON (c.memory_id)
-                                  {_carried("c")}, c.tsv
+                                  {ranking_of("c")}, c.tsv
                            FROM (SELECT * FROM pair UNION ALL
                                  ({rest} AND (SELECT count(*) FROM pair) < {budget}
                                   LIMIT {budget})) c
                            ORDER BY c.memory_id, c.pass"""
         else:
-            read = f"""SELECT {_carried("m")}, m.{tsv} AS tsv
+            read = f"""SELECT {ranking_of("m")}, m.{tsv} AS tsv
                        FROM memories m WHERE m.{tsv} @@ {tq} AND {scope_sql}
                        LIMIT {p.add(params.lexical_df_cap)}"""
         terms = p.add([term for term, _ in plan.weights])
@@ -441,13 +435,14 @@ async def candidate_statement(
         # Only the query's lexemes are unnested: marked with weight A (the generated
         # vectors carry none), then kept by ts_filter, without a row per other word.
         lanes_sql.append(f"""
-            SELECT '{plan.config}'::text AS lane, {_carried("d")}, (
+            SELECT '{plan.config}'::text AS lane, {ranking_of("d")}, (
                 SELECT sum(({idfs}::float8[])[array_position({terms}::text[], u.lexeme)]
                            * cardinality(u.positions) * ({k1} + 1)
                            / (cardinality(u.positions) + {norm}))
                 FROM unnest(ts_filter(setweight(d.tsv, 'A', {terms}::text[]), '{{a}}')) AS u
             ) AS score
             FROM ({read}) d""")
+    # The ranking columns come along with each candidate: no second look-up of the hits.
     sql = f"""
         WITH {drawn} scored AS MATERIALIZED ({" UNION ALL ".join(lanes_sql)}),
         ranked AS (
@@ -455,7 +450,7 @@ async def candidate_statement(
                                            ORDER BY s.score DESC, s.memory_id) AS rank
             FROM scored s WHERE s.score IS NOT NULL
         )
-        SELECT {_carried("r")}, r.lane, r.score{crowding}
+        SELECT {ranking_of("r")}, r.lane, r.score{crowding}
         FROM ranked r
         WHERE r.rank <= {p.add(limit)}
         ORDER BY r.lane, r.score DESC, r.memory_id"""
