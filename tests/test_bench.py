@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -57,6 +58,11 @@ def test_brain_bench_runs_end_to_end_at_a_tiny_size() -> None:
     for r in runs:
         assert r["ok"] > 0 and r["errors"] == {}, r
         assert r["vs_echo"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
+        # CPU per call of the in-process server, its PostgreSQL and the driver (few calls:
+        # clock ticks of 10 ms may round a group to 0).
+        assert sorted(r["cpu_ms"]) == ["driver", "postgres", "server"], r
+        assert min(r["cpu_ms"].values()) >= 0 and sum(r["cpu_ms"].values()) > 0, r
+    assert all(sorted(e["cpu_ms"]) == ["driver", "server"] for e in results["echo"].values())
     # The first fill inserts the whole size; the second only what the saves left missing.
     assert runs[0]["inserted"] == 60
     assert 0 <= runs[-1]["inserted"] <= 60
@@ -76,8 +82,11 @@ def test_brain_bench_with_the_local_embedder_rebuilds_and_reports_the_hnsw_index
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    runs = json.loads(done.stdout.strip().splitlines()[-1])["runs"]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    runs = results["runs"]
     assert [r["kind"] for r in runs] == ["search", "semantic", "get"]
+    # What embedding one query costs, alone and batched (process CPU time: never 0).
+    assert min(results["embedding"]["local"].values()) > 0
     for run in runs:
         assert run["embedder"] == "local" and run["ok"] > 0 and run["errors"] == {}, run
     assert run["inserted"] == 50 and run["hnsw_mb"] > 0 and run["hnsw_build_s"] >= 0
@@ -118,3 +127,32 @@ async def test_fill_gives_rows_the_mean_of_their_words_vectors(pg_cluster: PgClu
         expected = [sum(words[i][d] for i in ids) / len(ids) for d in range(7)]
         got = [float(x) for x in row["v"].strip("[]").split(",")[:7]]
         assert got == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_cpu_meter_counts_a_watched_tree_and_only_it() -> None:
+    """A child that burns 0.4 s of CPU counts for its parent's tree, not for the parent
+    alone (brain-bench's in-process server must not count its driver child)."""
+    from brain.server.measure.cpu import CpuMeter, Watched
+
+    meter = CpuMeter({"tree": Watched(os.getpid()), "alone": Watched(os.getpid(), tree=False)})
+    meter.start()
+    burner = subprocess.Popen(
+        [sys.executable, "-c", BURN_CPU], stdout=subprocess.PIPE, text=True
+    )  # fmt: skip
+    try:
+        assert burner.stdout is not None and burner.stdout.readline() == "burnt\n"
+        used = meter.stop()
+    finally:
+        burner.kill()
+        burner.wait()
+    assert used["tree"] >= 0.35  # clock ticks are 10 ms
+    assert used["alone"] < 0.2  # this process only waited on the child's line
+
+
+BURN_CPU = """
+import time
+while time.process_time() < 0.4:
+    pass
+print("burnt", flush=True)
+time.sleep(60)
+"""

@@ -67,6 +67,28 @@ def test_features_are_in_units_of_one_rare_term_whatever_the_bucket_size() -> No
     assert feature_rows([], 10).shape == (0, len(FEATURES))
 
 
+def test_session_features_read_each_hits_other_hits_of_its_session() -> None:
+    """Hits of one session (a bulk import can put every hit in one), hits absent from the
+    lexical lane among them: each hit's share of other hits from its session and the best
+    1 / lexical rank among those others, as counted hit by hit."""
+    col = {name: i for i, name in enumerate(FEATURES)}
+    ranks = [3, 0, 1, 0, 7, 2, 0, 5, *range(8, 60)]  # 0: not found lexically
+    sessions = [*"aaabbaca", *"a" * 52]
+    hits = [lanes(1.0 / (r or 99), r, s) for r, s in zip(ranks, sessions, strict=True)]
+    rows = feature_rows(hits, 1000)
+    for i, session in enumerate(sessions):
+        others = [
+            1.0 / r if r else 0.0
+            for j, (r, s) in enumerate(zip(ranks, sessions, strict=True))
+            if j != i and s == session
+        ]
+        assert rows[i, col["session"]] == pytest.approx(len(others) / (len(hits) - 1))
+        assert rows[i, col["session_lexical"]] == pytest.approx(max(others, default=0.0))
+    # The positive controls: a best hit reads its session's second best, a lone hit nothing.
+    assert rows[2, col["session_lexical"]] == pytest.approx(1 / 2)
+    assert rows[6, col["session"]] == 0.0 and rows[6, col["session_lexical"]] == 0.0
+
+
 def test_fit_order_learns_which_feature_ranks_the_evidence_first() -> None:
     """Queries whose evidence always has the best lexical rank but a random similarity:
     the listwise fit weighs lexical_rr up, and the absolute lexical score not at all."""

@@ -9,8 +9,10 @@ tenant's bucket is filled straight through SQL (Zipf-distributed words; each row
 the mean of the model's vectors of its words, so only the vocabulary is embedded up front
 and the query per search) to each size in turn, and SearchMemories then SaveMemory are
 driven over real gRPC from a separate process at each concurrency, for ``--seconds`` or
-``--ops`` calls, whichever ends first. Every row says calls/s, p50/p99 and the ratio to
-the echo ceiling at the same concurrency. Figures depend on the machine and its load:
+``--ops`` calls, whichever ends first. Every row says calls/s, p50/p99, the ratio to
+the echo ceiling at the same concurrency, and the CPU a call took in the server's
+processes, in PostgreSQL's and in the driver's (`cpu`); a last line says what embedding
+one query costs, alone and in batches of 16. Figures depend on the machine and its load:
 compare rows within one run. ``python -m brain.server.measure.bench throughput`` is the older study
 of what saves wait on in PostgreSQL (see ``bench_throughput``).
 """
@@ -24,10 +26,12 @@ import itertools
 import json
 import multiprocessing
 import os
+import random
 import signal
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -36,9 +40,11 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from brain.server.domain.retrieval.embedders import Embedder
+from brain.server.measure.cpu import Watched
 from brain.server.measure.load import drive, start_echo_server
 from brain.server.measure.private import PrivateBrain, private_brain
-from brain.server.measure.synthetic import fill, tenant_of, vocabulary
+from brain.server.measure.synthetic import fill, sentence, tenant_of, vocabulary
 from brain.server.runtime import embedded
 from brain.server.telemetry import logs
 
@@ -50,11 +56,13 @@ DEFAULT_KINDS = ("search", "save")
 
 
 @contextlib.asynccontextmanager
-async def worker_server(brain: PrivateBrain, embedder: str, workers: int) -> AsyncIterator[str]:
-    """The address to load: the private in-process server, or with ``workers`` > 1 a
-    ``brain-server --workers N`` process on the same database."""
+async def worker_server(
+    brain: PrivateBrain, embedder: str, workers: int
+) -> AsyncIterator[tuple[str, Watched]]:
+    """The address to load and the server's processes: the private in-process server, or
+    with ``workers`` > 1 a ``brain-server --workers N`` process on the same database."""
     if workers == 1:
-        yield brain.address
+        yield brain.address, Watched(os.getpid(), tree=False)  # not the driver, our child
         return
     with tempfile.TemporaryDirectory(prefix="brain-bench-") as scratch:
         pepper = Path(scratch) / "pepper"
@@ -77,7 +85,7 @@ async def worker_server(brain: PrivateBrain, embedder: str, workers: int) -> Asy
         )
         try:
             await _serving(address, server)
-            yield address
+            yield address, Watched(server.pid)
         finally:
             server.send_signal(signal.SIGTERM)
             await asyncio.wait_for(server.wait(), 60)
@@ -111,17 +119,19 @@ async def run(
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     spawn = multiprocessing.get_context("spawn")
-    results: dict[str, Any] = {"echo": {}, "runs": []}
+    results: dict[str, Any] = {"echo": {}, "runs": [], "embedding": {}}
     # Every row sends texts of its own: the server caches query vectors, so a row that
     # replayed an earlier row's queries (search then semantic, or the next size on the
     # same server) would measure the cache instead of embedding its queries.
     streams = itertools.count(seed * 10_000)
     with ProcessPoolExecutor(1, mp_context=spawn) as pool:
 
-        async def load(address: str, key: str, kind: str, c: int) -> dict[str, Any]:
+        async def load(
+            address: str, key: str, kind: str, c: int, watched: dict[str, Watched]
+        ) -> dict[str, Any]:
             print(f"  {kind} at concurrency {c}…", file=sys.stderr)
             measured: dict[str, Any] = await loop.run_in_executor(
-                pool, drive, address, key, kind, c, ops, next(streams), seconds
+                pool, drive, address, key, kind, c, ops, next(streams), seconds, watched
             )
             return measured
 
@@ -129,18 +139,24 @@ async def run(
         server, address = await start_echo_server()
         try:
             for c in concurrencies:
-                results["echo"][c] = await load(address, "", "echo", c)
+                echo_server = {"server": Watched(os.getpid(), tree=False)}
+                results["echo"][c] = await load(address, "", "echo", c, echo_server)
         finally:
             await server.stop(None)
         for embedder in embedders:
             async with (
                 private_brain(embedder) as brain,
-                worker_server(brain, embedder, workers) as address,
+                worker_server(brain, embedder, workers) as (address, serving),
             ):
+                watched = {"server": serving}
+                if brain.database_pid is not None:
+                    watched["postgres"] = Watched(brain.database_pid)
                 bucket = await brain.bucket("bench")
                 tenant = await tenant_of(brain, bucket.api_key)
                 model_of = brain.memories.embedder
                 words = await model_of.embed(vocabulary()) if model_of.dimension else []
+                if model_of.dimension:
+                    results["embedding"][embedder] = await embedding_cost(model_of, seed)
                 for size in sorted(sizes):
                     print(f"{embedder}: filling to {size} memories…", file=sys.stderr)
                     dimension = 0 if embedder == "none" else brain.memories.embedding_dimension
@@ -150,7 +166,7 @@ async def run(
                         if kind == "semantic" and embedder == "none":
                             continue
                         for c in concurrencies:
-                            measured = await load(address, bucket.api_key, kind, c)
+                            measured = await load(address, bucket.api_key, kind, c, watched)
                             echo = results["echo"][c]["per_s"] or 1.0
                             measured["vs_echo"] = round(measured["per_s"] / echo, 3)
                             print(f"    {json.dumps(measured)}", file=sys.stderr)
@@ -161,21 +177,44 @@ async def run(
     return results
 
 
+async def embedding_cost(embedder: Embedder, seed: int) -> dict[str, float]:
+    """CPU ms per query (six Zipf words, as the driver sends) the embedder takes in this
+    process: one query at a time, and in batches of 16 (as the server batches concurrent
+    queries)."""
+    rng = random.Random(seed)
+    cost: dict[str, float] = {}
+    for batch, queries in (("alone", 24), ("batch_16", 160)):
+        texts = [sentence(rng, 6) for _ in range(queries)]
+        size = 1 if batch == "alone" else 16
+        started = time.process_time()
+        for i in range(0, queries, size):
+            await embedder.embed(texts[i : i + size])
+        cost[f"cpu_ms_{batch}"] = round((time.process_time() - started) * 1000 / queries, 2)
+    return cost
+
+
+def _cpu(row: dict[str, Any]) -> str:
+    """server/postgres/driver CPU ms per call, as the table shows them."""
+    cpu = row.get("cpu_ms") or {}
+    return "/".join(f"{cpu[name]:.1f}" if name in cpu else "-"
+                    for name in ("server", "postgres", "driver"))  # fmt: skip
+
+
 def report(results: dict[str, Any]) -> str:
     lines = [
         f"{'':>8} {'rows':>9} {'kind':>8} {'conc':>4} {'calls/s':>8} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'vs echo':>8} {'errors':>6}"
+        f"{'p99 ms':>8} {'vs echo':>8} {'errors':>6}  CPU ms/call server/postgres/driver"
     ]
     for c, e in results["echo"].items():
         lines.append(
             f"{'echo':>8} {'':>9} {'echo':>8} {c:>4} {e['per_s']:>8} {e['p50_ms']:>8} "
-            f"{e['p99_ms']:>8} {1.0:>8} {sum(e['errors'].values()):>6}"
+            f"{e['p99_ms']:>8} {1.0:>8} {sum(e['errors'].values()):>6}  {_cpu(e)}"
         )
     for r in results["runs"]:
         lines.append(
             f"{r['embedder']:>8} {r['rows']:>9} {r['kind']:>8} {r['concurrency']:>4} "
             f"{r['per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['vs_echo']:>8} "
-            f"{sum(r['errors'].values()):>6}"
+            f"{sum(r['errors'].values()):>6}  {_cpu(r)}"
         )
     fills = {(r["embedder"], r["rows"]): r for r in results["runs"]}
     for (embedder, rows), r in fills.items():
@@ -187,6 +226,11 @@ def report(results: dict[str, Any]) -> str:
         )
         lines.append(
             f"fill {embedder} to {rows}: {r['fill_s']} s, term statistics {r['stats_s']} s{hnsw}"
+        )
+    for embedder, cost in results.get("embedding", {}).items():
+        lines.append(
+            f"query embedding ({embedder}): {cost['cpu_ms_alone']} ms CPU per query alone, "
+            f"{cost['cpu_ms_batch_16']} in batches of 16"
         )
     return "\n".join(lines)
 

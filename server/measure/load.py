@@ -15,10 +15,12 @@ import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
 
+from brain.server.measure.cpu import CpuMeter, Watched
 from brain.server.measure.evaluation import percentile
 from brain.server.measure.synthetic import NAMESPACE, sentence
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
@@ -59,10 +61,14 @@ def drive(
     ops: int,
     seed: int,
     seconds: float = 0.0,
+    watched: Mapping[str, Watched] | None = None,
 ) -> dict[str, Any]:
     """Run up to ``ops`` calls of ``kind`` (save, search, semantic, get, echo) with
-    ``concurrency`` callers, stopping early after ``seconds`` when given."""
-    return asyncio.run(_drive(address, api_key, kind, concurrency, ops, seed, seconds))
+    ``concurrency`` callers, stopping early after ``seconds`` when given. The CPU the
+    ``watched`` processes and the driver itself used meanwhile is reported per call."""
+    return asyncio.run(
+        _drive(address, api_key, kind, concurrency, ops, seed, seconds, watched or {})
+    )
 
 
 async def _drive(
@@ -73,6 +79,7 @@ async def _drive(
     ops: int,
     seed: int,
     seconds: float,
+    watched: Mapping[str, Watched],
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     if kind == "save":
@@ -148,10 +155,17 @@ async def _drive(
         for index, text in enumerate(itertools.islice(todo, max(3, len(channels)))):  # warm up
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await call(text, index)  # each connection, and the server's caches
+        meter = CpuMeter(watched)
+        meter.start()
+        driver_cpu = time.process_time()
         started = time.perf_counter()
         deadline = started + seconds if seconds else float("inf")
         await asyncio.gather(*(caller(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
+        used = meter.stop()
+        if used:
+            used["driver"] = time.process_time() - driver_cpu
+    calls = len(latencies) + sum(errors.values())
     return {
         "ok": len(latencies),
         "per_s": round(len(latencies) / elapsed, 1) if elapsed else 0.0,
@@ -159,4 +173,6 @@ async def _drive(
         "p95_ms": round(percentile(latencies, 95), 1) if latencies else None,
         "p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
         "errors": dict(errors),
+        # CPU milliseconds per call, by process group (see `cpu`).
+        "cpu_ms": {name: round(s * 1000 / calls, 2) for name, s in used.items()} if calls else {},
     }

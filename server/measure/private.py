@@ -76,6 +76,7 @@ class PrivateBrain:
     owner_dsn: str
     pepper: bytes
     memories: Memories  # the in-process server's domain layer, to swap its parameters
+    database_pid: int | None = None  # the embedded PostgreSQL's postmaster
 
     def use(self, params: RetrievalParams) -> None:
         """Search with ``params`` from the next call on (the data stays as loaded)."""
@@ -136,7 +137,10 @@ async def private_brain(
         )
         running = await start_server(settings)
         try:
-            yield PrivateBrain(f"127.0.0.1:{running.port}", pg.owner_dsn, pepper, running.memories)
+            yield PrivateBrain(
+                f"127.0.0.1:{running.port}", pg.owner_dsn, pepper, running.memories,
+                database_pid=pg.postmaster_pid(),
+            )  # fmt: skip
         finally:
             await running.stop(grace=1.0)
     finally:

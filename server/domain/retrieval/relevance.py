@@ -21,6 +21,7 @@ carries no similarity to weigh.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -102,16 +103,20 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
     scale = math.log1p((n - 0.5) / 1.5)
     top_lexical = max(h.lexical_score for h in hits) / scale
     top_similarity = max(h.semantic_similarity for h in hits)
+    # Per session, its hits' 1 / lexical rank, best first and second best: the best among
+    # a hit's *other* hits of the session is the second when the hit holds the first (one
+    # pass per session, not a sort per hit: a bulk import can put every hit in one).
     sessions: dict[Any, list[float]] = {}
     for h in hits:
         sessions.setdefault(h.session, []).append(1.0 / h.lexical_rank if h.lexical_rank else 0.0)
+    best = {session: heapq.nlargest(2, values) for session, values in sessions.items()}
     others = max(len(hits) - 1, 1)
     rows = []
     for h in hits:
         lexical = h.lexical_score / scale
         own = 1.0 / h.lexical_rank if h.lexical_rank else 0.0
-        neighbours = sorted(sessions[h.session], reverse=True)
-        neighbours.remove(own)
+        first_two = best[h.session]
+        neighbour = first_two[0] if first_two[0] != own else (first_two[1:] or [0.0])[0]
         rows.append(
             (
                 lexical,
@@ -122,8 +127,8 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
                 h.semantic_similarity,
                 1.0 / h.semantic_rank if h.semantic_rank else 0.0,
                 top_similarity - h.semantic_similarity if h.semantic_rank else 0.0,
-                len(neighbours) / others,
-                neighbours[0] if neighbours else 0.0,
+                (len(sessions[h.session]) - 1) / others,
+                neighbour,
             )
         )
     return np.asarray(rows, dtype=np.float64)
