@@ -162,9 +162,10 @@ async def _drive(
         deadline = started + seconds if seconds else float("inf")
         await asyncio.gather(*(caller(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
+        driver_cpu = time.process_time() - driver_cpu  # before the meter reads /proc
         used = meter.stop()
         if used:
-            used["driver"] = time.process_time() - driver_cpu
+            used["driver"] = driver_cpu
     calls = len(latencies) + sum(errors.values())
     return {
         "ok": len(latencies),

@@ -116,7 +116,10 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
         lexical = h.lexical_score / scale
         own = 1.0 / h.lexical_rank if h.lexical_rank else 0.0
         first_two = best[h.session]
-        neighbour = first_two[0] if first_two[0] != own else (first_two[1:] or [0.0])[0]
+        if first_two[0] != own:
+            neighbour = first_two[0]
+        else:  # this hit holds the session's best: the others' best is the second
+            neighbour = first_two[1] if len(first_two) > 1 else 0.0
         rows.append(
             (
                 lexical,
