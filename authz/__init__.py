@@ -3,6 +3,7 @@
 Pure types here are shared by ``brain.server`` and ``brain.clients``.
 """
 
+from ._cli import CommandParser, add_version_argument, package_version
 from ._keys import (
     PREFIX,
     MalformedKey,
@@ -25,7 +26,7 @@ from ._permissions import (
     parse_permissions,
 )
 from ._principal import Caller, KeyRecord, KeyStoreUnavailable, caller, current_caller
-from ._ratelimit import RateLimiter
+from ._ratelimit import Limiter, RateLimiter, SharedRateLimiter
 from ._scope import (
     Confinement,
     NestedScope,
@@ -42,9 +43,11 @@ __all__ = [
     "PREFIX",
     "REQUIRED_PERMISSION",
     "Caller",
+    "CommandParser",
     "Confinement",
     "KeyRecord",
     "KeyStoreUnavailable",
+    "Limiter",
     "MalformedKey",
     "MethodClass",
     "NestedScope",
@@ -53,6 +56,8 @@ __all__ = [
     "RateLimiter",
     "RequestScope",
     "ScopeViolation",
+    "SharedRateLimiter",
+    "add_version_argument",
     "allowed_methods",
     "caller",
     "check_scope",
@@ -62,6 +67,7 @@ __all__ = [
     "is_valid_name",
     "new_key_id",
     "new_secret",
+    "package_version",
     "parse_key",
     "parse_permissions",
     "verify_secret",

@@ -36,7 +36,7 @@ from ._grpc_types import Ctx, Handler, Interceptor
 from ._keys import MalformedKey, parse_key, verify_secret
 from ._permissions import METHOD_CLASSES, REQUIRED_PERMISSION, MethodClass
 from ._principal import Caller, KeyRecord, KeyStoreUnavailable, current_caller
-from ._ratelimit import RateLimiter
+from ._ratelimit import Limiter
 from ._scope import NestedScope, RequestScope, ScopeViolation, check_scope
 
 UNAUTHENTICATED_MESSAGE = "missing, malformed, unknown, expired or revoked API key"
@@ -135,7 +135,7 @@ class AuthorizationInterceptor(Interceptor):
         self,
         resolve_key: KeyResolver,
         pepper: bytes,
-        rate_limiter: RateLimiter | None = None,
+        rate_limiter: Limiter | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         passthrough_prefixes: tuple[str, ...] = ("/grpc.health.v1.", "/grpc.reflection."),
         touch_key: Callable[[str], Awaitable[None]] | None = None,

@@ -82,3 +82,97 @@ def test_two_workers_both_answer_and_all_drain_on_sigterm(tmp_path: Path) -> Non
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The samples of one /metrics scrape, by name and labels."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_two_workers_are_one_server_for_metrics_and_the_rate_limit(tmp_path: Path) -> None:
+    """With 2 workers, one /metrics port counts every worker's calls, and a burst from many
+    connections gets the key's burst from the whole server, not one per worker (before,
+    worker 1's calls were on another port and each worker had its own bucket)."""
+    import threading
+
+    os.chmod(tmp_path, 0o755)
+    data, port, log = tmp_path / "data", free_port(), tmp_path / "server.log"
+    metrics_port, burst, rate = free_port(), 30, 0.5
+    env = {**os.environ, "BRAIN_DATA_DIR": str(data), "BRAIN_DEV_KEY_FILE": str(tmp_path / "key"),
+           "BRAIN_EMBEDDER": "none", "BRAIN_WORKERS": "2"}  # fmt: skip
+    env.pop("BRAIN_DATABASE_URL", None)
+    args = ["--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}",
+            "--rate-limit", str(rate), "--rate-burst", str(burst)]  # fmt: skip
+    with log.open("w") as stderr:
+        proc = subprocess.Popen([*SERVER, *args], env=env, stderr=stderr)
+    try:
+        wait_serving(f"127.0.0.1:{port}", proc)
+        for _ in range(300):  # the second worker serves once its own start logs it
+            if {e.get("worker") for e in log_events(log) if e.get("event") == "serving"} == {0, 1}:
+                break
+            time.sleep(0.1)
+        key = (tmp_path / "key").read_text().strip()
+        codes: list[grpc.StatusCode] = []
+
+        def caller(index: int) -> None:  # each thread its own connection
+            options = [("grpc.use_local_subchannel_pool", 1), ("brain.test.connection", index)]
+            with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+                stub = identity_pb2_grpc.IdentityServiceStub(channel)
+                for _ in range(3):
+                    try:
+                        stub.WhoAmI(
+                            identity_pb2.WhoAmIRequest(),
+                            metadata=(("authorization", f"Bearer {key}"),),
+                            timeout=15,
+                        )
+                        codes.append(grpc.StatusCode.OK)
+                    except grpc.RpcError as exc:
+                        codes.append(exc.code())
+
+        started = time.monotonic()
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(30)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+        allowed = codes.count(grpc.StatusCode.OK)
+        refused = codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert allowed + refused == len(codes) == 90
+        answered = {
+            e.get("worker")
+            for e in log_events(log)
+            if e.get("event") == "rpc" and "WhoAmI" in str(e.get("method"))
+        }
+        assert answered == {0, 1}  # the burst reached both workers
+        # One bucket for the server: the burst plus what refilled while it ran (two
+        # buckets would have let about 2 x 30 through).
+        assert burst <= allowed <= burst + rate * elapsed + 1
+        samples = scrape(metrics_port)
+        method = "/brain.v1.IdentityService/WhoAmI"
+
+        def calls(code: str) -> float:
+            labels = frozenset({("method", method), ("code", code)})
+            return samples.get(("brain_rpc_requests_total", labels), 0.0)
+
+        assert calls("OK") == allowed  # every worker's calls on the one port
+        assert calls("RESOURCE_EXHAUSTED") == refused
+        assert samples[("brain_serving", frozenset())] == 1
+        pools = {("pool", "primary"), ("state", "max")}
+        assert samples[("brain_db_pool_connections", frozenset(pools))] > 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -16,7 +16,7 @@ import structlog
 from grpc_health.v1 import _async as health_aio  # the asyncio servicer; health.aio is this
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from brain.authz import RateLimiter
+from brain.authz import Limiter, RateLimiter, SharedRateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
 from brain.server.domain import validation
 from brain.server.domain.audit import AuditLog
@@ -213,7 +213,7 @@ async def _serve(
     interceptor = AuthorizationInterceptor(
         db.lookup_key,
         pepper,
-        rate_limiter=RateLimiter(settings.rate_limit, settings.rate_burst),
+        rate_limiter=_rate_limiter(settings),
         touch_key=db.touch_key,
         check_request=validation.malformed,
         observer=metrics.RpcObserver(),
@@ -316,7 +316,7 @@ async def _serve(
         )
     await server.start()
     try:
-        metrics_server = _serve_metrics(settings, port)
+        metrics_server = serve_metrics(settings, port)
     except StartupError:
         await server.stop(None)
         raise
@@ -356,9 +356,21 @@ async def _serve(
     )
 
 
-def _serve_metrics(settings: Settings, grpc_port: int) -> metrics.MetricsServer | None:
-    """Start the /metrics endpoint if asked for; never on the gRPC port."""
+def _rate_limiter(settings: Settings) -> Limiter:
+    """The per-key rate limit: this process's own, or the one all workers share."""
+    if settings.rate_limit_file is None:
+        return RateLimiter(settings.rate_limit, settings.rate_burst)
+    return SharedRateLimiter(settings.rate_limit_file, settings.rate_limit, settings.rate_burst)
+
+
+def serve_metrics(
+    settings: Settings, grpc_port: int, workers_dir: str | None = None
+) -> metrics.MetricsServer | None:
+    """Start the /metrics endpoint if asked for; never on the gRPC port. ``workers_dir``:
+    the parent of several workers serves what they write there."""
     listen = settings.metrics_listen
+    if settings.metrics_in_parent:
+        metrics.count_for_parent()
     if not listen:
         return None
     try:
@@ -370,7 +382,7 @@ def _serve_metrics(settings: Settings, grpc_port: int) -> metrics.MetricsServer 
             f"--metrics-listen {listen} is the gRPC port; metrics need an address of their own"
         )
     try:
-        return metrics.serve(listen)
+        return metrics.serve(listen, workers_dir)
     except OSError as exc:
         raise StartupError(f"cannot serve metrics on {listen}: {exc}") from exc
 

@@ -60,6 +60,10 @@ class Settings:
     # Server processes on the listen port (runtime/workers.py); reuse_port is set for them.
     workers: int = 1
     reuse_port: bool = False
+    # Set by the parent for its workers: the bucket file every worker's rate limit shares,
+    # and whether the parent serves /metrics from the values the workers write.
+    rate_limit_file: Path | None = None
+    metrics_in_parent: bool = False
 
 
 def _env(name: str, default: str | None = None) -> str | None:

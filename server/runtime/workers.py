@@ -9,9 +9,11 @@ that dies and a postmaster that dies, and on SIGTERM/SIGINT asks every worker to
 (each stops as a single server does, within the grace period), then stops PostgreSQL.
 A worker dies with its parent (``PR_SET_PDEATHSIG``), so a killed parent leaves none.
 
-Per-process state stays per worker: the per-key rate limit (a key spread over several
-connections may get up to N times its rate), the query-vector cache and /metrics (worker
-i serves it on the configured port + i).
+What operators and agents see stays one server's: the per-key rate limit is one bucket
+per key in a file every worker maps (``SharedRateLimiter``), and ``--metrics-listen`` is
+served by the parent, adding up what the workers write (prometheus-client's multiprocess
+mode); both live in a private temporary folder the parent removes when it stops. The
+query-vector cache stays per worker (a cache, not a promise).
 """
 
 from __future__ import annotations
@@ -21,22 +23,26 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from dataclasses import replace
 from multiprocessing.synchronize import Event
+from pathlib import Path
 from typing import Any
 
 import structlog
 
+from brain.authz import SharedRateLimiter
 from brain.server.runtime import embedded
-from brain.server.runtime.app import StartupError, run
+from brain.server.runtime.app import StartupError, run, serve_metrics
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
 from brain.server.runtime.pepper import PepperError, load_pepper
-from brain.server.telemetry import logs
+from brain.server.telemetry import logs, metrics
 
 _log = structlog.get_logger("brain.workers")
 PR_SET_PDEATHSIG = 1
@@ -70,14 +76,18 @@ def reserve_port(listen: str) -> tuple[socket.socket, str]:
     return sock, (f"[{host}]:{bound}" if family == socket.AF_INET6 else f"{host}:{bound}")
 
 
-def worker_settings(settings: Settings, index: int) -> Settings:
-    """Worker ``index``'s settings: metrics on the configured port + index."""
-    metrics = settings.metrics_listen
-    if metrics and index:
-        host, _, port = metrics.rpartition(":")
-        if port.isdigit() and int(port):
-            metrics = f"{host}:{int(port) + index}"
-    return replace(settings, metrics_listen=metrics)
+class SharedState:
+    """The parent's private folder: the rate-limit buckets and the workers' metric files."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="brain-server-"))  # mode 0700
+        self.rate_limits = self.root / "rate-limits"
+        SharedRateLimiter.create(self.rate_limits)
+        self.metrics_dir = self.root / "metrics"
+        self.metrics_dir.mkdir()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _worker_main(settings: Settings, index: int, ready: Event) -> None:
@@ -109,7 +119,7 @@ class Workers:
         ready = self.ready[index] = self.context.Event()
         proc = self.context.Process(
             target=_worker_main,
-            args=(worker_settings(self.settings, index), index, ready),
+            args=(self.settings, index, ready),
             name=f"brain-server-worker-{index}",
         )
         proc.start()
@@ -119,12 +129,14 @@ class Workers:
                 if proc.exitcode is not None:
                     raise WorkerStartupError(proc.exitcode)
 
-    def supervise(self, pg: embedded.EmbeddedPostgres | None) -> None:
+    def supervise(self, pg: embedded.EmbeddedPostgres | None, metrics_dir: Path | None) -> None:
         """Until stopped: restart a worker or a postmaster that died."""
         while not self.stopping.wait(self.settings.health_interval_seconds):
             for index, proc in list(self.procs.items()):
                 if proc.exitcode is not None and not self.stopping.is_set():
                     _log.error("worker died; starting it again", worker=index, code=proc.exitcode)
+                    if metrics_dir is not None:
+                        metrics.worker_gone(proc.pid, str(metrics_dir))
                     self.spawn(index, wait=False)
             if pg is not None:
                 with contextlib.suppress(Exception):  # the workers report the outage
@@ -149,6 +161,8 @@ def serve(settings: Settings) -> int:
         signal.signal(sig, lambda *_: workers.stopping.set())
     pg = None
     reserved = None
+    state = SharedState()
+    metrics_server = None
     try:
         try:
             pepper = load_pepper(
@@ -157,7 +171,19 @@ def serve(settings: Settings) -> int:
             reserved, listen = reserve_port(settings.listen)
         except (PepperError, OSError) as exc:
             raise StartupError(str(exc)) from exc
-        shared = replace(settings, listen=listen, reuse_port=True)
+        shared = replace(
+            settings,
+            listen=listen,
+            reuse_port=True,
+            rate_limit_file=state.rate_limits,
+            metrics_listen=None,
+            metrics_in_parent=bool(settings.metrics_listen),
+        )
+        if settings.metrics_listen:  # workers started from here on write their values there
+            os.environ[metrics.MULTIPROCESS_ENV] = str(state.metrics_dir)
+            metrics_server = serve_metrics(
+                settings, reserved.getsockname()[1], str(state.metrics_dir)
+            )
         if settings.database_url is None:
             pg = embedded.start(settings.data_dir / "pg")
             asyncio.run(_prepare(pg, pepper, settings))
@@ -167,7 +193,7 @@ def serve(settings: Settings) -> int:
         for index in range(1, settings.workers):
             workers.spawn(index, wait=False)
         _log.info("workers started", workers=settings.workers, listen=listen, pid=os.getpid())
-        workers.supervise(pg)
+        workers.supervise(pg, state.metrics_dir if metrics_server is not None else None)
         _log.info("shutting down workers", grace_seconds=settings.grace_seconds)
         return 0
     except StartupError as exc:
@@ -180,8 +206,12 @@ def serve(settings: Settings) -> int:
         workers.stop()
         if reserved is not None:
             reserved.close()
+        if metrics_server is not None:
+            metrics_server.stop()
         if pg is not None:
             pg.stop()
+        os.environ.pop(metrics.MULTIPROCESS_ENV, None)
+        state.remove()
 
 
 async def _prepare(pg: embedded.EmbeddedPostgres, pepper: bytes, settings: Settings) -> None:

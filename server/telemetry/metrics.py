@@ -1,5 +1,13 @@
 """Prometheus metrics, served on their own optional address (``--metrics-listen``).
 
+With ``--workers`` above 1 the parent process serves one endpoint for the whole server:
+each worker writes its values to files in ``PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's
+multiprocess mode, chosen when that variable is set as the worker starts) and the parent
+adds them up at every scrape. Counters and histograms sum over every worker that ever
+ran; gauges say how they combine (``multiprocess_mode``); live connection-pool figures,
+read from the pools at scrape time in one process, are published by each worker as it
+uses its pool.
+
 Labels are bounded and hold no tenant content: gRPC method names (only the methods in
 the permission table reach the recorder), status code names, retrieval lane names, pool
 names and — for rate-limit refusals only — the public key id (never a secret). Memory
@@ -8,6 +16,7 @@ text, queries and SQL values never become labels.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
@@ -16,11 +25,22 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    multiprocess,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from brain.server.telemetry import tracing
+
+# Set by the parent of several workers before it starts them (see the module docstring).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+MULTIPROCESS = bool(os.environ.get(MULTIPROCESS_ENV))
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -78,6 +98,7 @@ POOL_WAITING = Gauge(
     "Transactions waiting for a pool connection, by pool (primary, replica).",
     ["pool"],
     registry=REGISTRY,
+    multiprocess_mode="livesum",
 )
 STATEMENT_TIMEOUTS = Counter(
     "brain_db_statement_timeouts",
@@ -86,11 +107,16 @@ STATEMENT_TIMEOUTS = Counter(
 )
 SERVING = Gauge(
     "brain_serving",
-    "1 while gRPC health says SERVING (the database answers its probe), else 0.",
+    "1 while gRPC health says SERVING (the database answers its probe), else 0 "
+    "(with several workers: 1 while every running worker says so).",
     registry=REGISTRY,
+    multiprocess_mode="livemin",
 )
 WATCH_STREAMS = Gauge(
-    "brain_watch_streams_open", "WatchMemories streams open now.", registry=REGISTRY
+    "brain_watch_streams_open",
+    "WatchMemories streams open now.",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
 )
 AUDIT_EVENTS = Counter(
     "brain_audit_events_written",
@@ -107,12 +133,18 @@ def serving() -> bool:
     return _serving > 0
 
 
+def count_for_parent() -> None:
+    """In a worker whose parent serves the endpoint: take the measurements it shows."""
+    global _serving
+    _serving += 1
+
+
 class MetricsServer:
     """The exposition endpoint: prometheus-client's own HTTP server, in a thread."""
 
-    def __init__(self, listen: str) -> None:
+    def __init__(self, listen: str, registry: CollectorRegistry = REGISTRY) -> None:
         host, port = host_port(listen)
-        self._server, self._thread = start_http_server(port, addr=host, registry=REGISTRY)
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         self.port: int = self._server.server_port
 
     def stop(self) -> None:
@@ -123,12 +155,26 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def serve(listen: str) -> MetricsServer:
-    """Start serving /metrics on ``listen`` (host:port); raises OSError if it cannot."""
+def serve(listen: str, workers_dir: str | None = None) -> MetricsServer:
+    """Start serving /metrics on ``listen`` (host:port); raises OSError if it cannot.
+
+    With ``workers_dir`` (the parent of several workers) it serves the sum of what the
+    workers wrote there, not this process's own registry.
+    """
     global _serving
-    server = MetricsServer(listen)
+    if workers_dir is None:
+        server = MetricsServer(listen)
+    else:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=workers_dir)  # type: ignore[no-untyped-call]
+        server = MetricsServer(listen, registry)
     _serving += 1
     return server
+
+
+def worker_gone(pid: int, workers_dir: str) -> None:
+    """A worker died: its live gauges (serving, streams, pools) no longer count."""
+    multiprocess.mark_process_dead(pid, workers_dir)  # type: ignore[no-untyped-call]
 
 
 def host_port(listen: str) -> tuple[str, int]:
@@ -174,10 +220,12 @@ async def acquire(pool: asyncpg.Pool, name: str) -> AsyncIterator[Any]:
         conn = await pool.acquire()
     finally:
         waiting.dec()
+    POOLS.publish()
     try:
         yield conn
     finally:
         await pool.release(conn)
+        POOLS.publish()
 
 
 def log_query(record: Any) -> None:
@@ -197,6 +245,27 @@ async def audit_pending(conn: asyncpg.Connection) -> bool:
     return bool(pending)
 
 
+POOL_CONNECTIONS_NAME = "brain_db_pool_connections"
+POOL_CONNECTIONS_HELP = "Pool connections by pool and state (size, in_use, idle, max)."
+# Several workers: each publishes its pools' figures as it uses them; the parent sums them.
+POOL_CONNECTIONS = (
+    Gauge(
+        POOL_CONNECTIONS_NAME,
+        POOL_CONNECTIONS_HELP,
+        ["pool", "state"],
+        registry=REGISTRY,
+        multiprocess_mode="livesum",
+    )
+    if MULTIPROCESS
+    else None
+)
+
+
+def _pool_figures(pool: asyncpg.Pool) -> dict[str, int]:
+    size, idle = pool.get_size(), pool.get_idle_size()
+    return {"size": size, "in_use": size - idle, "idle": idle, "max": pool.get_max_size()}
+
+
 class PoolCollector(Collector):
     """Pool size, in-use and idle connections, read from the pools at scrape time."""
 
@@ -206,22 +275,26 @@ class PoolCollector(Collector):
     def watch(self, name: str, pool: asyncpg.Pool) -> None:
         self._pools[name] = pool
         POOL_WAITING.labels(name)
+        self.publish()
 
     def forget(self, pool: asyncpg.Pool) -> None:
         self._pools = {n: p for n, p in self._pools.items() if p is not pool}
 
+    def publish(self) -> None:
+        """With several workers: write this worker's figures for the parent's endpoint."""
+        if POOL_CONNECTIONS is None:
+            return
+        for name, pool in list(self._pools.items()):
+            for state, value in _pool_figures(pool).items():
+                POOL_CONNECTIONS.labels(name, state).set(value)
+
     def collect(self) -> Iterable[GaugeMetricFamily]:
         family = GaugeMetricFamily(
-            "brain_db_pool_connections",
-            "Pool connections by pool and state (size, in_use, idle, max).",
-            labels=["pool", "state"],
+            POOL_CONNECTIONS_NAME, POOL_CONNECTIONS_HELP, labels=["pool", "state"]
         )
         for name, pool in list(self._pools.items()):
-            size, idle = pool.get_size(), pool.get_idle_size()
-            family.add_metric([name, "size"], size)
-            family.add_metric([name, "in_use"], size - idle)
-            family.add_metric([name, "idle"], idle)
-            family.add_metric([name, "max"], pool.get_max_size())
+            for state, value in _pool_figures(pool).items():
+                family.add_metric([name, state], value)
         yield family
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
@@ -229,4 +302,5 @@ class PoolCollector(Collector):
 
 
 POOLS = PoolCollector()
-REGISTRY.register(POOLS)
+if not MULTIPROCESS:
+    REGISTRY.register(POOLS)
