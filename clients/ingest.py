@@ -35,6 +35,7 @@ from pathlib import Path
 import pathspec
 from tqdm import tqdm
 
+from brain.authz import CommandParser, add_version_argument
 from brain.clients import BrainClient
 from brain.clients.errors import BrainClientError
 from brain.v1 import common_pb2, knowledge_pb2
@@ -210,11 +211,12 @@ def _progress(files: Iterable[Path], total: int) -> Iterable[Path]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="brain",
         description="Shared Brain from the command line, with your own API key "
         "(BRAIN_API_KEY) and scope (BRAIN_NAMESPACE, BRAIN_USER_ID, BRAIN_SESSION_ID).",
     )
+    add_version_argument(p)
     p.add_argument("--target", help="host:port of brain-server [BRAIN_TARGET]")
     p.add_argument("--api-key", help="API key [BRAIN_API_KEY]; prefer the variable")
     p.add_argument("--user-id", help="scope user [BRAIN_USER_ID]")

@@ -11,6 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from brain.authz import CommandParser, add_version_argument
 from brain.server.admin import audit, backup, certs, embeddings, keys
 from brain.server.admin.registry import Context, UsageError
 from brain.server.runtime.config import _env, default_data_dir
@@ -25,7 +26,8 @@ def _path_or_none(value: str | None) -> Path | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="brain-admin", description=__doc__)
+    parser = CommandParser(prog="brain-admin", description=__doc__)
+    add_version_argument(parser)
     parser.add_argument(
         "--database-url",
         default=_env("ADMIN_DATABASE_URL") or _env("DATABASE_URL"),

@@ -19,7 +19,6 @@ of what saves wait on in PostgreSQL (see ``bench_throughput``).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
@@ -40,6 +39,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from brain.authz import CommandParser, add_version_argument
 from brain.server.domain.retrieval.embedders import Embedder
 from brain.server.measure.cpu import Watched
 from brain.server.measure.load import drive, start_echo_server
@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> None:
 
         bench_throughput.main(argv[1:])
         return
-    parser = argparse.ArgumentParser(prog="brain-bench", description=__doc__)
+    parser = CommandParser(prog="brain-bench", description=__doc__)
+    add_version_argument(parser)
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument(

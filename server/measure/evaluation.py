@@ -45,6 +45,7 @@ from typing import Any, NoReturn, TextIO
 import grpc
 import numpy as np
 
+from brain.authz import CommandParser, add_version_argument
 from brain.server.domain.memories import Memories
 from brain.server.domain.retrieval import relevance
 from brain.server.domain.retrieval.lanes import FusedHit, RetrievalParams
@@ -998,7 +999,8 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="brain-eval", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="brain-eval", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("locomo", help="turn-level recall on a LoCoMo-format file")
     p.add_argument("--data", type=Path, required=True, help="LoCoMo-format JSON file")

@@ -170,6 +170,11 @@ def add_parser(commands: Any) -> None:
 async def run(args: argparse.Namespace) -> KnowledgeResult:
     from brain.server.measure.private import private_brain
 
+    if args.data == DEFAULT_DATA and not DEFAULT_DATA.exists():
+        raise OSError(
+            "the default QA file (tests/data/knowledge_qa.json) and its documents come with a "
+            "source checkout of shared-brain; pass --data FILE and --root FOLDER"
+        )
     documents, questions = load(args.data)
     async with private_brain(args.embedder) as brain:
         key = await private_key(brain.owner_dsn, brain.pepper)

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 
+from brain.authz import CommandParser, add_version_argument
 from brain.server.runtime import workers
 from brain.server.runtime.app import StartupError, run
 from brain.server.runtime.config import add_server_arguments, settings_from_args
@@ -14,7 +14,8 @@ from brain.server.telemetry import logs
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="brain-server", description=__doc__)
+    parser = CommandParser(prog="brain-server", description=__doc__)
+    add_version_argument(parser)
     add_server_arguments(parser)
     settings = settings_from_args(parser.parse_args(argv))
     logs.configure(settings.log_level, settings.log_format)
