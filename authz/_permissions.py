@@ -12,6 +12,11 @@ class Permission(enum.StrEnum):
     REVIEW = "memories:review"
     FORGET = "memories:forget"
     AUDIT = "audit:read"
+    # The tenant's whole audit log with its chain (seq, prev_hash, hash): every event,
+    # whatever scope and labels its memories have (events hold no content). Only for a key
+    # confined to nothing; without it a key sees its events without the chain, which would
+    # count the events it may not see.
+    AUDIT_CHAIN = "audit:chain"
     # Knowledge documents are a separate decision from memories: a key that may save
     # memories does not thereby publish or erase documents.
     KNOWLEDGE_READ = "knowledge:read"

@@ -108,7 +108,7 @@ async def test_save_writes_one_chained_event_without_content(
     """A save appends one event naming key, principal, method and id — never the content."""
     tenant = unique("t")
     key = brain_server.mint_key(
-        tenant, "alice", permissions="memories:read,memories:write,audit:read"
+        tenant, "alice", permissions="memories:read,memories:write,audit:read,audit:chain"
     )
     secret = "the vault combination is 12-34-56"
     memory_id = await save(channel, key, secret)
@@ -367,7 +367,9 @@ async def test_each_lifecycle_rpc_is_one_event_naming_every_memory_it_changed(
     """Save, supersede, update and forget each append exactly one event with its ids."""
     tenant = unique("t")
     key = brain_server.mint_key(
-        tenant, "alice", permissions="memories:read,memories:write,memories:forget,audit:read"
+        tenant,
+        "alice",
+        permissions="memories:read,memories:write,memories:forget,audit:read,audit:chain",
     )
     api = Api(channel, key)
     old = (await api.save("Deploys happen on Friday")).memory.id

@@ -239,6 +239,14 @@ async def cmd_keys_create(ctx: Context) -> None:
         permissions = parse_permissions(a.permissions)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    confinement = _confinement(a)
+    if "audit:chain" in permissions and (
+        confinement.is_confined or "audit:read" not in permissions
+    ):
+        raise UsageError(
+            "audit:chain (the whole audit log with its chain) needs audit:read and a key "
+            "confined to nothing: drop --user, --namespace and --session"
+        )
     expires_at = datetime.now(UTC) + parse_duration(a.expires_in) if a.expires_in else None
     pepper = ctx.pepper
     async with ctx.connect() as conn:
@@ -248,7 +256,7 @@ async def cmd_keys_create(ctx: Context) -> None:
             tenant=a.tenant,
             principal=a.principal,
             permissions=permissions,
-            confinement=_confinement(a),
+            confinement=confinement,
             labels=_labels(a.labels),
             expires_at=expires_at,
             description=a.description,

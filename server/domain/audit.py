@@ -30,7 +30,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from brain.authz import Caller, RequestScope
+from brain.authz import Caller, Permission, RequestScope
 from brain.server.domain import convert
 from brain.server.domain import validation as check
 from brain.server.domain.cursors import Tokens
@@ -321,17 +321,20 @@ def read_checkpoint(path: Path, pinned: Ed25519PublicKey | None) -> Checkpoint:
 # --- ListAuditEvents ------------------------------------------------------------------
 
 
-def event_message(row: Any) -> audit_pb2.AuditEvent:
+def event_message(row: Any, chain: bool) -> audit_pb2.AuditEvent:
+    """One event; its place in the tenant's chain (seq, prev_hash, hash) only for a key
+    that sees the whole chain (``sees_chain``): gaps in it would count hidden events."""
     event = audit_pb2.AuditEvent(
-        seq=row["seq"],
         key_id=row["key_id"],
         principal=row["principal"],
         method=row["method"],
         memory_ids=[str(m) for m in row["memory_ids"]],
         outcome=row["outcome"],
-        prev_hash=bytes(row["prev_hash"]).hex(),
-        hash=bytes(row["hash"]).hex(),
     )
+    if chain:
+        event.seq = row["seq"]
+        event.prev_hash = bytes(row["prev_hash"]).hex()
+        event.hash = bytes(row["hash"]).hex()
     at = convert.ts(row["at"])
     if at is not None:
         event.at.CopyFrom(at)
@@ -357,6 +360,12 @@ class AuditLog:
             return v
         return dataclasses.replace(v, scope=RequestScope())
 
+    @staticmethod
+    def sees_chain(caller: Caller) -> bool:
+        """A tenant-wide auditor: ``audit:chain`` on a key confined to nothing. It lists
+        every event of the tenant with its chain; any other key its own view, unchained."""
+        return caller.has(Permission.AUDIT_CHAIN.value) and not caller.key.confinement.is_confined
+
     async def list_events(
         self, caller: Caller, req: audit_pb2.ListAuditEventsRequest, timeout_ms: int | None
     ) -> tuple[list[asyncpg.Record], str]:
@@ -376,7 +385,11 @@ class AuditLog:
             caller, timeout_ms=timeout_ms, cap_ms=self.statement_timeout_ms, readonly=True
         ) as conn:
             rows = await sql.list_events(
-                conn, caller.tenant_id, query, self.visibility(caller), tenant_wide
+                conn,
+                caller.tenant_id,
+                query,
+                None if self.sees_chain(caller) else self.visibility(caller),
+                tenant_wide,
             )
         if len(rows) > size:
             return rows[:size], self.tokens.encode_seq(rows[size - 1]["seq"])

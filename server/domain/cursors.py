@@ -1,8 +1,12 @@
 """Opaque page tokens and stream cursors, signed so that only this deployment can open them.
 
-A token is ``<payload>.<mac>``: the payload is base64url JSON (or a bare sequence
-number for audit pages and Watch cursors) and the mac an HMAC-SHA256 under a key
-derived from the server pepper. Anything else — forged, truncated, from another
+A page token is ``<payload>.<mac>``: the payload is base64url JSON and the mac an
+HMAC-SHA256 under a key derived from the server pepper. A sequence cursor (audit pages,
+Watch) is sealed instead: the tenant's audit seq encrypted with AES-GCM under another
+key derived from the pepper and a fresh random nonce, so it reads as noise and two
+cursors for the same position differ — a key cannot count, from its cursors, the events
+it may not see, nor tell whether any happened. Cursors of earlier releases (a signed
+bare number) are still accepted. Anything else — forged, truncated, from another
 deployment — is INVALID_ARGUMENT naming the field, before any of it is parsed or
 reaches SQL. Servers that share a pepper accept each other's tokens.
 """
@@ -19,11 +23,17 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from brain.server.errors import InvalidArgument
 
 MAX_TOKEN_CHARS = 1024
 MAC_BYTES = 16
 NOT_OURS = "is not a token this server issued"
+SEALED = "s"  # a sealed cursor: "s" + base64url(nonce ‖ AES-GCM(seq))
+_NONCE_BYTES = 12
+_SEQ = b"brain cursor seq v2"
 
 
 class Tokens:
@@ -31,6 +41,7 @@ class Tokens:
 
     def __init__(self, pepper: bytes) -> None:
         self._key = hmac.new(pepper, b"brain page tokens v1", hashlib.sha256).digest()
+        self._seal = AESGCM(hmac.new(pepper, b"brain cursors v2", hashlib.sha256).digest())
 
     def _mac(self, payload: str) -> str:
         digest = hmac.new(self._key, payload.encode(), hashlib.sha256).digest()[:MAC_BYTES]
@@ -63,17 +74,33 @@ class Tokens:
         return data
 
     def encode_seq(self, seq: int) -> str:
-        """A sequence-number cursor (audit pages, Watch); it still reads as the number first."""
-        return self.sign(str(seq))
+        """A sealed sequence cursor (audit pages, Watch): opaque, and new at every call."""
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        sealed = self._seal.encrypt(nonce, seq.to_bytes(8, "big"), _SEQ)
+        return SEALED + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
 
     def decode_seq(self, field: str, token: str) -> int:
         """The sequence number of a cursor; empty means the start (0)."""
         if not token:
             return 0
-        payload = self.open(field, token)
-        if not payload.isdigit() or len(payload) > 18:
+        if len(token) > MAX_TOKEN_CHARS or not token.isascii():
             raise InvalidArgument(field, NOT_OURS)
-        return int(payload)
+        if "." in token:  # an earlier release's signed number
+            payload = self.open(field, token)
+            if not payload.isdigit() or len(payload) > 18:
+                raise InvalidArgument(field, NOT_OURS)
+            return int(payload)
+        if not token.startswith(SEALED):
+            raise InvalidArgument(field, NOT_OURS)
+        body = token[len(SEALED) :]
+        try:
+            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            seq = self._seal.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _SEQ)
+        except (ValueError, InvalidTag):
+            raise InvalidArgument(field, NOT_OURS) from None
+        if len(seq) != 8:
+            raise InvalidArgument(field, NOT_OURS)
+        return int.from_bytes(seq, "big")
 
 
 def get_uuid(field: str, data: dict[str, Any], name: str) -> uuid.UUID:

@@ -35,6 +35,19 @@ DEFAULT_CANDIDATE_TTL = timedelta(days=7)
 REVIEW_REQUIRED_REASON = "saved into a review-required namespace"
 
 
+def acts_on(caller: Caller, row: asyncpg.Record, *, review: bool) -> bool:
+    """Whether a review (or a withdrawal) may say anything about ``row`` beyond NOT_FOUND.
+
+    A key that reads memories may hear why it cannot act on a row it sees. A key without
+    ``memories:read`` hears about only what this call acts on: a candidate (a review) or
+    a proposal of its own principal; any other id answers as a random one, so such a key
+    cannot learn that a memory exists, or its status, through a review or a withdrawal.
+    """
+    if caller.has(Permission.READ.value) or row["created_by"] == caller.principal:
+        return True
+    return review and row["status"] == "candidate"
+
+
 @dataclass(frozen=True)
 class ReviewLimits:
     max_candidate_ttl: timedelta = timedelta(days=30)
@@ -271,7 +284,7 @@ class Review:
         vis = m.visibility(caller)
         async with m.tx(caller, timeout_ms=timeout_ms) as conn:
             current = await sql.lock_current(conn, vis, memory_id)
-            if current is None:
+            if current is None or not acts_on(caller, current, review=True):
                 raise memory_not_found()
             if current["status"] != "candidate":
                 raise FailedPrecondition(f"memory {req.id} is {current['status']}, not a candidate")
@@ -325,7 +338,7 @@ class Review:
                 for tombstone in tombstones:
                     await review_sql.readmit_tombstone(conn, tombstone, caller.principal)
             # Approval is the review itself: the reviewer's visibility, not write scope.
-            targets = await m.lock_targets(conn, vis, sorted(current["supersedes"]), direct=False)
+            targets = await m.lock_targets(conn, vis, sorted(current["supersedes"]), writer=None)
             # Transaction time is read again now the targets are locked: a target changed
             # while this waited has a version recorded after the first reading.
             at = await sql.clock(conn)
@@ -355,7 +368,7 @@ class Review:
         vis = m.visibility(caller)
         async with m.tx(caller, timeout_ms=timeout_ms) as conn:
             current = await sql.lock_current(conn, vis, memory_id)
-            if current is None:
+            if current is None or not acts_on(caller, current, review=False):
                 raise memory_not_found()
             if current["status"] != "candidate":
                 raise FailedPrecondition(f"memory {req.id} is {current['status']}, not a candidate")

@@ -20,7 +20,9 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
     async def ListAuditEvents(
         self, request: audit_pb2.ListAuditEventsRequest, context: Ctx
     ) -> audit_pb2.ListAuditEventsResponse:
-        rows, next_token = await self.log.list_events(caller(), request, timeout_ms(context))
+        who = caller()
+        rows, next_token = await self.log.list_events(who, request, timeout_ms(context))
+        chain = self.log.sees_chain(who)
         return audit_pb2.ListAuditEventsResponse(
-            events=[event_message(r) for r in rows], next_page_token=next_token
+            events=[event_message(r, chain) for r in rows], next_page_token=next_token
         )

@@ -37,9 +37,14 @@ class EventQuery:
 
 
 async def list_events(
-    conn: asyncpg.Connection, tenant_id: str, q: EventQuery, v: Visibility, tenant_wide: bool
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    q: EventQuery,
+    v: Visibility | None,
+    tenant_wide: bool,
 ) -> list[asyncpg.Record]:
-    """Events of one tenant after ``q.after_seq``, oldest first, at most ``q.limit``.
+    """Events of one tenant after ``q.after_seq``, oldest first, at most ``q.limit``;
+    with ``v`` None (a tenant-wide auditor, ``audit:chain``) every one of them.
 
     An event about memories (or documents) is listed only when ``v`` may see every one it
     names (a
@@ -49,21 +54,22 @@ async def list_events(
     """
     p = Params(tenant_id, q.after_seq)
     clauses = ["tenant_id = $1::uuid", "seq > $2"]
-    # The ids name memories or knowledge documents (migration 0020): each must be visible.
-    every_memory_visible = f"""NOT EXISTS (
-                SELECT 1 FROM unnest(memory_ids) AS u (id)
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM memories m
-                    WHERE m.tenant_id = audit_events.tenant_id AND m.memory_id = u.id
-                      AND m.retired_at IS NULL AND {visibility_predicate(v, p)})
-                  AND NOT EXISTS (
-                    SELECT 1 FROM documents d
-                    WHERE d.tenant_id = audit_events.tenant_id AND d.document_id = u.id
-                      AND d.retired_at IS NULL AND {object_visibility(v, p, "d")}))"""
-    if tenant_wide:
-        clauses.append(f"(cardinality(memory_ids) = 0 OR {every_memory_visible})")
-    else:
-        clauses.append(f"cardinality(memory_ids) > 0 AND {every_memory_visible}")
+    if v is not None:
+        # The ids name memories or knowledge documents (migration 0020): each must be visible.
+        every_memory_visible = f"""NOT EXISTS (
+                    SELECT 1 FROM unnest(memory_ids) AS u (id)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM memories m
+                        WHERE m.tenant_id = audit_events.tenant_id AND m.memory_id = u.id
+                          AND m.retired_at IS NULL AND {visibility_predicate(v, p)})
+                      AND NOT EXISTS (
+                        SELECT 1 FROM documents d
+                        WHERE d.tenant_id = audit_events.tenant_id AND d.document_id = u.id
+                          AND d.retired_at IS NULL AND {object_visibility(v, p, "d")}))"""
+        if tenant_wide:
+            clauses.append(f"(cardinality(memory_ids) = 0 OR {every_memory_visible})")
+        else:
+            clauses.append(f"cardinality(memory_ids) > 0 AND {every_memory_visible}")
     if q.memory_id is not None:
         clauses.append(f"memory_ids @> ARRAY[{p.add(q.memory_id)}::uuid]")
     if q.principal:

@@ -201,11 +201,17 @@ class MemoryWrites(MemoryBase):
             )
 
     @staticmethod
-    def require_write_power(field: str, row: asyncpg.Record) -> None:
-        """A row the caller can read but may change only by proposing (``write_predicate``).
+    def require_write_power(field: str, row: asyncpg.Record, caller: Caller) -> None:
+        """A row the caller may change only by proposing (``write_predicate``).
 
-        PERMISSION_DENIED tells nothing new: the caller can read the row."""
+        PERMISSION_DENIED tells nothing new to a caller that can read the row; to one that
+        cannot (no ``memories:read``) the row answers as a random id would, so an id is
+        never told apart from one that does not exist."""
         if not row["writable"]:
+            if not caller.has(Permission.READ.value):
+                raise (
+                    supersede_target_not_found() if field == "supersedes" else memory_not_found()
+                )
             raise PermissionDenied(
                 f"{field}: memory {row['memory_id']} is outside this key's write scope: a key "
                 "confined to a user changes team-shared memories (and a key confined to a "
@@ -230,18 +236,19 @@ class MemoryWrites(MemoryBase):
         vis: Visibility,
         ids: list[uuid.UUID],
         *,
-        direct: bool = True,
+        writer: Caller | None,
     ) -> list[asyncpg.Record]:
         """Lock every memory to supersede; any missing or invisible one fails the write.
 
-        A ``direct`` supersede (not an approved proposal) also needs write power."""
+        A direct supersede by ``writer`` also needs its write power; an approved proposal
+        (``writer`` None) needs only the reviewer's visibility."""
         targets = []
         for target_id in ids:  # sorted: concurrent writers lock in the same order
             row = await sql.lock_current(conn, vis, target_id)
             if row is None:
                 raise supersede_target_not_found()
-            if direct:
-                self.require_write_power("supersedes", row)
+            if writer is not None:
+                self.require_write_power("supersedes", row, writer)
             if row["status"] != "active":
                 raise FailedPrecondition(
                     f"supersedes: memory {target_id} is {row['status']}, not active; "
@@ -335,7 +342,7 @@ class MemoryWrites(MemoryBase):
                     outcome=memory_pb2.SAVE_OUTCOME_DEDUPLICATED,
                 )
             else:
-                targets = await self.lock_targets(conn, vis, supersedes)
+                targets = await self.lock_targets(conn, vis, supersedes, writer=caller)
                 row = await self.insert_new(conn, caller, new, targets, assertions)
                 response = memory_pb2.SaveMemoryResponse(
                     memory=convert.memory(row), outcome=memory_pb2.SAVE_OUTCOME_CREATED
@@ -426,7 +433,7 @@ class MemoryWrites(MemoryBase):
             current = await sql.lock_current(conn, vis, memory_id)
             if current is None:
                 raise memory_not_found()
-            self.require_write_power("id", current)
+            self.require_write_power("id", current, caller)
             if "labels" in changes:
                 changes["labels"] = self.relabel_check(caller, current, changes["labels"])
             await self.refuse_unreviewed_change(conn, caller, current["namespace"], "id")
@@ -479,7 +486,7 @@ class MemoryWrites(MemoryBase):
                 raise memory_not_found()
             # Forget is erasure, not a belief change: it needs write power and
             # memories:forget, but no review, even in a review-required namespace.
-            self.require_write_power("id", current)
+            self.require_write_power("id", current, caller)
             if current["status"] == "retracted":  # forgetting twice is a no-op
                 tombstone = await conn.fetchval(
                     "SELECT tombstone_id FROM tombstones WHERE memory_id = $1 "
