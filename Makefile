@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-external lint typecheck check proto clean
+.PHONY: run test test-external lint typecheck check proto clean dist
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,10 +16,17 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	BRAIN_DEV_KEY_FILE=$${BRAIN_DEV_KEY_FILE:-.brain/dev-key} $(BIN)/brain-server --log-format console
 
-## Lint, type-check and run the whole test suite (each worker starts its own PostgreSQL).
+## Lint, type-check, install as users do (dist) and run the whole test suite (each worker
+## starts its own PostgreSQL).
 TEST_WORKERS ?= 2
-test: $(STAMP) lint typecheck
+test: $(STAMP) lint typecheck dist
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15
+
+## Build the sdist and the wheel, twine-check both, install each into a fresh venv outside the
+## checkout with its dependencies (uv; `tests/dist.py --installer pip` to compare); the venvs
+## are listed in .build/dist/installed.json for tests/test_installed.py.
+dist: $(STAMP)
+	$(BIN)/python tests/dist.py
 
 ## The deployment path (root; minutes): Debian's PostgreSQL 15 + pgvector built from source,
 ## the README's roles, migrate as the owner, brain-server over TLS as the confined role,
@@ -28,8 +35,8 @@ test-external: $(STAMP)
 	VENV=$(abspath $(VENV)) tests/external.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check authz server clients tests
-	$(BIN)/ruff format --check authz server clients tests
+	$(BIN)/ruff check authz server clients tests setup.py
+	$(BIN)/ruff format --check authz server clients tests setup.py
 
 # mypy resolves packages by folder; mirror the installed layout (brain.* -> folders).
 typecheck: $(STAMP)

@@ -1,0 +1,138 @@
+"""`make dist`: build the sdist and the wheel, check them, and install each one as a user
+would, into its own fresh virtual environment outside the checkout.
+
+    .venv/bin/python tests/dist.py [--installer uv|pip]
+
+1. ``python -m build`` makes the sdist, then the wheel from that sdist (so a file missing
+   from the sdist is missing from the wheel too), into ``.build/dist/``;
+2. ``twine check --strict`` passes on both;
+3. each artefact goes into a new venv (made from the base interpreter of this Python) with
+   its dependencies resolved from the package index by ``uv pip install`` (default) or
+   ``pip install``, never with ``--no-deps``: an undeclared dependency fails there. The
+   venvs live in ``<tmp>/shared-brain-install-<uid>-<checkout hash>/{wheel,sdist}``, made
+   afresh on every run, with the working directory outside the checkout;
+4. ``.build/dist/installed.json`` names the version, the artefacts and the venvs for
+   ``tests/test_installed.py``, and the seconds each step took.
+
+Exit status 1, after one line naming the failed command and the end of its output, when
+a step fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / ".build" / "dist"
+MANIFEST = OUT / "installed.json"
+KINDS = ("wheel", "sdist")
+
+
+class StepFailed(Exception):
+    """A command failed; the message names it and ends with its last output lines."""
+
+
+def install_root() -> Path:
+    """The venvs' folder: per user (root and others never share it) and per checkout."""
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"shared-brain-install-{os.getuid()}-{checkout}"
+
+
+def clean_env() -> dict[str, str]:
+    """This environment minus what would point an install or a Python at the checkout."""
+    drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def run(command: list[str], cwd: Path) -> float:
+    """Run a command, return its seconds; raise StepFailed with its output's tail."""
+    began = time.monotonic()
+    done = subprocess.run(
+        command, cwd=cwd, env=clean_env(), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise StepFailed(f"`{' '.join(command)}` exited {done.returncode}:\n{tail}")
+    return time.monotonic() - began
+
+
+def build() -> tuple[dict[str, Path], float]:
+    """The sdist, then the wheel built from it, in a fresh OUT."""
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(parents=True)
+    build_env = ["--installer", "uv"]  # build's isolated environments, made by uv: faster
+    seconds = run([sys.executable, "-m", "build", *build_env, "--outdir", str(OUT), "."], ROOT)
+    artefacts = {"wheel": list(OUT.glob("*.whl")), "sdist": list(OUT.glob("*.tar.gz"))}
+    for kind, found in artefacts.items():
+        if len(found) != 1:
+            raise StepFailed(f"python -m build left {len(found)} {kind} files in {OUT}")
+    return {kind: found[0] for kind, found in artefacts.items()}, seconds
+
+
+def install(kind: str, artefact: Path, base: Path, installer: str) -> tuple[Path, float]:
+    """A fresh venv holding ``artefact`` and the dependencies it declares, nothing else."""
+    venv = base / kind
+    python = sys._base_executable  # the interpreter the project's venv was made from
+    began = time.monotonic()
+    if installer == "uv":
+        uv = str(Path(sys.executable).with_name("uv"))
+        run([uv, "venv", "--quiet", "--python", python, str(venv)], base)
+        run([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
+             str(artefact)], base)  # fmt: skip
+    else:
+        run([python, "-m", "venv", str(venv)], base)
+        run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(artefact)], base)
+    return venv, time.monotonic() - began
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tests/dist.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--installer", choices=["uv", "pip"], default="uv")
+    args = parser.parse_args(argv)
+    MANIFEST.unlink(missing_ok=True)  # a failed run leaves no stale pointers behind
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    base = install_root()
+    try:
+        artefacts, built = build()
+        print(f"dist: built {', '.join(p.name for p in artefacts.values())} in {built:.1f} s")
+        checked = run([sys.executable, "-m", "twine", "check", "--strict",
+                       *map(str, artefacts.values())], ROOT)  # fmt: skip
+        print(f"dist: twine check --strict passed on both in {checked:.1f} s")
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        base.chmod(0o755)  # as root, the embedded PostgreSQL runs as another user
+        with ThreadPoolExecutor(len(KINDS)) as pool:
+            jobs = {k: pool.submit(install, k, artefacts[k], base, args.installer) for k in KINDS}
+            venvs = {kind: job.result() for kind, job in jobs.items()}
+    except StepFailed as exc:
+        print(f"dist: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    for kind, (venv, seconds) in venvs.items():
+        print(f"dist: installed the {kind} into {venv} with {args.installer} in {seconds:.1f} s")
+    manifest = {
+        "version": version,
+        "checkout": str(ROOT),
+        "installer": args.installer,
+        "seconds": {"build": round(built, 1), "twine": round(checked, 1)}
+        | {f"install_{kind}": round(seconds, 1) for kind, (_, seconds) in venvs.items()},
+        "installs": {
+            kind: {"artefact": str(artefacts[kind]), "venv": str(venv)}
+            for kind, (venv, _) in venvs.items()
+        },
+    }
+    MANIFEST.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
