@@ -52,7 +52,10 @@ def install_root() -> Path:
 def clean_env() -> dict[str, str]:
     """This environment minus what would point an install or a Python at the checkout."""
     drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT"}
-    return {k: v for k, v in os.environ.items() if k not in drop}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    # uv trusts the system's certificate store, as pip does (a proxy's CA is installed
+    # there); UV_NATIVE_TLS is the name uv releases before --system-certs read.
+    return {"UV_SYSTEM_CERTS": "1", "UV_NATIVE_TLS": "1"} | env
 
 
 def run(command: list[str], cwd: Path) -> float:
