@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-external lint typecheck check proto clean dist
+.PHONY: run test test-external lint typecheck check proto clean dist docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,8 @@ test-external: $(STAMP)
 	VENV=$(abspath $(VENV)) tests/external.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check authz server clients tests setup.py
-	$(BIN)/ruff format --check authz server clients tests setup.py
+	$(BIN)/ruff check authz server clients tests setup.py docs/_hooks
+	$(BIN)/ruff format --check authz server clients tests setup.py docs/_hooks
 
 # mypy resolves packages by folder; mirror the installed layout (brain.* -> folders).
 typecheck: $(STAMP)
@@ -46,6 +46,11 @@ typecheck: $(STAMP)
 	ln -s ../../../clients .build/typecheck/brain/clients
 	ln -s ../../../clients/v1 .build/typecheck/brain/v1
 	cd .build/typecheck && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p brain.authz -p brain.server -p brain.clients
+
+## The documentation site (docs/, mkdocs.yml) into .build/site; the gRPC reference is
+## generated from protos/ and the client reference from docstrings at every build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 ## Regenerate clients/v1 from protos/ after editing a .proto file.
 proto: $(STAMP)
