@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-external lint typecheck check proto clean dist docs
+.PHONY: run test test-external lint typecheck check proto clean image test-image dist docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,17 @@ dist: $(STAMP)
 ## then the isolation, authorization and lifecycle tests against it. Not part of `make test`.
 test-external: $(STAMP)
 	VENV=$(abspath $(VENV)) tests/external.sh
+
+## The container image from deploy/Dockerfile, with buildah or docker (whichever is installed):
+## `make image [BASE_IMAGE=python:3.11-slim] [IMAGE=shared-brain:<version>] [IMAGE_TOOL=buildah]`.
+image:
+	deploy/build-image.sh
+
+## The image built on a local Debian base (mmdebstrap, podman, buildah) and run from its mounted
+## file system: embedded and external PostgreSQL, health check, smoke run (root; minutes).
+## Not part of `make test`.
+test-image:
+	tests/image.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check authz server clients tests setup.py docs/_hooks
