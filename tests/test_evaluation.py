@@ -15,18 +15,18 @@ import pytest
 
 from brain.server.domain.retrieval.lanes import RetrievalParams
 from brain.server.measure.crossval import best_candidate, candidate_grid, describe, leave_one_out
-from brain.server.measure.evaluation import (
+from brain.server.measure.locomo import (
     KS,
     NEVER_SAID,
     DataError,
     evidence_ids,
     load_locomo,
-    percentile,
     run_locomo,
     score_question,
     session_time,
     summarise,
 )
+from brain.server.measure.stats import percentile
 
 from .conftest import BrainServer
 

@@ -124,7 +124,7 @@ L2 = 1.0
 
 
 class Searched(Protocol):
-    """One search's candidates, in the server's fused order (`evaluation.Candidates`)."""
+    """One search's candidates, in the server's fused order (`locomo.folds.Candidates`)."""
 
     @property
     def conversation(self) -> int: ...

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from brain.server.measure.cpu import CpuMeter, Watched
-from brain.server.measure.evaluation import percentile
+from brain.server.measure.stats import percentile
 from brain.server.measure.synthetic import NAMESPACE, sentence
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
