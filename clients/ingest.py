@@ -262,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             )  # fmt: skip
     except (BrainClientError, OutsideFolder) as exc:
         sys.exit(f"brain ingest: {exc}")
+    except OSError as exc:  # a TLS file (BRAIN_TLS_CA, ...) or a .gitignore that cannot be read
+        sys.exit(f"brain ingest: cannot read {exc.filename}: {exc.strerror}")
     print(f"brain ingest: collection {args.collection}: {report.summary()}", file=sys.stderr)
     if report.failed:
         sys.exit(1)

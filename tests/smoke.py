@@ -253,12 +253,15 @@ def main(argv: list[str] | None = None) -> None:
         usage_error(f"cannot read --key-file: {exc}")
     if args.tls_ca is not None and not args.tls_ca.is_file():
         usage_error(f"--tls-ca {args.tls_ca} is not a file")
+    # The commands this script starts run in other folders.
+    tls_ca = args.tls_ca.resolve() if args.tls_ca is not None else None
+    bin_dir = args.bin_dir.resolve()
     for script in ("brain", "brain-mcp"):
-        if not (args.bin_dir / script).is_file():
+        if not (bin_dir / script).is_file():
             usage_error(f"no {script} in --bin-dir {args.bin_dir}")
     package = Path(brain.clients.__file__).resolve().parent.parent
     print(f"smoke: brain {package_version()} from {package}", flush=True)
-    smoke = Smoke(args.target, key, args.tls_ca, args.bin_dir)
+    smoke = Smoke(args.target, key, tls_ca, bin_dir)
     steps: list[tuple[str, Callable[[], str]]] = [
         ("whoami", smoke.whoami),
         ("save", smoke.save),
