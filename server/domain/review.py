@@ -26,6 +26,7 @@ from brain.server.errors import (
     memory_not_found,
     supersede_target_not_found,
 )
+from brain.server.storage import erasure
 from brain.server.storage import memories as sql
 from brain.server.storage import review as review_sql
 from brain.v1 import memory_pb2, review_pb2
@@ -115,7 +116,7 @@ class Review:
         for target_id in supersedes:  # checked now, superseded only on approval
             if await sql.lock_current(conn, vis, target_id) is None:
                 raise supersede_target_not_found()
-        policy = await sql.namespace_policy(conn, new.namespace)
+        policy = await review_sql.namespace_policy(conn, new.namespace)
         ttl = policy["candidate_ttl"] if policy else DEFAULT_CANDIDATE_TTL
         if review_within is not None:
             ttl = review_within
@@ -209,7 +210,7 @@ class Review:
         """Whether a direct save by this caller must become a candidate."""
         if caller.has(Permission.REVIEW.value):
             return False
-        policy = await sql.namespace_policy(conn, namespace)
+        policy = await review_sql.namespace_policy(conn, namespace)
         return bool(policy and policy["review_required"])
 
     async def propose(
@@ -310,7 +311,7 @@ class Review:
                 "changed_by_key": caller.key.key_id,
             }
             if req.decision == review_pb2.REVIEW_DECISION_REJECT:
-                await sql.add_tombstone(
+                await erasure.add_tombstone(
                     conn, current["tenant_id"], current, bytes(current["fingerprint"]), "reject",
                     caller.principal,
                 )  # fmt: skip
@@ -325,7 +326,7 @@ class Review:
                     memory=convert.shown(row, caller.has(Permission.READ.value))
                 )
             # Only tombstones the reviewer could see bind (and are lifted by) the approval.
-            tombstones = await sql.live_tombstones(
+            tombstones = await erasure.live_tombstones(
                 conn, vis, current["namespace"], current["user_id"], current["session_id"],
                 bytes(current["fingerprint"]),
             )  # fmt: skip

@@ -103,3 +103,11 @@ async def readmit_tombstone(conn: asyncpg.Connection, tombstone_id: uuid.UUID, b
         tombstone_id,
         by,
     )
+
+
+async def namespace_policy(conn: asyncpg.Connection, namespace: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "SELECT review_required, candidate_ttl, max_pending FROM namespace_policies "
+        "WHERE namespace = $1",
+        namespace,
+    )

@@ -43,6 +43,7 @@ from brain.server.errors import (
     memory_not_found,
     supersede_target_not_found,
 )
+from brain.server.storage import erasure, idempotency
 from brain.server.storage import memories as sql
 from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, memory_pb2
@@ -63,7 +64,7 @@ class MemoryWrites(MemoryBase):
         if not idempotency_key:
             return None
         digest = request_hash(self.pepper, caller.method, request)
-        earlier = await sql.claim_idempotency_key(
+        earlier = await idempotency.claim_idempotency_key(
             conn,
             caller.tenant_id,
             caller.key.key_id,
@@ -96,7 +97,7 @@ class MemoryWrites(MemoryBase):
     ) -> None:
         """Bind the idempotency key to the memory this request produced (its id only)."""
         if idempotency_key:
-            await sql.store_idempotent_result(
+            await idempotency.store_idempotent_result(
                 conn, caller.tenant_id, caller.key.key_id, idempotency_key, uuid.UUID(memory_id)
             )
 
@@ -193,7 +194,7 @@ class MemoryWrites(MemoryBase):
         value: bytes,
     ) -> None:
         """FAILED_PRECONDITION when a tombstone that binds this caller holds the value."""
-        tombstones = await sql.live_tombstones(conn, vis, namespace, user_id, session_id, value)
+        tombstones = await erasure.live_tombstones(conn, vis, namespace, user_id, session_id, value)
         if tombstones:
             raise FailedPrecondition(
                 f"{field}: this value was forgotten or rejected in this bucket (tombstone "
@@ -495,14 +496,14 @@ class MemoryWrites(MemoryBase):
                 )
                 return memory_pb2.ForgetMemoryResponse(id=req.id, tombstone_id=str(tombstone or ""))
             tombstones = {
-                fp: await sql.add_tombstone(
+                fp: await erasure.add_tombstone(
                     conn, current["tenant_id"], current, fp, "forget", caller.principal
                 )
-                for fp in await sql.version_fingerprints(
+                for fp in await erasure.version_fingerprints(
                     conn, current["tenant_id"], current["memory_id"]
                 )
             }
-            await sql.erase_all_versions(conn, current["tenant_id"], current["memory_id"])
+            await erasure.erase_all_versions(conn, current["tenant_id"], current["memory_id"])
             await graph.erase(conn, current["tenant_id"], current["memory_id"])
             at = await sql.clock(conn)
             await sql.new_version(
@@ -518,7 +519,7 @@ class MemoryWrites(MemoryBase):
                 },
             )
             # The candidates that copied its text (graph extraction) go with it.
-            await sql.withdraw_copies(
+            await erasure.withdraw_copies(
                 conn, current, list(tombstones), at,
                 {"change": "forget", "changed_by": caller.principal,
                  "changed_by_key": caller.key.key_id},
