@@ -1,7 +1,7 @@
 """`brain-eval knowledge`: retrieval quality of the knowledge base, through the real API.
 
-The documents named by a QA file (by default this repository's README and deploy docs,
-``tests/data/knowledge_qa.json``) are put into one collection of a private server with
+The documents named by a QA file (by default this repository's documentation, README and
+deploy docs, ``tests/data/knowledge_qa.json``) are put into one collection of a private server with
 PutDocument, chunked by the server as any upload is, and every question is asked with
 SearchKnowledge. A question is answered at k when one of its top k chunks contains the
 question's evidence phrase (verbatim from the document). The report gives hit@1/3/5/10,
