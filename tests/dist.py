@@ -7,10 +7,10 @@ would, into its own fresh virtual environment outside the checkout.
    from the sdist is missing from the wheel too), into ``.build/dist/``;
 2. ``twine check --strict`` passes on both;
 3. each artefact goes into a new venv (made from the base interpreter of this Python) with
-   its dependencies resolved from the package index by ``uv pip install`` (default) or
-   ``pip install``, never with ``--no-deps``: an undeclared dependency fails there. The
-   venvs live in ``<tmp>/shared-brain-install-<uid>-<checkout hash>/{wheel,sdist}``, made
-   afresh on every run, with the working directory outside the checkout;
+   its dependencies resolved from the package index by ``uv pip install --compile-bytecode``
+   (default) or ``pip install``, never with ``--no-deps``: an undeclared dependency fails
+   there. The venvs live in ``<tmp>/shared-brain-install-<uid>-<checkout hash>/{wheel,sdist}``,
+   made afresh on every run, with the working directory outside the checkout;
 4. ``.build/dist/installed.json`` names the version, the artefacts and the venvs for
    ``tests/test_installed.py``, and the seconds each step took.
 
@@ -86,13 +86,15 @@ def build() -> tuple[dict[str, Path], float]:
 def install(kind: str, artefact: Path, base: Path, installer: str) -> tuple[Path, float]:
     """A fresh venv holding ``artefact`` and the dependencies it declares, nothing else."""
     venv = base / kind
-    python = sys._base_executable  # the interpreter the project's venv was made from
+    # The interpreter the project's venv was made from (CPython records it there).
+    python = str(getattr(sys, "_base_executable", sys.executable))
     began = time.monotonic()
     if installer == "uv":
         uv = str(Path(sys.executable).with_name("uv"))
         run([uv, "venv", "--quiet", "--python", python, str(venv)], base)
-        run([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-             str(artefact)], base)  # fmt: skip
+        # --compile-bytecode: as pip does by default, so no first run pays for compiling.
+        run([uv, "pip", "install", "--quiet", "--compile-bytecode", "--python",
+             str(venv / "bin" / "python"), str(artefact)], base)  # fmt: skip
     else:
         run([python, "-m", "venv", str(venv)], base)
         run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(artefact)], base)
