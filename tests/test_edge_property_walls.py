@@ -75,6 +75,7 @@ PROPOSALS = ("candidate", "rejected", "withdrawn")
 HOME, AWAY = "home", "away"
 COLLECTION = "kb"
 NEVER_USED = "Never Used Name"
+REVIEWED = "ns2"  # a review-required namespace of the home tenant
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,15 @@ def writable(name: str, obj: Obj) -> bool:
 
 def acts(name: str, obj: Obj) -> bool:
     return sees(name, obj) and writable(name, obj)
+
+
+def gated(name: str, namespace: str) -> bool:
+    """A content change by ``name`` in ``namespace`` becomes a proposal (or is refused)."""
+    return namespace == REVIEWED and not KEYS[name].has(REVIEW)
+
+
+def acts_directly(name: str, obj: Obj) -> bool:
+    return acts(name, obj) and not gated(name, obj.namespace)
 
 
 # --- the random world ---------------------------------------------------------------
@@ -284,10 +294,13 @@ class World:
             ),
             metadata=api.md,
         )
-        assert response.outcome == memory_pb2.SAVE_OUTCOME_CREATED, (name, bucket)
         memory = response.memory
         if not KEYS[name].has(READ):  # a receipt: the labels it asked for
             memory.labels[:] = list(labels)
+        if gated(name, bucket[0]):
+            assert response.outcome == memory_pb2.SAVE_OUTCOME_PROPOSED, (name, bucket)
+            return self.remember(memory, name, bucket, entities)  # the targets stay
+        assert response.outcome == memory_pb2.SAVE_OUTCOME_CREATED, (name, bucket)
         if supersedes is not None:
             supersedes.status, supersedes.versions = "superseded", supersedes.versions + 1
         return self.remember(memory, name, bucket, entities)
@@ -361,11 +374,11 @@ class World:
             return
         obj = await self.save("root", bucket, labels, names)
         if state == "updated":
-            await self.update("writer" if acts("writer", obj) else "root", obj)
+            await self.update("writer" if acts_directly("writer", obj) else "root", obj)
         elif state == "retracted":
             await self.forget("forgetter" if acts("forgetter", obj) else "root", obj)
         elif state == "superseded":
-            by = "writer" if acts("writer", obj) else "root"
+            by = "writer" if acts_directly("writer", obj) else "root"
             kept = tuple(sorted(set(labels) & KEYS[by].labels))
             await self.save(by, bucket, kept, names, supersedes=obj)
 
@@ -424,7 +437,7 @@ class World:
         ns, user, session, labels, state = spec
         obj = await self.document("root", (ns, user, session), labels)
         if state == "updated":
-            who = "writer" if acts("writer", obj) else "root"
+            who = "writer" if acts_directly("writer", obj) else "root"
             put = await self.put(who, (obj.namespace, obj.user, obj.session), obj.path)
             assert (put.document.id, put.outcome) == (obj.id, knowledge_pb2.PUT_OUTCOME_UPDATED)
             obj.versions = put.document.version
@@ -435,7 +448,7 @@ class World:
         """The write-only key puts at a document's path in alice's bucket: a document it
         sees gets a new version; one it cannot see answers as a path never used (a new
         document, version 1): the path tells nothing about what the key cannot read."""
-        if obj.user != "alice" or obj.status != "active":
+        if obj.user != "alice" or obj.status != "active" or gated("writer", obj.namespace):
             return
         bucket: Bucket = (obj.namespace, obj.user, obj.session)
         put = await self.put("writer", bucket, obj.path)
@@ -481,6 +494,10 @@ async def preamble(w: World) -> None:
     await w.save("root", ("ns2", "bob", ""), team, ("Cyd",))
     await w.propose("secret", ("ns2", "", ""), secret, ("Ada",))
     await w.propose("proposer", ("ns1", "alice", ""), ("team", "secret"), ("Bix",))
+    shared = await w.save("root", (REVIEWED, "", ""), team, ("Cyd",))
+    # A write-only key changes the team's memory of a review-required namespace by
+    # proposing (SaveMemory with supersedes becomes a candidate): it acts on what it sees.
+    await w.save("writer", (REVIEWED, "alice", ""), team, ("Dov",), supersedes=shared)
     w.doc_probes = [
         await w.document("root", ("ns1", "alice", ""), team),
         await w.document("root", ("ns1", "alice", ""), secret),
@@ -663,18 +680,25 @@ class Checks:
         seen = sees(name, obj)
         if rpc in ("get", "history"):
             return not (k.has(READ) and seen)
-        if rpc in ("update", "supersede", "forget"):
-            needed = FORGET if rpc == "forget" else WRITE
-            return not seen if k.has(READ) else not (k.has(needed) and acts(name, obj))
+        if k.has(READ):  # it may hear why it cannot act on what it reads
+            return not seen
+        if rpc in ("update", "forget"):
+            return not (k.has(FORGET if rpc == "forget" else WRITE) and acts(name, obj))
+        if rpc in ("supersede", "supersede_reviewed", "propose_supersede"):
+            # (A target outside the request's namespace is not found with the application's
+            # predicate; row-level security knows the key, not the request, so it may act
+            # there. Either is within the key's power: such ids are not asked about.)
+            namespace = REVIEWED if rpc == "supersede_reviewed" else "ns1"
+            if rpc == "propose_supersede":  # proposing needs only to see the target
+                return not (k.has(PROPOSE) and seen)
+            if gated(name, namespace):  # the save becomes a proposal
+                return not (k.has(WRITE) and seen)
+            return not (k.has(WRITE) and acts(name, obj))
         if rpc == "review":
             on = obj.status == "candidate" or obj.created_by == name
-            return not seen if k.has(READ) else not (k.has(REVIEW) and seen and on)
+            return not (k.has(REVIEW) and seen and on)
         if rpc == "withdraw":
-            return (
-                not seen
-                if k.has(READ)
-                else not (k.has(PROPOSE) and seen and obj.created_by == name)
-            )
+            return not (k.has(PROPOSE) and seen and obj.created_by == name)
         if rpc == "get_document":
             return not (k.has(KREAD) and seen)
         if rpc == "delete_document":
@@ -702,14 +726,25 @@ class Checks:
                 ),
                 metadata=md,
             )
-        if rpc == "supersede":
-            bucket = (k.namespace or "ns1", k.user or "", k.session or "")
-            writer = self.w.api(name, bucket)
+        if rpc in ("supersede", "supersede_reviewed"):
+            namespace = REVIEWED if rpc == "supersede_reviewed" else "ns1"
+            writer = self.w.api(name, (k.namespace or namespace, k.user or "", k.session or ""))
             return writer.memories.SaveMemory(
                 memory_pb2.SaveMemoryRequest(
                     scope=writer.scope(),
                     supersedes=[target],
                     memory=common_pb2.MemoryDraft(content="zebra replacement"),
+                ),
+                metadata=md,
+            )
+        if rpc == "propose_supersede":
+            proposer = self.w.api(name, (k.namespace or "ns1", k.user or "", k.session or ""))
+            return proposer.review.ProposeMemory(
+                review_pb2.ProposeMemoryRequest(
+                    scope=proposer.scope(),
+                    supersedes=[target],
+                    memory=common_pb2.MemoryDraft(content="zebra proposal"),
+                    reason="better",
                 ),
                 metadata=md,
             )
@@ -757,6 +792,8 @@ class Checks:
             "history",
             "update",
             "supersede",
+            "supersede_reviewed",
+            "propose_supersede",
             "forget",
             "review",
             "withdraw",
@@ -837,6 +874,12 @@ async def mint_keys(server: BrainServer) -> dict[str, str]:
         async with conn.transaction():
             for tenant in tenants.values():
                 await admin.create_tenant(conn, tenant)
+            await conn.execute(
+                "INSERT INTO namespace_policies (tenant_id, namespace, review_required)"
+                " VALUES ($1::uuid, $2, true)",
+                await admin.tenant_id_by_name(conn, tenants[HOME]),
+                REVIEWED,
+            )
             keys = {}
             for name, spec in KEYS.items():
                 minted = await admin.mint_key(
