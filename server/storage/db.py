@@ -26,7 +26,7 @@ from brain.server.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from brain.server.storage import migrate
+from brain.server.storage import migrate, setlocal
 from brain.server.telemetry import metrics
 
 _log = structlog.get_logger("brain.db")
@@ -195,27 +195,24 @@ class Database:
                     # fail on a concurrent write.
                     isolation = "repeatable_read" if readonly else None
                     async with conn.transaction(isolation=isolation, readonly=readonly):
-                        await conn.execute(
-                            """SELECT set_config('brain.tenant_id', $1, true),
-                                      set_config('brain.key_id', $2, true),
-                                      set_config('brain.principal', $3, true),
-                                      set_config('brain.method', $4, true),
-                                      set_config('statement_timeout', $5, true),
-                                      set_config('brain.labels', $6, true),
-                                      set_config('brain.confine_user_id', $7, true),
-                                      set_config('brain.confine_namespaces', $8, true),
-                                      set_config('brain.confine_session_id', $9, true),
-                                      set_config('brain.may_review', $10, true)""",
-                            tenant_id,
-                            key_id,
-                            principal,
-                            method,
-                            str(max(1, timeout_ms)),
-                            _pg_array(labels),
-                            confinement.user_id or "",
-                            _pg_array(confinement.namespaces) if confinement.namespaces else "",
-                            confinement.session_id or "",
-                            "on" if may_review else "",
+                        await setlocal.set_local(
+                            conn,
+                            {
+                                "brain.tenant_id": tenant_id,
+                                "brain.key_id": key_id,
+                                "brain.principal": principal,
+                                "brain.method": method,
+                                "statement_timeout": str(max(1, timeout_ms)),
+                                "brain.labels": _pg_array(labels),
+                                "brain.confine_user_id": confinement.user_id or "",
+                                "brain.confine_namespaces": (
+                                    _pg_array(confinement.namespaces)
+                                    if confinement.namespaces
+                                    else ""
+                                ),
+                                "brain.confine_session_id": confinement.session_id or "",
+                                "brain.may_review": "on" if may_review else "",
+                            },
                         )
                         yield conn
                         auditing = not readonly and await metrics.audit_pending(conn)

@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 
+from brain.server.storage import setlocal
 from brain.server.storage.memories import MEMORY_COLUMNS, lock_memory, new_version
 from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 
@@ -120,7 +121,7 @@ async def withdraw_copies(
     if not fingerprints:
         return []
     before = await conn.fetchval("SELECT COALESCE(current_setting('brain.may_review', true), '')")
-    await conn.execute("SELECT set_config('brain.may_review', 'on', true)")
+    await setlocal.set_local(conn, {"brain.may_review": "on"})
     try:
         ids = await conn.fetch(
             """SELECT c.memory_id FROM memories c
@@ -151,7 +152,7 @@ async def withdraw_copies(
             withdrawn.append(r["memory_id"])
         return withdrawn
     finally:
-        await conn.execute("SELECT set_config('brain.may_review', $1, true)", before)
+        await setlocal.set_local(conn, {"brain.may_review": before})
 
 
 async def version_fingerprints(

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from brain.server.storage import setlocal
 from brain.server.storage.memories import (
     RowFilter,
     TimeCoords,
@@ -351,10 +352,9 @@ async def nearest_rows(
     """Nearest neighbours by cosine (``similarity``), filtered in the scan; rows below
     ``similarity_floor`` are dropped."""
     # Iterative scans keep walking the HNSW graph until `limit` rows pass the filters.
-    await conn.execute(
-        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-        "set_config('hnsw.ef_search', $1, true)",
-        str(max(ef_search, limit)),
+    await setlocal.set_local(
+        conn,
+        {"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": str(max(ef_search, limit))},
     )
     p = Params(list(vector))
     same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
