@@ -7,6 +7,8 @@ Every absence is shown beside a presence in the same test, so an empty search ca
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
@@ -322,6 +324,20 @@ async def test_bad_input_names_the_field_and_writes_nothing(
     assert [d.path for d in await list_docs(api)] == ["a.md"]  # control: the listing works
 
 
+@contextmanager
+def session_filler_held(brain_server: BrainServer) -> Iterator[None]:
+    """The session server's chunk-vector filler (local model) stopped for the block, so no
+    other filler reaches a test's chunks; started again after it."""
+    filler = brain_server.running.filler if brain_server.running is not None else None
+    if filler is not None:
+        brain_server.loop.run(filler.stop())
+    try:
+        yield
+    finally:
+        if filler is not None:
+            brain_server.loop.loop.call_soon_threadsafe(filler.start)
+
+
 class SwitchableEmbeddings(JsonEndpoint):
     """An OpenAI-compatible embeddings server that fails (500) until `up` is set; up, it
     serves the toy bag-of-words vectors of test_retrieval (texts sharing words align)."""
@@ -336,12 +352,13 @@ class SwitchableEmbeddings(JsonEndpoint):
 
 
 async def test_embedder_down_puts_lexical_search_then_backfill(
-    pg_cluster: PgCluster, loop_thread: LoopThread
+    pg_cluster: PgCluster, loop_thread: LoopThread, brain_server: BrainServer
 ) -> None:
     """With the embedder down a put still succeeds (chunks stored without vectors) and search
     answers from the lexical lanes, saying so; once it is back, search is hybrid and
-    `brain-admin embeddings backfill` fills the chunks' vectors."""
-    with serving(SwitchableEmbeddings()) as embeddings:
+    `brain-admin embeddings backfill` fills the chunks' vectors (the servers' background
+    fillers held, see test_knowledge_filler.py for theirs)."""
+    with serving(SwitchableEmbeddings()) as embeddings, session_filler_held(brain_server):
         server = BrainServer(
             cluster=pg_cluster, loop=loop_thread,
             settings=server_settings(pg_cluster, embedder="openai", openai_url=embeddings.url,
@@ -349,6 +366,8 @@ async def test_embedder_down_puts_lexical_search_then_backfill(
         )  # fmt: skip
         server.start()
         try:
+            assert server.running is not None and server.running.filler is not None
+            server.loop.run(server.running.filler.stop())
             tenant = unique("kb")
             async with server.channel() as channel:
                 api = Api(channel, server.mint_key(tenant, "w", permissions=ALL))

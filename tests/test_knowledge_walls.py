@@ -22,7 +22,7 @@ from brain.v1 import common_pb2, knowledge_pb2, memory_pb2
 from .conftest import BrainServer, unique
 from .edge import RANDOM_ID, outcome
 from .helpers import Api, rpc_error
-from .test_knowledge import ALL, KB, delete_call, get_call, list_docs, put
+from .test_knowledge import ALL, KB, delete_call, get_call, list_docs, put, session_filler_held
 
 # --- F1: `brain ingest --prune` erases documents of other buckets ------------------------
 
@@ -133,13 +133,17 @@ async def test_backfill_racing_a_delete_stores_no_vector_on_the_erased_chunk(
     """`brain-admin embeddings backfill` reads a chunk's text and embeds it; a DeleteDocument
     that lands meanwhile erases the chunk, and the backfill's write, which re-checks that
     the chunk is current and not erased, then stores nothing."""
-    from brain.server.admin.embeddings import _backfill_chunks, _tenant_clause
-
     tenant = unique("atk-bf")
     api = Api(channel, brain_server.mint_key(tenant, "w", permissions=KB))
+    with session_filler_held(brain_server):  # no background filler races this backfill
+        await backfill_racing_a_delete(brain_server, api, tenant)
+
+
+async def backfill_racing_a_delete(brain_server: BrainServer, api: Api, tenant: str) -> None:
+    from brain.server.admin.embeddings import _backfill_chunks, _tenant_clause
+
     doc = (await put(api, "secret.md", "# S\n\nthe launch code is 0000\n")).document
-    # The embedder was down at put time (the documented state backfill exists for).
-    brain_server.sql("UPDATE document_chunks SET embedding = NULL WHERE document_id = $1", doc.id)
+    # No filler runs: the chunk waits without a vector, as after an embedder outage.
 
     class DeletingEmbedder:
         dimension = 384

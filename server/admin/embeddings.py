@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
         "embeddings", help="vectors for the semantic lane"
     ).add_subparsers(dest="sub", required=True)
     p: argparse.ArgumentParser = command(
-        group, "status", cmd_status, "count memories with and without a vector"
+        group, "status", cmd_status, "count memories and document chunks with and without a vector"
     )
     p.add_argument("--tenant")
     p = command(group, "backfill", cmd_backfill, "embed memories stored without a vector")
@@ -64,20 +64,34 @@ async def cmd_status(ctx: Context) -> None:
                 FROM memories m WHERE m.retired_at IS NULL AND {where}""",
             *args,
         )
+        # Chunks wait for the server's background filler; those it failed on wait longer.
+        chunks = await conn.fetchrow(
+            f"""SELECT count(*) FILTER (WHERE m.embedding IS NOT NULL) AS embedded,
+                       count(*) FILTER (WHERE {_CHUNK_VECTORS.pending}) AS pending,
+                       count(*) FILTER (WHERE {_CHUNK_VECTORS.pending}
+                                          AND m.embed_attempts > 0) AS retrying
+                FROM document_chunks m WHERE m.retired_at IS NULL AND {where}""",
+            *args,
+        )
         dimension = await embedding_dimension(conn)
-    assert row is not None
+    assert row is not None and chunks is not None
     data = {
         "dimension": dimension,
         "embedded": row["embedded"],
         "pending": row["pending"],
         "models": row["models"] or [],
+        "chunks_embedded": chunks["embedded"],
+        "chunks_pending": chunks["pending"],
+        "chunks_retrying": chunks["retrying"],
     }
 
     output(
         ctx.args,
         data,
         f"dimension {dimension}: {row['embedded']} memories embedded "
-        f"({', '.join(data['models']) or 'no model yet'}), {row['pending']} waiting for a vector",
+        f"({', '.join(data['models']) or 'no model yet'}), {row['pending']} waiting for a vector; "
+        f"{chunks['embedded']} document chunks embedded, {chunks['pending']} pending "
+        f"({chunks['retrying']} after a failed embedding, retried with backoff)",
     )
 
 

@@ -11,6 +11,7 @@ MRR and the chunk count; no LLM is involved.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import secrets
 import time
@@ -68,10 +69,29 @@ def load(path: Path) -> tuple[list[str], list[Question]]:
     return list(data["documents"]), questions
 
 
+async def embedded(
+    stub: Any, scope: common_pb2.Scope, md: Any,
+    wait_seconds: float = 600.0,
+) -> None:  # fmt: skip
+    """Wait until the server's background filler has embedded every chunk put."""
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        listed = await stub.ListDocuments(
+            knowledge_pb2.ListDocumentsRequest(scope=scope, collection=COLLECTION, page_size=100),
+            metadata=md,
+        )
+        if all(d.fully_embedded for d in listed.documents):
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"chunks still without vectors after {wait_seconds:.0f} s")
+
+
 async def run_knowledge(
-    address: str, api_key: str, root: Path, documents: list[str], questions: list[Question]
-) -> KnowledgeResult:
-    """Put the documents, ask every question, score by evidence phrase."""
+    address: str, api_key: str, root: Path, documents: list[str], questions: list[Question],
+    semantic: bool = True,
+) -> KnowledgeResult:  # fmt: skip
+    """Put the documents, wait for their vectors (``semantic``), ask every question, score
+    by evidence phrase."""
     md = (("authorization", f"Bearer {api_key}"),)
     scope = common_pb2.Scope(namespace="knowledge-eval")
     async with grpc.aio.insecure_channel(address) as channel:
@@ -89,6 +109,8 @@ async def run_knowledge(
                 timeout=300,
             )
             chunks += put.document.chunk_count
+        if semantic:
+            await embedded(stub, scope, md)
         hits = dict.fromkeys(KS, 0)
         rr = 0.0
         lanes: dict[str, int] = {}
@@ -178,4 +200,6 @@ async def run(args: argparse.Namespace) -> KnowledgeResult:
     documents, questions = load(args.data)
     async with private_brain(args.embedder) as brain:
         key = await private_key(brain.owner_dsn, brain.pepper)
-        return await run_knowledge(brain.address, key, args.root, documents, questions)
+        return await run_knowledge(
+            brain.address, key, args.root, documents, questions, args.embedder != "none"
+        )

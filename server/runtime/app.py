@@ -23,6 +23,7 @@ from brain.server.domain.audit import AuditLog
 from brain.server.domain.graph.extraction import ExtractorError, build_extractor
 from brain.server.domain.graph.reads import Graph
 from brain.server.domain.knowledge import Knowledge
+from brain.server.domain.knowledge.filler import ChunkFiller
 from brain.server.domain.memories import Limits, Memories
 from brain.server.domain.retrieval.embedders import (
     Embedder,
@@ -80,6 +81,7 @@ class RunningServer:
     port: int
     memories: Memories
     supervisor: DatabaseSupervisor
+    filler: ChunkFiller | None = None  # None with --embedder none
     embedded_pg: embedded.EmbeddedPostgres | None = None
     metrics_server: metrics.MetricsServer | None = None
     tracing_on: bool = False
@@ -95,6 +97,8 @@ class RunningServer:
         metrics.SERVING.set(0)
         await close_feed(self.db)  # watch streams end now, not after the grace period
         await self.server.stop(grace)
+        if self.filler is not None:
+            await self.filler.stop()  # gives its claimed chunks back
         if self.metrics_server is not None:
             self.metrics_server.stop()
         for pool in (self.db.pool, self.db.replica):
@@ -296,9 +300,8 @@ async def _serve(
     )
     identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
     graph_pb2_grpc.add_GraphServiceServicer_to_server(GraphServicer(Graph(memories)), server)
-    knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(
-        KnowledgeServicer(Knowledge(memories)), server
-    )
+    knowledge = Knowledge(memories)
+    knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(KnowledgeServicer(knowledge), server)
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:
@@ -331,6 +334,11 @@ async def _serve(
         db, health_servicer, SERVICES, pg=pg, interval=settings.health_interval_seconds
     )
     supervisor.start()
+    filler = None
+    if embedder.dimension:
+        filler = ChunkFiller(db.pool, embedder, memories.embedding_model)
+        knowledge.filler = filler
+        filler.start()
     _log.info(
         "serving",
         listen=settings.listen,
@@ -350,6 +358,7 @@ async def _serve(
         port=port,
         memories=memories,
         supervisor=supervisor,
+        filler=filler,
         embedded_pg=pg,
         metrics_server=metrics_server,
         tracing_on=tracing_on,

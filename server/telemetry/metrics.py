@@ -93,6 +93,13 @@ EMBED_FAILURES = Counter(
     ["embedder"],
     registry=REGISTRY,
 )
+CHUNK_EMBEDDINGS = Counter(
+    "brain_chunk_embeddings",
+    "Knowledge chunks the background filler handled, by outcome: stored (a vector landed), "
+    "discarded (retired or erased while embedding: no vector) or failed (to be retried).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 POOL_WAITING = Gauge(
     "brain_db_pool_waiting",
     "Transactions waiting for a pool connection, by pool (primary, replica).",

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 import asyncpg
 import structlog
@@ -35,8 +36,6 @@ from brain.v1 import common_pb2, knowledge_pb2
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_PATH_CHARS = 512
 MAX_COLLECTIONS = 16
-# Chunks embedded per embedder call.
-EMBED_BATCH = 32
 # Threads that chunk documents beside the event loop, shared by the process: a put never
 # blocks other calls, and at most this many documents are cut at once, whatever a client
 # cancels (a cancelled call's queued chunking never starts).
@@ -63,6 +62,12 @@ _log = structlog.get_logger("brain.knowledge")
 def document_not_found() -> NotFound:
     """The one NOT_FOUND for a document id: byte-identical for missing and out-of-scope ids."""
     return NotFound(DOCUMENT_NOT_FOUND)
+
+
+class Poke(Protocol):
+    """The background filler as a put sees it (``filler.ChunkFiller``)."""
+
+    def poke(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,8 @@ class Knowledge:
     def __init__(self, memories: Memories) -> None:
         self.memories = memories
         memories.knowledge = self
+        # Set by the server: embeds the chunks a put stores (none: they stay pending).
+        self.filler: Poke | None = None
 
     async def chunked(self, content: str, fmt: str) -> list[chunking.Chunk]:
         """The document's chunks, cut on a chunking thread (never on the event loop);
@@ -208,13 +215,10 @@ class Knowledge:
         # A key that may not read gets no content oracle: its put always writes a version.
         reader = caller.has(Permission.KNOWLEDGE_READ.value)
         pieces = await self.chunked(content, fmt)
-        # Embed outside the transaction, unless the content is unchanged.
-        async with self.memories.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
-            await self.refuse_unreviewed(conn, caller, namespace)
-            seen = await sql.find_at_path(conn, vis, *bucket)
-        chunks: list[sql.NewChunk] | None = None
-        if not reader or seen is None or bytes(seen["content_hash"] or b"") != digest:
-            chunks = await self.embedded_chunks(pieces)
+        # Chunks are stored without vectors: the filler embeds them once this commits.
+        chunks = [
+            sql.NewChunk(c.content, list(c.heading_path), c.line_start, c.line_end) for c in pieces
+        ]
         async with self.memories.tx(caller, timeout_ms=timeout_ms) as conn:
             await self.refuse_unreviewed(conn, caller, namespace)
             await sql.lock_path(conn, caller.tenant_id, *bucket)
@@ -229,8 +233,6 @@ class Knowledge:
                 return knowledge_pb2.PutDocumentResponse(
                     document=document_message(current), outcome=knowledge_pb2.PUT_OUTCOME_UNCHANGED
                 )
-            if chunks is None:  # changed since the first look
-                chunks = await self.embedded_chunks(pieces)
             at = await sql.clock(conn)
             if current is None:
                 doc_id, version, created_by = cursors.uuid7(), 1, caller.principal
@@ -250,6 +252,8 @@ class Knowledge:
             await sql.insert_version(conn, caller.tenant_id, new, at)
             row = await sql.get(conn, vis, doc_id, 0)
         assert row is not None
+        if self.filler is not None and chunks:
+            self.filler.poke()
         outcome = (
             knowledge_pb2.PUT_OUTCOME_CREATED if version == 1 else knowledge_pb2.PUT_OUTCOME_UPDATED
         )
@@ -287,32 +291,6 @@ class Knowledge:
                 "document's other labels, or ask a key that holds them"
             )
         return sorted(requested)
-
-    async def embedded_chunks(self, chunks: Sequence[chunking.Chunk]) -> list[sql.NewChunk]:
-        """Chunks with vectors; a failing embedder stores them without (never fails a put)."""
-        vectors: list[list[float] | None] = [None] * len(chunks)
-        model = None
-        embedder = self.memories.embedder
-        if embedder.dimension and chunks:
-            try:
-                done: list[list[float] | None] = []
-                for at in range(0, len(chunks), EMBED_BATCH):
-                    batch = [c.content for c in chunks[at : at + EMBED_BATCH]]
-                    done.extend(await embedder.embed(batch))
-                vectors, model = done, self.memories.embedding_model
-            except EmbedderError as exc:
-                _log.warning("embedding chunks failed; stored without vectors", error=str(exc))
-        return [
-            sql.NewChunk(
-                content=c.content,
-                heading_path=list(c.heading_path),
-                line_start=c.line_start,
-                line_end=c.line_end,
-                embedding=vector,
-                embedding_model=model if vector is not None else None,
-            )
-            for c, vector in zip(chunks, vectors, strict=True)
-        ]
 
     async def get(
         self, caller: Caller, req: knowledge_pb2.GetDocumentRequest, timeout_ms: int | None = None

@@ -1,0 +1,125 @@
+"""The chunk-vector filler: embeds the chunks a put stored without vectors, in the background.
+
+A put commits a document's chunks at once (lexically searchable) and pokes the filler of
+its process; the filler claims pending chunks in batches (every tenant's, through the
+functions of migration 0032), embeds them and stores each vector only while its chunk
+still holds the text it was made from. Semantic search misses a chunk until then.
+
+One filler runs per server process. Claims are leases taken with ``FOR UPDATE SKIP
+LOCKED``, so the workers of a server never embed one chunk at the same time, and a filler
+that dies loses nothing: its lease runs out and another takes the chunks. A failing
+embedder (or database) is logged, counted in ``brain_chunk_embeddings_total{outcome=
+"failed"}``, and retried with exponential backoff, per chunk and for the filler as a
+whole; a chunk stays pending until its vector lands (`brain-admin embeddings status`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+import asyncpg
+import structlog
+
+from brain.server.domain.retrieval.embedders import Embedder, EmbedderError
+from brain.server.storage import chunk_vectors as sql
+from brain.server.telemetry import metrics
+
+_log = structlog.get_logger("brain.knowledge.filler")
+
+
+@dataclass(frozen=True)
+class FillerSettings:
+    batch: int = 32  # chunks per claim and per embedder call
+    idle_seconds: float = 5.0  # between looks for work when no put pokes the filler
+    lease_seconds: float = 300.0  # how long a claim keeps other fillers off its chunks
+    retry_base_seconds: float = 2.0  # the first backoff after a failure, doubled per failure
+    retry_max_seconds: float = 300.0  # the longest backoff
+
+
+class ChunkFiller:
+    """Fills chunk vectors in the background of one server process."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        embedder: Embedder,
+        model: str | None,
+        settings: FillerSettings | None = None,
+    ) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.model = model
+        self.settings = settings or FillerSettings()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failures = 0  # consecutive failed rounds, for the filler's own backoff
+
+    def start(self) -> None:
+        self._wake.set()  # look at once: chunks may be pending from before this start
+        self._task = asyncio.create_task(self._run(), name="chunk-vector-filler")
+
+    def poke(self) -> None:
+        """New chunks are pending (a put committed): look now, unless backing off."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            s = self.settings
+            try:
+                filled = await self.fill_once()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                filled = False
+                self._failed(exc, "database")
+            if self._failures:
+                delay = min(s.retry_max_seconds, s.retry_base_seconds * 2 ** (self._failures - 1))
+                await asyncio.sleep(delay)  # a put's poke does not cut a backoff short
+            elif not filled:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), s.idle_seconds)
+            self._wake.clear()
+
+    async def fill_once(self) -> bool:
+        """Claim one batch, embed it and store what is still current; False when nothing
+        was due. A failing embedder gives the batch back with its backoff."""
+        s = self.settings
+        self._wake.clear()
+        claimed = await sql.claim(self.pool, s.batch, s.lease_seconds)
+        if not claimed:
+            self._failures = 0
+            return False
+        try:
+            vectors = await self.embedder.embed([c.content for c in claimed])
+            stored = await sql.store(self.pool, claimed, vectors, self.model)
+        except EmbedderError as exc:
+            self._failed(exc, "embedder", len(claimed))
+            await sql.release(
+                self.pool, claimed, failed=True,
+                base_seconds=s.retry_base_seconds, max_seconds=s.retry_max_seconds,
+            )  # fmt: skip
+            return True
+        except asyncio.CancelledError:  # stopping: hand the batch to the next filler now
+            with contextlib.suppress(Exception):
+                await asyncio.shield(sql.release(self.pool, claimed, failed=False))
+            raise
+        self._failures = 0
+        metrics.CHUNK_EMBEDDINGS.labels("stored").inc(stored)
+        # Retired or erased while the embedder ran: no vector for text that is gone.
+        metrics.CHUNK_EMBEDDINGS.labels("discarded").inc(len(claimed) - stored)
+        return True
+
+    def _failed(self, exc: BaseException, what: str, chunks: int = 0) -> None:
+        self._failures += 1
+        metrics.CHUNK_EMBEDDINGS.labels("failed").inc(chunks)
+        _log.warning(
+            "filling chunk vectors failed; will retry",
+            failed=what, chunks=chunks, consecutive_failures=self._failures, error=str(exc),
+        )  # fmt: skip

@@ -1,0 +1,70 @@
+"""SQL of the chunk-vector filler: claim pending chunks, store their vectors, release them.
+
+The filler serves every tenant of the database, so it goes through the three narrow
+``SECURITY DEFINER`` functions of migration 0032, never past row-level security itself.
+Each call is its own short transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A pending chunk leased to this filler, with the text its vector must be made from."""
+
+    tenant_id: uuid.UUID
+    chunk_id: uuid.UUID
+    content: str
+    attempts: int
+
+
+async def claim(pool: asyncpg.Pool, limit: int, lease_seconds: float) -> list[Claimed]:
+    """Lease up to ``limit`` due pending chunks (oldest due first); none that another
+    filler holds."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT * FROM brain_claim_chunk_embeddings($1, $2)", limit, lease_seconds
+        )
+    return [Claimed(r["tenant_id"], r["chunk_id"], r["content"], r["embed_attempts"]) for r in rows]
+
+
+async def store(
+    pool: asyncpg.Pool, claimed: Sequence[Claimed], vectors: Sequence[Any], model: str | None
+) -> int:
+    """Store each vector on its chunk if the chunk still holds the text it was made from
+    (current, not erased); return how many were stored, in one transaction."""
+    stored = 0
+    async with pool.acquire() as conn, conn.transaction():
+        for c, vector in zip(claimed, vectors, strict=True):
+            if await conn.fetchval(
+                "SELECT brain_store_chunk_embedding($1, $2, $3, $4, $5)",
+                c.tenant_id, c.chunk_id, c.content, vector, model,
+            ):  # fmt: skip
+                stored += 1
+    return stored
+
+
+async def release(
+    pool: asyncpg.Pool,
+    claimed: Sequence[Claimed],
+    *,
+    failed: bool,
+    base_seconds: float = 0.0,
+    max_seconds: float = 0.0,
+) -> None:
+    """Give claimed chunks back: after a failure, each after its backoff; else at once."""
+    if not claimed:
+        return
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "SELECT brain_release_chunk_embeddings($1::uuid[], $2::uuid[], $3, $4, $5)",
+            [c.tenant_id for c in claimed], [c.chunk_id for c in claimed], failed,
+            base_seconds, max_seconds,
+        )  # fmt: skip
