@@ -5,21 +5,24 @@ Runs with the caller's own key (``BRAIN_API_KEY``) and scope (``BRAIN_NAMESPACE`
 value), like ``brain-mcp``; no admin access. It
 
 - walks each PATH (a file or a folder), skipping ``.git`` and whatever the ``.gitignore``
-  files along the way exclude (read with ``pathspec``, git's own rules), binary files
-  and files over 1 MiB;
+  files along the way exclude (read with ``pathspec``, git's own rules); binary files,
+  files that are not UTF-8, empty ones and files over 1 MiB are skipped, each named with
+  its reason at the end;
 - names each document by its path relative to the current folder (POSIX slashes); a
   PATH outside the current folder is refused, so no local absolute path is ever stored;
 - compares with, and prunes, only the documents of exactly its own bucket (namespace,
   user and session equal to the scope it writes to): a listing also shows the team's and
   other users' documents, which ingest never writes and so never deletes;
 - sends only files whose SHA-256 differs from the document already stored at that path
-  (compared with ListDocuments, so unchanged files cost no upload);
+  (compared with ListDocuments, so unchanged files cost no upload), ``--jobs`` puts at a
+  time (default 8; the server commits a put's chunks without waiting for embeddings, so
+  the database, not the model, sets the pace);
 - gives ``--labels`` to new documents only: a changed file's put keeps the labels its
   document has (someone may have restricted it since);
 - with ``--prune``, deletes (erases) the collection's documents under the walked paths
   whose files are gone;
-- shows a progress bar on a terminal (tqdm) and ends with one summary line; exit status 1
-  when any file failed.
+- shows progress in bytes and files on a terminal (tqdm) and ends with one summary line;
+  exit status 1 when any file failed.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import hashlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pathspec
 from tqdm import tqdm
@@ -41,6 +46,7 @@ from brain.clients.errors import BrainClientError
 from brain.v1 import common_pb2, knowledge_pb2
 
 MAX_FILE_BYTES = 1024 * 1024
+DEFAULT_JOBS = 8  # puts in flight at once
 ALWAYS_SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "node_modules"})
 
 
@@ -50,8 +56,10 @@ class Report:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # binary or too large
+    skipped: list[str] = field(default_factory=list)  # binary, not UTF-8, empty, too large
     failed: list[str] = field(default_factory=list)  # "path: reason"
+    why_skipped: dict[str, str] = field(default_factory=dict)  # path -> reason
+    sent_bytes: int = 0  # of the files put (created or updated)
 
     def summary(self) -> str:
         line = (
@@ -59,7 +67,19 @@ class Report:
             f"{len(self.unchanged)} unchanged, {len(self.deleted)} deleted, "
             f"{len(self.skipped)} skipped, {len(self.failed)} failed"
         )
-        return line + "".join(f"\n  failed: {f}" for f in self.failed)
+        skipped = "".join(f"\n  skipped: {p} ({self.why_skipped.get(p, '')})" for p in self.skipped)
+        return line + skipped + "".join(f"\n  failed: {f}" for f in self.failed)
+
+    def sort(self) -> None:
+        """Puts finish in any order; the report lists paths in order."""
+        for names in (self.created, self.updated, self.unchanged, self.skipped, self.failed):
+            names.sort()
+
+
+class Progress(Protocol):
+    """Told of each file as it is done, with its size in bytes."""
+
+    def advance(self, nbytes: int) -> None: ...
 
 
 def walk(roots: Sequence[Path]) -> Iterator[Path]:
@@ -122,17 +142,24 @@ def same_bucket(doc: knowledge_pb2.Document, scope: common_pb2.Scope) -> bool:
     )
 
 
-def read_text(path: Path) -> str | None:
-    """The file as text; None when it is binary, not UTF-8 or over the size limit."""
+class Skipped(ValueError):
+    """A file ingest does not send; the message says why."""
+
+
+def read_text(path: Path) -> str:
+    """The file as text; ``Skipped`` when it is binary, not UTF-8, empty or over 1 MiB."""
     if path.stat().st_size > MAX_FILE_BYTES:
-        return None
+        raise Skipped("over 1 MiB")
     data = path.read_bytes()
     if b"\x00" in data:
-        return None
+        raise Skipped("binary")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return None
+        raise Skipped("not UTF-8") from None
+    if not text.strip():
+        raise Skipped("empty")
+    return text
 
 
 def ingest(
@@ -143,9 +170,11 @@ def ingest(
     prune: bool = False,
     labels: Iterable[str] = (),
     cwd: Path | None = None,
-    progress: Callable[[Iterable[Path], int], Iterable[Path]] | None = None,
+    jobs: int = DEFAULT_JOBS,
+    progress: Callable[[int, int], Progress] | None = None,
 ) -> Report:
-    """Bring ``collection`` in line with the files under ``roots``; see the module docstring."""
+    """Bring ``collection`` in line with the files under ``roots``; see the module docstring.
+    ``progress`` is called with the number of files and their bytes, once, before any."""
     cwd = cwd or Path.cwd()
     prefixes = [document_path(r, cwd) for r in roots]  # refuses a root outside cwd first
     report = Report()
@@ -155,37 +184,53 @@ def ingest(
         for d in client.list_documents(collection=collection, page_size=100)
         if same_bucket(d, scope)
     }
-    files = list(walk(roots))
-    seen: set[str] = set()
-    for path in progress(files, len(files)) if progress else files:
-        name = document_path(path, cwd)
-        seen.add(name)
+    files = [(path, document_path(path, cwd), _size(path)) for path in walk(roots)]
+    seen = {name for _, name, _ in files}
+    shown = progress(len(files), sum(size for *_, size in files)) if progress else None
+    labels = tuple(labels)
+
+    def one(path: Path, name: str) -> tuple[str, str, int]:
+        """(outcome, detail, bytes sent) of one file, read, hashed and put on a pool thread."""
         try:
             text = read_text(path)
+        except Skipped as why:
+            return "skipped", str(why), 0
         except OSError as exc:
-            report.failed.append(f"{name}: {exc.strerror or exc}")
-            continue
-        if text is None or not text.strip():
-            report.skipped.append(name)
-            continue
-        digest = hashlib.sha256(text.encode()).hexdigest()
+            return "failed", exc.strerror or str(exc), 0
         known = stored.get(name)
-        if known is not None and known.content_hash == digest:
-            report.unchanged.append(name)
-            continue
+        if known is not None and known.content_hash == hashlib.sha256(text.encode()).hexdigest():
+            return "unchanged", "", 0
         try:
             # Labels are for new documents: a re-put without them keeps the document's.
-            done = client.put_document(
-                collection, name, text, labels=labels if known is None else ()
-            )
+            done = client.put_document(collection, name, text, labels=() if known else labels)
         except BrainClientError as exc:
-            report.failed.append(f"{name}: {exc}")
-            continue
+            return "failed", str(exc), 0
         outcome = {
-            knowledge_pb2.PUT_OUTCOME_CREATED: report.created,
-            knowledge_pb2.PUT_OUTCOME_UPDATED: report.updated,
-        }.get(done.outcome, report.unchanged)
-        outcome.append(name)
+            knowledge_pb2.PUT_OUTCOME_CREATED: "created",
+            knowledge_pb2.PUT_OUTCOME_UPDATED: "updated",
+        }.get(done.outcome, "unchanged")
+        return outcome, "", len(text.encode())
+
+    def record(future: Future[tuple[str, str, int]], name: str, size: int) -> None:
+        outcome, detail, sent = future.result()
+        getattr(report, outcome).append(f"{name}: {detail}" if outcome == "failed" else name)
+        if outcome == "skipped":
+            report.why_skipped[name] = detail
+        report.sent_bytes += sent
+        if shown is not None:
+            shown.advance(size)
+
+    # A bounded window of puts in flight: files are read on the threads, never all at once.
+    with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="ingest") as pool:
+        running: dict[Future[tuple[str, str, int]], tuple[str, int]] = {}
+        for path, name, size in files:
+            if len(running) >= 2 * max(1, jobs):
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    record(f, *running.pop(f))
+            running[pool.submit(one, path, name)] = (name, size)
+        for f in list(running):
+            record(f, *running.pop(f))
     if prune:
         for name, doc in sorted(stored.items()):
             if name in seen or not _under(name, prefixes):
@@ -196,7 +241,15 @@ def ingest(
                 report.failed.append(f"{name}: {exc}")
                 continue
             report.deleted.append(name)
+    report.sort()
     return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _under(name: str, prefixes: Sequence[str]) -> bool:
@@ -206,8 +259,23 @@ def _under(name: str, prefixes: Sequence[str]) -> bool:
     )
 
 
-def _progress(files: Iterable[Path], total: int) -> Iterable[Path]:
-    return tqdm(files, total=total, unit="file", disable=not sys.stderr.isatty(), file=sys.stderr)
+class _Bar:
+    """A tqdm bar in bytes (with their rate) that also counts files; on a terminal only."""
+
+    def __init__(self, files: int, nbytes: int) -> None:
+        self.files, self.done = files, 0
+        self.bar = tqdm(
+            total=nbytes, unit="B", unit_scale=True, unit_divisor=1024,
+            disable=not sys.stderr.isatty(), file=sys.stderr,
+        )  # fmt: skip
+        self.bar.set_postfix_str(f"0/{files} files", refresh=False)
+
+    def advance(self, nbytes: int) -> None:
+        self.done += 1
+        self.bar.set_postfix_str(f"{self.done}/{self.files} files", refresh=False)
+        self.bar.update(nbytes)
+        if self.done == self.files:
+            self.bar.close()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -231,6 +299,10 @@ def _parser() -> argparse.ArgumentParser:
         "--prune", action="store_true", help="delete documents under PATH whose files are gone"
     )
     ing.add_argument("--labels", default="", help="comma-separated labels for new documents")
+    ing.add_argument(
+        "--jobs", type=int, default=DEFAULT_JOBS,
+        help=f"puts in flight at once (default {DEFAULT_JOBS})",
+    )  # fmt: skip
     return p
 
 
@@ -246,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if missing:
         sys.exit(f"brain ingest: no such file or folder: {', '.join(missing)}")
     labels = [x.strip() for x in args.labels.split(",") if x.strip()]
+    if not 1 <= args.jobs <= 64:
+        sys.exit("brain ingest: --jobs must be between 1 and 64")
     try:
         with BrainClient(
             config.target, config.api_key, **{**config.client_options(), "scope": None}
@@ -258,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ) as client:
             report = ingest(
                 client, args.paths, args.collection, prune=args.prune, labels=labels,
-                progress=_progress,
+                jobs=args.jobs, progress=_Bar,
             )  # fmt: skip
     except (BrainClientError, OutsideFolder) as exc:
         sys.exit(f"brain ingest: {exc}")

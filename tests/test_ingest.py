@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from brain.clients import BrainClient, Scope
 from brain.clients.ingest import ingest, walk
@@ -92,6 +96,8 @@ def test_the_brain_command_runs_with_the_callers_key(
     """`brain ingest` as a console script: scope from the key's confinement, a summary line,
     exit status 0; without a key it says what to set."""
     (tmp_path / "a.md").write_text("# A\n\nalpha\n")
+    (tmp_path / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    (tmp_path / "latin.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
     key = brain_server.mint_key(unique("ing"), "dev", permissions=KB, namespaces=("proj",))
     env = {**os.environ, "BRAIN_TARGET": brain_server.target, "BRAIN_API_KEY": key}
     command = [sys.executable, "-m", "brain.clients.ingest", "ingest", ".", "--collection", "c"]
@@ -99,9 +105,80 @@ def test_the_brain_command_runs_with_the_callers_key(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert "collection c: 1 created, 0 updated" in done.stderr
+    assert "collection c: 1 created, 0 updated, 0 unchanged, 0 deleted, 2 skipped" in done.stderr
+    assert "skipped: latin.txt (not UTF-8)" in done.stderr
+    assert "skipped: logo.png (binary)" in done.stderr
     env.pop("BRAIN_API_KEY")
     refused = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
     )
     assert refused.returncode != 0 and "BRAIN_API_KEY" in refused.stderr
+
+
+def test_ingest_puts_several_files_at_once_and_reports_files_and_bytes(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """With --jobs 4, four PutDocument calls are in the server at once (each waits there,
+    up to a generous bound, for the others); progress is told of every file with its size,
+    the skipped files are named with their reasons, and a re-ingest of the unchanged tree
+    sends no put."""
+    if brain_server.running is None:
+        pytest.skip("observes the in-process server's puts")
+    for n in range(6):
+        (tmp_path / f"doc{n}.md").write_text(f"# Doc {n}\n\nbody {n}\n")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
+    (tmp_path / "empty.md").write_text("\n\n")
+    (tmp_path / "huge.md").write_text("x" * (1024 * 1024 + 1))
+    knowledge = brain_server.running.memories.knowledge
+    original = knowledge.put
+    state = {"now": 0, "max": 0, "calls": 0}
+
+    async def observed_put(*args: Any, **kw: Any) -> Any:
+        state["now"] += 1
+        state["calls"] += 1
+        state["max"] = max(state["max"], state["now"])
+        try:
+            for _ in range(100):  # until four are in flight (or 10 s: then the assert fails)
+                if state["max"] >= 4:
+                    break
+                await asyncio.sleep(0.1)
+            return await original(*args, **kw)
+        finally:
+            state["now"] -= 1
+
+    class Seen:
+        def __init__(self, files: int, nbytes: int) -> None:
+            self.total = (files, nbytes)
+            self.advanced: list[int] = []
+
+        def advance(self, nbytes: int) -> None:
+            self.advanced.append(nbytes)
+
+    shown: list[Seen] = []
+
+    def progress(files: int, nbytes: int) -> Seen:
+        shown.append(Seen(files, nbytes))
+        return shown[-1]
+
+    key = brain_server.mint_key(unique("ing"), "dev", permissions=KB)
+    knowledge.put = observed_put  # type: ignore[method-assign]
+    try:
+        with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+            report = ingest(client, [tmp_path], "repo", cwd=tmp_path, jobs=4, progress=progress)
+            again = ingest(client, [tmp_path], "repo", cwd=tmp_path, jobs=4)
+    finally:
+        del knowledge.put
+    assert state["max"] == 4
+    assert state["calls"] == 6  # the unchanged re-ingest compared hashes only: no put
+    assert len(again.unchanged) == 6 and again.created == again.updated == []
+    assert report.created == [f"doc{n}.md" for n in range(6)] and report.failed == []
+    assert report.skipped == ["blob.bin", "empty.md", "huge.md"]
+    assert report.why_skipped == {
+        "blob.bin": "binary",
+        "empty.md": "empty",
+        "huge.md": "over 1 MiB",
+    }
+    sizes = sorted(p.stat().st_size for p in tmp_path.iterdir())
+    assert shown[0].total == (9, sum(sizes)) and sorted(shown[0].advanced) == sizes
+    assert report.sent_bytes == sum((tmp_path / n).stat().st_size for n in report.created)
+    assert "skipped: huge.md (over 1 MiB)" in report.summary()
