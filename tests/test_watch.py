@@ -6,14 +6,17 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 import grpc
 import pytest
 
 from brain.server.domain import watch
 from brain.server.domain.cursors import Tokens
+from brain.server.storage import admin, audit
+from brain.server.storage.db import Database
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
-from .conftest import BrainServer, unique
+from .conftest import BrainServer, PgCluster, unique
 from .helpers import Api
 
 QUIET = 1.5  # seconds to wait for something that must not arrive
@@ -291,3 +294,43 @@ async def test_position_marker_lets_a_quiet_watch_resume_without_a_gap(
         assert got.memory.id == missed
         assert await resumed.nothing_within(0.5)
     assert before != missed
+
+
+async def test_watchers_are_woken_by_the_server_at_commit_not_by_the_audit_trigger(
+    pg_cluster: PgCluster,
+) -> None:
+    """An audit event written outside the server and a rolled-back server write wake no
+    one; a committed server write notifies its tenant (the Citus-safe design, issue 29)."""
+    owner = await asyncpg.connect(pg_cluster.owner_dsn)
+    db = await Database.connect(pg_cluster.app_dsn, max_size=1)
+    heard: list[str] = []
+    arrived = asyncio.Event()
+
+    def hear(conn: object, pid: int, channel: str, payload: object) -> None:
+        heard.append(str(payload))
+        arrived.set()
+
+    try:
+        a = await admin.create_tenant(owner, unique("notify-a"))
+        b = await admin.create_tenant(owner, unique("notify-b"))
+        listener = await asyncpg.connect(pg_cluster.owner_dsn)
+        try:
+            await listener.add_listener(audit.NOTIFY_CHANNEL, hear)
+            # The trigger's function appends an event for tenant a and commits.
+            await owner.fetchval(
+                "SELECT brain_audit_append($1::uuid, 'k', 'p', 'm', '{}', 'test')", a
+            )
+            with pytest.raises(RuntimeError):
+                async with db.tenant_tx(str(a)):
+                    raise RuntimeError("rolled back")
+            async with db.tenant_tx(str(b)):
+                pass
+            # Notifications arrive in commit order: had either of the first two notified,
+            # it would be heard before b.
+            await asyncio.wait_for(arrived.wait(), 20)
+            assert heard[0] == str(b)
+        finally:
+            await listener.close()
+    finally:
+        await db.close()
+        await owner.close()

@@ -1,7 +1,8 @@
 """WatchMemories: the change feed, built on the audit log.
 
-The audit trigger NOTIFYs ``brain_audit`` with ``<tenant id>:<seq>`` when an event
-commits. One LISTEN connection per server process (held only while someone watches)
+Every write transaction NOTIFYs ``brain_audit`` with ``<tenant id>`` when it commits
+(storage/db.py: sent by the server, not by the audit trigger, which on Citus runs on a
+worker; migration 0033). One LISTEN connection per server process (held only while someone watches)
 wakes the watchers of that tenant; a slow poll covers lost notifications and a lost
 listener. The notification carries no data a tenant could not see: each watcher then
 reads the new events in its own tenant transaction, joined to the memory versions they

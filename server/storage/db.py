@@ -2,7 +2,9 @@
 
 Every transaction that touches tenant rows first sets ``brain.tenant_id`` (read by the
 row-level security policies), the acting key and principal (read by audit triggers),
-and a statement timeout derived from the RPC deadline — all transaction-local.
+and a statement timeout derived from the RPC deadline — all transaction-local, by
+``SET LOCAL`` (storage/setlocal.py); a write transaction also queues the NOTIFY that
+wakes the tenant's watchers at commit.
 Database errors become domain errors here, at this one boundary.
 """
 
@@ -26,7 +28,7 @@ from brain.server.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from brain.server.storage import migrate, setlocal
+from brain.server.storage import audit, migrate, setlocal
 from brain.server.telemetry import metrics
 
 _log = structlog.get_logger("brain.db")
@@ -195,8 +197,7 @@ class Database:
                     # fail on a concurrent write.
                     isolation = "repeatable_read" if readonly else None
                     async with conn.transaction(isolation=isolation, readonly=readonly):
-                        await setlocal.set_local(
-                            conn,
+                        prologue = setlocal.statements(
                             {
                                 "brain.tenant_id": tenant_id,
                                 "brain.key_id": key_id,
@@ -212,8 +213,16 @@ class Database:
                                 ),
                                 "brain.confine_session_id": confinement.session_id or "",
                                 "brain.may_review": "on" if may_review else "",
-                            },
+                            }
                         )
+                        if not readonly:
+                            # Wakes the tenant's watchers (domain/watch.py), delivered at
+                            # commit and only if it commits. Sent from this connection (the
+                            # coordinator on Citus), not by the audit trigger, which runs on
+                            # the shard's worker (migration 0033).
+                            prologue += f";\nNOTIFY {audit.NOTIFY_CHANNEL}, "
+                            prologue += setlocal.literal(tenant_id)
+                        await conn.execute(prologue)  # one round trip, simple query
                         yield conn
                         auditing = not readonly and await metrics.audit_pending(conn)
                     if auditing:  # committed
