@@ -14,6 +14,9 @@ would, into its own fresh virtual environment outside the checkout.
 4. ``.build/dist/installed.json`` names the version, the artefacts and the venvs for
    ``tests/test_installed.py``, and the seconds each step took.
 
+Two runs in one checkout take turns, and a run waits while tests/test_installed.py uses
+the venvs (``.build/dist.lock``: exclusive here, shared there).
+
 Exit status 1, after one line naming the failed command and the end of its output, when
 a step fails.
 """
@@ -21,6 +24,7 @@ a step fails.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -32,10 +36,12 @@ import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / ".build" / "dist"
 MANIFEST = OUT / "installed.json"
+LOCK = ROOT / ".build" / "dist.lock"  # held while the venvs are rebuilt or used
 KINDS = ("wheel", "sdist")
 
 
@@ -101,34 +107,28 @@ def install(kind: str, artefact: Path, base: Path, installer: str) -> tuple[Path
     return venv, time.monotonic() - began
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="tests/dist.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--installer", choices=["uv", "pip"], default="uv")
-    args = parser.parse_args(argv)
+def make_dist(installer: str) -> dict[str, Any]:
+    """Build, check and install; the manifest for tests/test_installed.py."""
     MANIFEST.unlink(missing_ok=True)  # a failed run leaves no stale pointers behind
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     base = install_root()
-    try:
-        artefacts, built = build()
-        print(f"dist: built {', '.join(p.name for p in artefacts.values())} in {built:.1f} s")
-        checked = run([sys.executable, "-m", "twine", "check", "--strict",
-                       *map(str, artefacts.values())], ROOT)  # fmt: skip
-        print(f"dist: twine check --strict passed on both in {checked:.1f} s")
-        shutil.rmtree(base, ignore_errors=True)
-        base.mkdir(parents=True)
-        base.chmod(0o755)  # as root, the embedded PostgreSQL runs as another user
-        with ThreadPoolExecutor(len(KINDS)) as pool:
-            jobs = {k: pool.submit(install, k, artefacts[k], base, args.installer) for k in KINDS}
-            venvs = {kind: job.result() for kind, job in jobs.items()}
-    except StepFailed as exc:
-        print(f"dist: error: {exc}", file=sys.stderr)
-        sys.exit(1)
+    artefacts, built = build()
+    print(f"dist: built {', '.join(p.name for p in artefacts.values())} in {built:.1f} s")
+    checked = run([sys.executable, "-m", "twine", "check", "--strict",
+                   *map(str, artefacts.values())], ROOT)  # fmt: skip
+    print(f"dist: twine check --strict passed on both in {checked:.1f} s")
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    base.chmod(0o755)  # as root, the embedded PostgreSQL runs as another user
+    with ThreadPoolExecutor(len(KINDS)) as pool:
+        jobs = {k: pool.submit(install, k, artefacts[k], base, installer) for k in KINDS}
+        venvs = {kind: job.result() for kind, job in jobs.items()}
     for kind, (venv, seconds) in venvs.items():
-        print(f"dist: installed the {kind} into {venv} with {args.installer} in {seconds:.1f} s")
-    manifest = {
+        print(f"dist: installed the {kind} into {venv} with {installer} in {seconds:.1f} s")
+    return {
         "version": version,
         "checkout": str(ROOT),
-        "installer": args.installer,
+        "installer": installer,
         "seconds": {"build": round(built, 1), "twine": round(checked, 1)}
         | {f"install_{kind}": round(seconds, 1) for kind, (_, seconds) in venvs.items()},
         "installs": {
@@ -136,7 +136,23 @@ def main(argv: list[str] | None = None) -> None:
             for kind, (venv, _) in venvs.items()
         },
     }
-    MANIFEST.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tests/dist.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--installer", choices=["uv", "pip"], default="uv")
+    args = parser.parse_args(argv)
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("a") as lock:
+        # Another make dist of this checkout, or tests/test_installed.py using the venvs
+        # (shared lock), finish first.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            manifest = make_dist(args.installer)
+        except StepFailed as exc:
+            print(f"dist: error: {exc}", file=sys.stderr)
+            sys.exit(1)
+        MANIFEST.write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 if __name__ == "__main__":

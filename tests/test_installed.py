@@ -9,6 +9,7 @@ run `make test` (or `make dist` before pytest).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / ".build" / "dist" / "installed.json"
+LOCK = ROOT / ".build" / "dist.lock"  # tests/dist.py rebuilds the venvs only under it
 KINDS = ("wheel", "sdist")
 SCRIPTS = ("brain-server", "brain-admin", "brain-mcp", "brain-eval", "brain-bench", "brain")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -47,6 +49,15 @@ class Install:
         found = list(self.venv.glob("lib/python3*/site-packages"))
         assert len(found) == 1, f"site-packages of {self.venv}: {found}"
         return found[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def venvs_kept() -> Iterator[None]:
+    """Hold off a `make dist` of this checkout (which remakes the venvs) while they are used."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield
 
 
 def installed(kind: str) -> Install:
