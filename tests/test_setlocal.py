@@ -52,9 +52,8 @@ def test_literal_and_names_refuse_what_cannot_be_a_setting() -> None:
 
 
 async def test_literal_reads_back_as_the_value_in_postgres(pg_cluster: PgCluster) -> None:
-    """Each hostile value, quoted, is a constant PostgreSQL reads as exactly that value,
-    with standard_conforming_strings on and off (each statement parsed anew, not cached)."""
-    conn = await asyncpg.connect(pg_cluster.owner_dsn, statement_cache_size=0)
+    """Each hostile value, quoted, reads back exactly, standard_conforming_strings on or off."""
+    conn = await asyncpg.connect(pg_cluster.owner_dsn, statement_cache_size=0)  # parse anew
     try:
         for conforming in ("on", "off"):
             await conn.execute(f"SET standard_conforming_strings = {conforming}")
@@ -68,8 +67,7 @@ async def test_literal_reads_back_as_the_value_in_postgres(pg_cluster: PgCluster
 async def test_hostile_settings_hold_the_exact_value_and_nothing_else_runs(
     pg_cluster: PgCluster,
 ) -> None:
-    """Several hostile settings in one round trip: each reads back exactly, no other
-    setting changes, no injected statement runs, and all of it ends with the transaction."""
+    """Hostile SET LOCALs in one round trip hold their exact value and inject nothing."""
     conn = await asyncpg.connect(pg_cluster.owner_dsn)
     try:
         for conforming in ("on", "off"):
@@ -89,8 +87,7 @@ async def test_hostile_settings_hold_the_exact_value_and_nothing_else_runs(
 
 
 async def test_tenant_transaction_carries_hostile_request_values(pg_cluster: PgCluster) -> None:
-    """Through the server's own tenant transaction (as the app role), the key, principal
-    and method settings hold the caller's exact strings beside the tenant."""
+    """Database.tenant_tx (as the app role) sets the caller's exact hostile strings."""
     db = await Database.connect(pg_cluster.app_dsn, max_size=1)
     try:
         tenant_id = "00000000-0000-4000-8000-000000000001"

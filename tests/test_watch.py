@@ -299,8 +299,7 @@ async def test_position_marker_lets_a_quiet_watch_resume_without_a_gap(
 async def test_watchers_are_woken_by_the_server_at_commit_not_by_the_audit_trigger(
     pg_cluster: PgCluster,
 ) -> None:
-    """An audit event written outside the server and a rolled-back server write wake no
-    one; a committed server write notifies its tenant (the Citus-safe design, issue 29)."""
+    """Only a committed server write notifies its tenant; the audit trigger and rollbacks don't."""
     owner = await asyncpg.connect(pg_cluster.owner_dsn)
     db = await Database.connect(pg_cluster.app_dsn, max_size=1)
     heard: list[str] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -57,6 +58,98 @@ def load_migrations() -> list[Migration]:
     return found
 
 
+_IDENT = re.compile(r"[A-Za-z0-9_$\x80-\U0010ffff]")
+_BEGIN_ATOMIC = re.compile(r"(?i)begin\s+atomic\b")
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of a migration, each without its ``;``, as PostgreSQL's lexer sees
+    them: a ``;`` inside a string ('...', E'...'), a quoted identifier, a dollar-quoted
+    body or a comment (``--``, nested ``/* */``) does not end one. Comment-only pieces are
+    dropped. SQL-standard bodies (``BEGIN ATOMIC``), whose statements end with ``;``, are
+    refused: write such functions with a dollar-quoted body."""
+    statements: list[str] = []
+    start = i = 0
+    code = False  # the current piece holds more than blanks and comments
+    n = len(sql)
+    while i < n:
+        c = sql[i]
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if sql.startswith("/*", i):
+            depth, i = 1, i + 2
+            while depth and i < n:
+                if sql.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif sql.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            if depth:
+                raise ValueError("unterminated /* comment")
+            continue
+        if c == ";":
+            if code:
+                statements.append(sql[start:i].strip())
+            start, i, code = i + 1, i + 1, False
+            continue
+        if c.isspace():
+            i += 1
+            continue
+        code = True
+        prev = sql[i - 1] if i else " "
+        if c == "'":
+            escape = prev in "eE" and (i < 2 or not _IDENT.match(sql[i - 2]))
+            i += 1
+            while True:
+                if i >= n:
+                    raise ValueError("unterminated string")
+                if escape and sql[i] == "\\":
+                    i += 2
+                elif sql[i] == "'":
+                    if sql.startswith("''", i):
+                        i += 2
+                    else:
+                        i += 1
+                        break
+                else:
+                    i += 1
+            continue
+        if c == '"':
+            end = i + 1
+            while True:
+                end = sql.find('"', end)
+                if end < 0:
+                    raise ValueError("unterminated quoted identifier")
+                if sql.startswith('""', end):
+                    end += 2
+                    continue
+                break
+            i = end + 1
+            continue
+        if c == "$" and not _IDENT.match(prev):
+            tag = _DOLLAR_TAG.match(sql, i)
+            if tag:
+                end = sql.find(tag.group(), tag.end())
+                if end < 0:
+                    raise ValueError(f"unterminated {tag.group()} body")
+                i = end + len(tag.group())
+                continue
+        if _IDENT.match(c):  # a word (or a $1 parameter) whole, so its own $ stays in it
+            if _BEGIN_ATOMIC.match(sql, i) and not _IDENT.match(prev):
+                raise ValueError("BEGIN ATOMIC bodies cannot be split; use a $$ body")
+            while i < n and _IDENT.match(sql[i]):
+                i += 1
+            continue
+        i += 1
+    if code:
+        statements.append(sql[start:].strip())
+    return statements
+
+
 class MigrationError(Exception):
     """The database's migration history does not match this release."""
 
@@ -103,7 +196,11 @@ async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[
                 )
             continue
         async with conn.transaction():
-            await conn.execute(migration.sql)
+            # One statement at a time: Citus refuses some DDL (CREATE INDEX, ALTER TABLE
+            # ... ENABLE ROW LEVEL SECURITY) sent inside a multi-statement string; on plain
+            # PostgreSQL the result is the same, in the same transaction.
+            for statement in split_statements(migration.sql):
+                await conn.execute(statement)
             await conn.execute(
                 "INSERT INTO brain_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
                 migration.version,
