@@ -17,9 +17,14 @@ Conventions shared by `BrainClient` and `AsyncBrainClient`:
   page; `export` and `watch` return an iterator over the streamed response messages.
 - **Deadlines**: unary calls get `timeout` seconds (default: the client's `timeout`, 10 s),
   spent across all retries. Streams have no deadline unless `timeout` is given.
-- **Retries**: `UNAVAILABLE` and `DEADLINE_EXCEEDED`, only for idempotent calls — reads, forget
-  (forgetting twice is a no-op), and writes that carry an `idempotency_key` — with exponential
-  backoff and jitter (`RetryPolicy`). Export and watch resume from the last cursor they delivered.
+- **Retries**: `UNAVAILABLE`, `DEADLINE_EXCEEDED` and a shutting-down server's `CANCELLED`,
+  only for idempotent calls — reads, forget (forgetting twice is a no-op), and writes that carry
+  an `idempotency_key` — with exponential backoff and jitter (`RetryPolicy`). Export and watch
+  resume from the last cursor they delivered.
+- **Restarts**: for `restart_window` seconds (default 6) after a working connection is lost,
+  a call waits for the server to come back, within its deadline, before sending anything;
+  outside that window a server that cannot be reached fails a call within a second. The exact
+  rule is in `brain.clients._base`.
 - **Idempotency keys**: save, update and propose attach a fresh key per call unless you pass
   one (or `idempotency_key=""` to send none), and every retry of that call reuses it, so a
   write that committed but answered late is replayed, never stored twice. A failed write's

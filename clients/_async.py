@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ import grpc.aio
 from brain.clients._base import (
     _CHANNEL_OPTIONS,
     DEFAULT_TIMEOUT,
+    RESTART_WINDOW,
     ClientBase,
     Item,
     Paged,
@@ -58,7 +60,8 @@ class AsyncBrainClient(ClientBase):
     """The asyncio twin of `BrainClient`: same constructor, same methods, awaited.
 
     Paginated and streaming methods return async iterators. Create it inside the event loop
-    that will use it; close with `await client.close()` or `async with`.
+    that will use it; close with `await client.close()` or `async with`. `restart_window` as
+    for `BrainClient`: calls wait that long after a lost connection for the server to return.
     """
 
     def __init__(
@@ -75,8 +78,14 @@ class AsyncBrainClient(ClientBase):
         retry: RetryPolicy | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
         interceptors: Sequence[Any] = (),
+        restart_window: float = RESTART_WINDOW,
     ) -> None:
-        super().__init__(target, api_key, scope=scope, timeout=timeout, retry=retry)
+        super().__init__(
+            target, api_key, scope=scope, timeout=timeout, retry=retry,
+            restart_window=restart_window,
+        )  # fmt: skip
+        # Follows the channel's connectivity from the first call on (it needs the running loop).
+        self._follower: asyncio.Task[None] | None = None
         creds = credentials(tls, root_certificates, certificate_chain, private_key)
         options = [*_CHANNEL_OPTIONS, *channel_options]
         self._channel: grpc.aio.Channel = (
@@ -93,6 +102,10 @@ class AsyncBrainClient(ClientBase):
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
         await self._channel.close(None)
 
     async def __aenter__(self) -> Self:
@@ -108,6 +121,34 @@ class AsyncBrainClient(ClientBase):
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _observe(self) -> None:
+        """Record the channel's state now, and follow its changes from here on."""
+        self._watch.observe(self._channel.get_state(try_to_connect=False))
+        if self._follower is None:
+            self._follower = asyncio.get_running_loop().create_task(self._follow())
+
+    async def _follow(self) -> None:
+        # Notices a lost connection while no call is running, so the restart window opens
+        # when the connection is lost, not when the next call finds it gone.
+        try:
+            state = self._channel.get_state(try_to_connect=False)
+            while True:
+                self._watch.observe(state)
+                await self._channel.wait_for_state_change(state)
+                state = self._channel.get_state(try_to_connect=False)
+        except grpc.aio.UsageError:  # the channel was closed under it: nothing left to follow
+            return
+
+    async def _await_channel(self, deadline: float | None) -> None:
+        """Wait for the channel to be READY as long as the restart rule allows (`_base`)."""
+        self._observe()
+        wait = self._watch.wait_before_attempt(deadline)
+        if wait <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._channel.channel_ready(), wait)
+        self._observe()
+
     async def _unary(
         self,
         method: str,
@@ -121,11 +162,13 @@ class AsyncBrainClient(ClientBase):
         attempt = 0
         while True:
             attempt += 1
+            await self._await_channel(deadline)
             try:
                 return await rpc(
                     request, timeout=self._attempt_timeout(deadline), metadata=self._metadata
                 )
             except grpc.RpcError as exc:
+                self._observe()
                 delay = self._retry_delay(exc, attempt, deadline, idempotent)
                 if delay is None:
                     raise failed(exc, method, request) from exc
@@ -158,6 +201,7 @@ class AsyncBrainClient(ClientBase):
         attempt = 0
         while True:
             attempt += 1
+            await self._await_channel(deadline)
             call = rpc(request, timeout=self._remaining(deadline), metadata=self._metadata)
             try:
                 async for item in call:
@@ -169,6 +213,7 @@ class AsyncBrainClient(ClientBase):
                         yield item
                 return
             except grpc.RpcError as exc:
+                self._observe()
                 delay = self._retry_delay(exc, max(attempt, 1), deadline, idempotent=True)
                 if delay is None:
                     raise from_rpc_error(exc, method) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,14 +23,96 @@ from brain.v1 import (
 
 DEFAULT_TIMEOUT = 10.0
 
+# -- restarts ------------------------------------------------------------------------------
+#
+# The rule, for every attempt of every call (unary and stream, sync and asyncio):
+#
+# 1. The client watches its channel. When a connection that was READY is lost, a *restart
+#    window* of `restart_window` seconds (default RESTART_WINDOW) opens; it closes early when
+#    the channel is READY again.
+# 2. An attempt is sent only once the channel is READY or the call has waited its turn:
+#    inside a restart window the call waits for the channel until the window or its own
+#    deadline ends (whichever is first); outside one (never connected, or the window has
+#    passed) it waits at most UNREACHABLE_WAIT, which is longer than the longest gap between
+#    the channel's connection attempts (reconnect backoff at most 0.4 s, +20% jitter) plus a
+#    connection's handshake, so a server that is back is found by that call. An IDLE channel
+#    outside a window is not waited for: the attempt itself starts a fresh connection attempt.
+# 3. The attempt is sent fail-fast: if the channel is still not READY it fails at once with
+#    gRPC's UNAVAILABLE ("failed to connect to all addresses; ... Connection refused"). Waiting
+#    happens only before a request is sent, so a write never waits after it may have landed.
+# 4. An UNAVAILABLE (or a CANCELLED from a server shutting down) while the channel is not READY
+#    (the server cannot be reached) is retried, for idempotent calls only, while a restart
+#    window is open (the retry waits as in 2); it is never retried outside one. The same codes
+#    on a READY channel (the server answered, e.g. its database is down) and DEADLINE_EXCEEDED
+#    follow `RetryPolicy` as before; non-idempotent calls are never sent twice.
+#
+# So a server stopped and back within the window (5 s + one reconnect) costs no failed call,
+# and a server that stays down fails a call within UNREACHABLE_WAIT (< 1 s) once the window
+# has passed, or at once when the channel never connected and its attempt is refused.
+RESTART_WINDOW = 6.0
+UNREACHABLE_WAIT = 0.8
 
-# Reconnect quickly after a server restart instead of gRPC's 1 s .. 120 s default backoff.
+# Reconnect quickly after a server restart instead of gRPC's 1 s .. 120 s default backoff; the
+# cap (0.4 s, +20% jitter) must stay well below UNREACHABLE_WAIT (see the rule above).
 _CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.min_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 400),
     ("grpc.primary_user_agent", "shared-brain-client/0.1"),
 )
+
+
+class ConnectionWatch:
+    """What the client knows of its channel: its state and when a READY connection was lost.
+
+    Fed by the channel's connectivity notifications (a subscription for the sync client, a task
+    for the asyncio one) and by the state read at call time; thread-safe.
+    """
+
+    def __init__(self, restart_window: float) -> None:
+        if restart_window < 0:
+            raise ValueError("restart_window must be >= 0 seconds")
+        self.restart_window = restart_window
+        self._lock = threading.Lock()
+        self._state: grpc.ChannelConnectivity | None = None
+        self._lost_at: float | None = None  # when the last READY connection was lost
+
+    def observe(self, state: grpc.ChannelConnectivity) -> None:
+        """Record the channel's state; leaving READY opens a restart window."""
+        with self._lock:
+            if state is grpc.ChannelConnectivity.READY:
+                self._lost_at = None
+            elif self._state is grpc.ChannelConnectivity.READY:
+                self._lost_at = time.monotonic()
+            self._state = state
+
+    @property
+    def ready(self) -> bool:
+        with self._lock:
+            return self._state is grpc.ChannelConnectivity.READY
+
+    def window_end(self) -> float | None:
+        """When the open restart window closes (monotonic), or None when none is open."""
+        with self._lock:
+            if self._lost_at is None:
+                return None
+            end = self._lost_at + self.restart_window
+        return end if time.monotonic() < end else None
+
+    def wait_before_attempt(self, deadline: float | None) -> float:
+        """Seconds the next attempt may wait for the channel to be READY (0: send it now)."""
+        with self._lock:
+            state = self._state
+        if state is grpc.ChannelConnectivity.READY:
+            return 0.0
+        end = self.window_end()
+        if end is None:
+            if state in (None, grpc.ChannelConnectivity.IDLE):
+                return 0.0  # the attempt connects afresh; its failure is the answer
+            end = time.monotonic() + UNREACHABLE_WAIT
+        if deadline is not None:
+            end = min(end, deadline)
+        return max(0.0, end - time.monotonic())
 
 
 Req = TypeVar("Req")
@@ -46,12 +129,18 @@ def is_position_marker(item: Any) -> bool:
     return isinstance(item, memory_pb2.WatchMemoriesResponse) and not item.HasField("memory")
 
 
-_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# CANCELLED here is the server's: one that is shutting down cancels calls that arrived as it
+# stopped (a call cancelled by this process raises asyncio.CancelledError, or is not awaited).
+_RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+_GONE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Backoff for idempotent calls that fail with UNAVAILABLE or DEADLINE_EXCEEDED.
+    """Backoff for idempotent calls that fail with UNAVAILABLE, DEADLINE_EXCEEDED or a server's
+    CANCELLED (see the restart rule above for UNAVAILABLE while the server cannot be reached).
 
     Attempt n (1-based) waits `min(max_backoff, initial_backoff * multiplier**(n-1))`, scaled by
     a random factor in `[1 - jitter, 1]`, before attempt n+1. `max_attempts=1` disables retries.
@@ -128,12 +217,14 @@ class ClientBase:
         scope: common_pb2.Scope | None,
         timeout: float,
         retry: RetryPolicy | None,
+        restart_window: float,
     ) -> None:
         if not api_key:
             raise ValueError("api_key is empty; mint one with `brain-admin keys create`")
         self.target = target
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        self._watch = ConnectionWatch(restart_window)
         self._scope = common_pb2.Scope()
         if scope is not None:
             self._scope.CopyFrom(scope)
@@ -166,8 +257,18 @@ class ClientBase:
         self, exc: grpc.RpcError, attempt: int, deadline: float | None, idempotent: bool
     ) -> float | None:
         """Seconds to wait before retrying, or None when the error must be raised."""
-        if not idempotent or rpc_status(exc) not in _RETRYABLE:
+        code = rpc_status(exc)
+        if not idempotent or code not in _RETRYABLE or self.retry.max_attempts <= 1:
             return None
+        if code in _GONE and not self._watch.ready:
+            # The server cannot be reached: retried (after waiting for the channel, see the
+            # rule above) only inside a restart window; outside one the wait that came before
+            # this attempt already gave the server its chance.
+            end = self._watch.window_end()
+            remaining = self._remaining(deadline)
+            if end is None or (remaining is not None and remaining <= 0):
+                return None
+            return 0.0
         if attempt >= self.retry.max_attempts:
             return None
         delay = self.retry.backoff(attempt)

@@ -15,6 +15,7 @@ import grpc.aio
 from brain.clients._base import (
     _CHANNEL_OPTIONS,
     DEFAULT_TIMEOUT,
+    RESTART_WINDOW,
     ClientBase,
     Item,
     Paged,
@@ -57,7 +58,9 @@ class BrainClient(ClientBase):
     Use as a context manager, or call `close()`. `interceptors` are gRPC client interceptors
     (tracing, metrics). TLS is on when `tls=True` or any certificate
     is given: `root_certificates` (PEM bytes, PEM text or a path; default: system roots) and,
-    for mTLS, `certificate_chain` + `private_key`.
+    for mTLS, `certificate_chain` + `private_key`. `restart_window`: for this many seconds
+    after a working connection is lost, calls wait for the server to come back (within their
+    deadline) instead of failing; see `brain.clients._base` for the exact rule.
     """
 
     def __init__(
@@ -74,8 +77,12 @@ class BrainClient(ClientBase):
         retry: RetryPolicy | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
         interceptors: Sequence[Any] = (),
+        restart_window: float = RESTART_WINDOW,
     ) -> None:
-        super().__init__(target, api_key, scope=scope, timeout=timeout, retry=retry)
+        super().__init__(
+            target, api_key, scope=scope, timeout=timeout, retry=retry,
+            restart_window=restart_window,
+        )  # fmt: skip
         creds = credentials(tls, root_certificates, certificate_chain, private_key)
         options = [*_CHANNEL_OPTIONS, *channel_options]
         self._channel: grpc.Channel = (
@@ -83,6 +90,8 @@ class BrainClient(ClientBase):
             if creds is not None
             else grpc.insecure_channel(target, options)
         )
+        # Connectivity changes arrive on gRPC's polling thread; never asks it to connect.
+        self._channel.subscribe(self._watch.observe, try_to_connect=False)
         channel = grpc.intercept_channel(self._channel, *interceptors)
         self._memory = memory_pb2_grpc.MemoryServiceStub(channel)
         self._review = review_pb2_grpc.ReviewServiceStub(channel)
@@ -93,6 +102,7 @@ class BrainClient(ClientBase):
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
+        self._channel.unsubscribe(self._watch.observe)
         self._channel.close()
 
     def __enter__(self) -> Self:
@@ -108,6 +118,20 @@ class BrainClient(ClientBase):
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _await_channel(self, deadline: float | None) -> None:
+        """Wait for the channel to be READY as long as the restart rule allows (`_base`)."""
+        wait = self._watch.wait_before_attempt(deadline)
+        if wait <= 0:
+            return
+        ready = grpc.channel_ready_future(self._channel)
+        try:
+            ready.result(timeout=wait)
+            self._watch.observe(grpc.ChannelConnectivity.READY)
+        except grpc.FutureTimeoutError:
+            pass
+        finally:
+            ready.cancel()
+
     def _unary(
         self,
         method: str,
@@ -121,6 +145,7 @@ class BrainClient(ClientBase):
         attempt = 0
         while True:
             attempt += 1
+            self._await_channel(deadline)
             try:
                 return rpc(
                     request, timeout=self._attempt_timeout(deadline), metadata=self._metadata
@@ -157,6 +182,7 @@ class BrainClient(ClientBase):
         attempt = 0
         while True:
             attempt += 1
+            self._await_channel(deadline)
             call = rpc(request, timeout=self._remaining(deadline), metadata=self._metadata)
             try:
                 for item in call:

@@ -17,16 +17,19 @@ recalls share one scope by construction:
     BRAIN_TLS_CA      path to a PEM root CA; turns TLS on (BRAIN_TLS=1 uses the system roots;
                       BRAIN_TLS_CERT + BRAIN_TLS_KEY add a client certificate for mTLS)
     BRAIN_TIMEOUT     per-call deadline in seconds for tools (default 10)
-    BRAIN_RECHECK_AFTER     seconds an unreachable server is remembered before asking again (2)
+    BRAIN_RESTART_WINDOW    seconds after a lost connection during which tool calls wait for
+                            the server to come back, within BRAIN_TIMEOUT (default 6)
     BRAIN_HOOK_TIMEOUT      deadline of `hook recall` (default 2)
     BRAIN_HOOK_TOKEN_BUDGET token budget of `hook recall` (default: the server's)
 
 Each tool maps to one typed RPC; there is no generic pass-through. At start the proxy asks
 WhoAmI with an empty scope, checks the configured scope against the key's confinement (taking
 unset fields from the key where it allows exactly one value), reports what is wrong on stderr
-and in the server instructions, and lists only the tools whose RPC the key may call. While the
-server cannot be reached every tool fails at once with the remembered error, and the proxy asks
-again after BRAIN_RECHECK_AFTER seconds; one warning per outage, one note when it is back.
+and in the server instructions, and lists only the tools whose RPC the key may call. Restarts
+follow the clients' rule (`brain.clients._base`): for BRAIN_RESTART_WINDOW seconds after a
+working connection is lost, tool calls wait for the server; outside that window a server that
+cannot be reached fails a call within a second, and every call asks the channel again, so the
+first call after the server is back uses it. One warning per outage, one note when it is back.
 gRPC failures become MCP tool errors carrying the server's message.
 """
 
@@ -46,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from brain.clients import AsyncBrainClient, BrainClient, RetryPolicy, Scope
+from brain.clients._base import RESTART_WINDOW
 from brain.clients.errors import BrainClientError, FailedPrecondition, InvalidArgument, RateLimited
 from brain.clients.mcp.tools import (
     TOOLS,
@@ -68,8 +72,9 @@ _log = logging.getLogger("brain.mcp")
 DEFAULT_TARGET = "127.0.0.1:50051"
 # WhoAmI at start must not hold up the host's handshake for long when the server is down.
 _IDENTITY_TIMEOUT = 3.0
-# Tool calls retry a refused connection briefly (a restart), so a downed server fails in
-# well under a second instead of after the client's default backoff of several seconds.
+# Waiting out a restart is the restart window's job (it does not count attempts); these retries
+# are for an UNAVAILABLE the server itself answered (its database is down), kept short so a
+# tool call fails in well under a second instead of after the client's default backoff.
 _TOOL_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.1, max_backoff=0.3)
 
 
@@ -90,7 +95,7 @@ class ProxyConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     timeout: float = 10.0
-    recheck_after: float = 2.0
+    restart_window: float = RESTART_WINDOW
 
     @property
     def scope(self) -> common_pb2.Scope:
@@ -115,7 +120,7 @@ class ProxyConfig:
             tls_cert=env.get("BRAIN_TLS_CERT") or None,
             tls_key=env.get("BRAIN_TLS_KEY") or None,
             timeout=float(env.get("BRAIN_TIMEOUT") or 10.0),
-            recheck_after=float(env.get("BRAIN_RECHECK_AFTER") or 2.0),
+            restart_window=float(env.get("BRAIN_RESTART_WINDOW") or RESTART_WINDOW),
         )
 
     def where(self) -> str:
@@ -131,6 +136,7 @@ class ProxyConfig:
             "root_certificates": self.tls_ca,
             "certificate_chain": self.tls_cert,
             "private_key": self.tls_key,
+            "restart_window": self.restart_window,
         }
 
 
@@ -193,7 +199,12 @@ def resolve_scope(
 
 
 class BrainProxy:
-    """Holds the gRPC clients, the key's identity and the last outage; serves the MCP tools."""
+    """Holds the gRPC clients, the key's identity and the current outage; serves the MCP tools.
+
+    The outage is remembered only to warn once per outage and to answer calls made before
+    WhoAmI ever answered; it never refuses a call: every call goes to the client, whose channel
+    knows whether the server is back (see the restart rule in `brain.clients._base`).
+    """
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
@@ -203,7 +214,7 @@ class BrainProxy:
         self._probe: AsyncBrainClient | None = None
         self._identity: identity_pb2.WhoAmIResponse | None = None
         # (monotonic time, status name, message for the model) of the last failure to reach
-        # the server; calls are answered from it until `recheck_after` has passed.
+        # the server, until a call gets through again.
         self._outage: tuple[float, str, str] | None = None
 
     @property
@@ -238,13 +249,6 @@ class BrainProxy:
             if client is not None:
                 await client.close()
 
-    def remembered_outage(self) -> str | None:
-        """The error to answer with while a recent failure to reach the server is remembered."""
-        if self._outage is None:
-            return None
-        when, _, message = self._outage
-        return message if time.monotonic() - when < self.config.recheck_after else None
-
     def _went_down(self, exc: BrainClientError) -> str:
         c = self.config
         if exc.code_name == "UNAUTHENTICATED":
@@ -256,7 +260,7 @@ class BrainProxy:
         else:
             message = (
                 f"{exc.code_name}: brain-server at {c.target} cannot be reached "
-                f"({exc.message}); brain-mcp asks again in {c.recheck_after:g} s"
+                f"({exc.message}); brain-mcp asks again on the next call"
             )
         if self._outage is None or self._outage[1] != exc.code_name:
             _log.warning("%s", message)  # once per outage, not once per call
@@ -270,8 +274,8 @@ class BrainProxy:
 
     async def identity(self) -> identity_pb2.WhoAmIResponse | None:
         """WhoAmI, cached once it answers; None while the server cannot be reached (asked
-        again only after `recheck_after` seconds, so a downed server fails calls at once)."""
-        if self._identity is not None or self.remembered_outage() is not None:
+        again by the next call; the probe's channel bounds how long that takes)."""
+        if self._identity is not None:
             return self._identity
         _log.debug("asking WhoAmI at %s", self.config.target)
         try:
@@ -319,14 +323,12 @@ class BrainProxy:
                     + "; ".join(self.problems)
                     + ". Fix the MCP server's environment and restart it.",
                 )
-            if (outage := self.remembered_outage()) is not None:
-                return True, _error("UNAVAILABLE", outage)
             output = await tool.run(self.client, arguments)
         except ToolInputError as exc:
             return True, _error("INVALID_ARGUMENT", f"INVALID_ARGUMENT: {exc}")
         except BrainClientError as exc:
-            if exc.code_name == "UNAVAILABLE":
-                self._went_down(exc)
+            if exc.code_name == "UNAVAILABLE":  # says which server, and that it is asked again
+                return True, _error(exc.code_name, self._went_down(exc))
             # The server's message, prefixed with the status so the model knows what to do.
             return True, _error(exc.code_name, str(exc))
         self._came_back()
