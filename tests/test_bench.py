@@ -156,3 +156,27 @@ while time.process_time() < 0.4:
 print("burnt", flush=True)
 time.sleep(60)
 """
+
+
+def test_ingest_bench_builds_a_tree_and_times_the_lexical_commit() -> None:
+    """`brain-bench ingest` builds a tree of Markdown and code of the asked size, ingests it
+    with `brain ingest` over real gRPC, reports KB/s and chunks/s of the commit, and a
+    re-ingest of the unchanged tree sends nothing."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "brain.server.measure.bench", "ingest", "--mb", "0.3",
+            "--embedder", "none", "--workers", "1", "--json",
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    tree, commit = result["tree"], result["commit"]
+    assert tree["bytes"] >= 0.3 * 2**20 and set(tree["by_kind_files"]) == {
+        "markdown", "python", "typescript", "go",
+    }  # fmt: skip
+    assert all(n > 0 for n in tree["by_kind_files"].values())
+    assert commit["chunks"] > tree["files"] and commit["kb_per_s"] > 0
+    assert f"{tree['files']} created" in commit["summary"] and "0 failed" in commit["summary"]
+    assert f"{tree['files']} unchanged" in result["reingest"]["summary"]
+    assert "embedding" not in result  # no embedder: nothing to wait for

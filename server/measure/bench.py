@@ -14,7 +14,8 @@ the echo ceiling at the same concurrency, and the CPU a call took in the server'
 processes, in PostgreSQL's and in the driver's (`cpu`); a last line says what embedding
 one query costs, alone and in batches of 16. Figures depend on the machine and its load:
 compare rows within one run. ``python -m brain.server.measure.bench throughput`` is the older study
-of what saves wait on in PostgreSQL (see ``bench_throughput``).
+of what saves wait on in PostgreSQL (see ``bench_throughput``); ``brain-bench ingest`` times
+how fast a generated repository becomes searchable (see ``bench_ingest``).
 """
 
 from __future__ import annotations
@@ -241,6 +242,11 @@ def main(argv: list[str] | None = None) -> None:
         from brain.server.measure import bench_throughput
 
         bench_throughput.main(argv[1:])
+        return
+    if argv[:1] == ["ingest"]:
+        from brain.server.measure import bench_ingest
+
+        bench_ingest.main(argv[1:])
         return
     parser = CommandParser(prog="brain-bench", description=__doc__)
     add_version_argument(parser)

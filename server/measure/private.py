@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from brain.authz import Confinement
+from brain.server.domain.knowledge.filler import ChunkFiller
 from brain.server.domain.memories import Memories
 from brain.server.domain.retrieval.lanes import RetrievalParams
 from brain.server.runtime import embedded
@@ -77,6 +78,7 @@ class PrivateBrain:
     pepper: bytes
     memories: Memories  # the in-process server's domain layer, to swap its parameters
     database_pid: int | None = None  # the embedded PostgreSQL's postmaster
+    filler: ChunkFiller | None = None  # the in-process server's chunk-vector filler
 
     def use(self, params: RetrievalParams) -> None:
         """Search with ``params`` from the next call on (the data stays as loaded)."""
@@ -139,7 +141,7 @@ async def private_brain(
         try:
             yield PrivateBrain(
                 f"127.0.0.1:{running.port}", pg.owner_dsn, pepper, running.memories,
-                database_pid=pg.postmaster_pid(),
+                database_pid=pg.postmaster_pid(), filler=running.filler,
             )  # fmt: skip
         finally:
             await running.stop(grace=1.0)
