@@ -239,6 +239,7 @@ class World:
         self.counter = 0
         self.token = secrets.token_hex(3)
         self.doc_probes: list[Obj] = []  # documents the write-only key puts at the path of
+        self.same_text_probes: list[Obj] = []  # and a reader puts their exact text at
 
     def text(self, what: str) -> str:
         self.counter += 1
@@ -347,13 +348,16 @@ class World:
             memory.labels[:] = list(labels)
         return self.remember(memory, name, bucket, entities, text)
 
-    def follow(self, obj: Obj, memory: common_pb2.Memory) -> None:
+    def follow(self, obj: Obj, memory: common_pb2.Memory, name: str = "") -> None:
+        """The model follows the answer; a key without memories:read got a receipt."""
         obj.status, obj.versions = STATUS[memory.status], memory.version
+        if name and not KEYS[name].has(READ):
+            assert (memory.content, list(memory.tags), memory.id) == ("", [], obj.id), memory
 
     async def update(self, name: str, obj: Obj) -> None:
         api = self.api(name)
         obj.text = self.text("changed")
-        self.follow(obj, await api.update(obj.id, ["content"], content=obj.text))
+        self.follow(obj, await api.update(obj.id, ["content"], content=obj.text), name)
 
     async def forget(self, name: str, obj: Obj) -> None:
         await self.api(name).forget(obj.id)
@@ -370,7 +374,7 @@ class World:
             ),
             metadata=api.md,
         )
-        self.follow(obj, response.memory)
+        self.follow(obj, response.memory, name)
 
     async def withdraw(self, name: str, obj: Obj) -> None:
         api = self.api(name)
@@ -453,11 +457,16 @@ class World:
         return api, knowledge_pb2_grpc.KnowledgeServiceStub(api.channel)
 
     async def put(
-        self, name: str, bucket: Bucket, path: str, labels: tuple[str, ...] = ()
+        self,
+        name: str,
+        bucket: Bucket,
+        path: str,
+        labels: tuple[str, ...] = (),
+        content: str = "",
     ) -> knowledge_pb2.PutDocumentResponse:
         api, stub = self.kb(name, bucket)
-        content = f"# Doc {path}\n\n{self.text('doc')}\n"
-        return await stub.PutDocument(
+        content = content or f"# Doc {path}\n\n{self.text('doc')}\n"
+        put = await stub.PutDocument(
             knowledge_pb2.PutDocumentRequest(
                 scope=api.scope(),
                 collection=COLLECTION,
@@ -467,12 +476,16 @@ class World:
             ),
             metadata=api.md,
         )
+        if not KEYS[name].has(KREAD):  # a receipt: neither the creator nor the labels
+            assert (put.document.created_by, list(put.document.labels)) == ("", []), put
+        return put
 
     async def document(
         self, name: str, bucket: Bucket, labels: tuple[str, ...], sentinel: bool = False
     ) -> Obj:
         path = f"d{self.counter}.md"
-        put = await self.put(name, bucket, path, labels)
+        content = f"# Doc {path}\n\n{self.text('doc')}\n"
+        put = await self.put(name, bucket, path, labels, content)
         assert put.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
         d = put.document
         obj = Obj(
@@ -485,6 +498,7 @@ class World:
             name,
             d.version,
             path=path,
+            text=content,
             sentinel=sentinel,
         )
         self.objects[obj.id] = obj
@@ -513,6 +527,22 @@ class World:
             obj.versions, obj.labels = 2, frozenset(relabelled)
         elif state == "deleted":
             await self.delete("forgetter" if acts("forgetter", obj) else "root", obj)
+
+    async def probe_same_text(self, obj: Obj) -> None:
+        """A reader puts a document's exact text at its path: a document it sees is
+        UNCHANGED; one it cannot see is no guess confirmed: a new document, version 1."""
+        bucket: Bucket = (obj.namespace, obj.user, obj.session)
+        put = await self.put("alice", bucket, obj.path, content=obj.text)
+        if sees("alice", obj):
+            assert (put.outcome, put.document.id, put.document.version) == (
+                knowledge_pb2.PUT_OUTCOME_UNCHANGED, obj.id, obj.versions,
+            )  # fmt: skip
+            return
+        assert (put.outcome, put.document.version) == (knowledge_pb2.PUT_OUTCOME_CREATED, 1)
+        assert put.document.id != obj.id
+        new = Obj(put.document.id, "document", HOME, *bucket, frozenset({"team"}), "active",
+                  "alice", 1, path=obj.path, text=obj.text)  # fmt: skip
+        self.objects[new.id] = new
 
     async def probe_path(self, obj: Obj) -> None:
         """The write-only key puts at a document's path in alice's bucket: a document it
@@ -571,6 +601,10 @@ async def preamble(w: World) -> None:
     w.doc_probes = [
         await w.document("root", ("ns1", "alice", ""), team),
         await w.document("root", ("ns1", "alice", ""), secret),
+    ]
+    w.same_text_probes = [
+        await w.document("root", ("ns1", "alice", "s2"), team),
+        await w.document("root", ("ns1", "alice", "s2"), secret),
     ]
     erased = await w.document("root", ("ns1", "alice", "s1"), team)
     await w.delete("forgetter", erased)  # delete-only key (control)
@@ -1043,7 +1077,9 @@ async def world(
         await preamble(w)
         # Each object's story is sequential; different objects' run side by side.
         await asyncio.gather(*map(w.memory, memories), *map(w.document_spec, documents))
-        await asyncio.gather(*map(w.probe_path, w.doc_probes))
+        await asyncio.gather(
+            *map(w.probe_path, w.doc_probes), *map(w.probe_same_text, w.same_text_probes)
+        )
         await asyncio.gather(
             *(
                 w.probe_text(obj)
