@@ -29,14 +29,13 @@ def test_split_ends_statements_only_where_postgres_does() -> None:
         -- trailing comment;
         SELECT 'last'"""
     assert split_statements(sql) == [
-        "-- a comment; with a semicolon and a 'quote\n"
-        """        CREATE TABLE "we;ird" (a text DEFAULT 'x;y''z;')""",
-        "/* block; /* nested; */ still comment; */\n        SELECT E'it\\'s; \\\\', $1, a$b FROM t",
+        """CREATE TABLE "we;ird" (a text DEFAULT 'x;y''z;')""",
+        "SELECT E'it\\'s; \\\\', $1, a$b FROM t",
         "CREATE FUNCTION f() RETURNS text LANGUAGE plpgsql AS $body$\n"
         "        BEGIN RETURN $$;$$ || ';'; END $body$",
         "DO $$ BEGIN PERFORM 1; END $$",
         "SELECT DATE'2020-01-01', U&'d\\0061t;a'",
-        "-- trailing comment;\n        SELECT 'last'",
+        "SELECT 'last'",
     ]
     assert split_statements("-- only a comment;\n/* ; */ ;") == []
     for broken in ["SELECT 'open", "SELECT $x$ open", 'SELECT "open', "/* open"]:
@@ -126,3 +125,17 @@ async def test_statement_at_a_time_builds_the_same_schema_as_whole_migrations(
     assert all(split), "an empty catalog section: the comparison would prove nothing"
     for query, a, b in zip(SCHEMA, split, whole, strict=True):
         assert a == b, query
+
+
+async def test_an_existing_extension_is_not_created_again(pg_cluster: PgCluster) -> None:
+    """Only a bare CREATE EXTENSION IF NOT EXISTS of an installed extension is skipped."""
+    conn = await asyncpg.connect(pg_cluster.owner_dsn)
+    try:
+        present = migrate._extension_present
+        assert await present(conn, "CREATE EXTENSION IF NOT EXISTS vector")
+        assert await present(conn, "create extension  if not exists\nvector")
+        assert not await present(conn, "CREATE EXTENSION IF NOT EXISTS no_such_extension")
+        assert not await present(conn, "CREATE EXTENSION vector")
+        assert not await present(conn, "CREATE EXTENSION IF NOT EXISTS vector SCHEMA x")
+    finally:
+        await conn.close()

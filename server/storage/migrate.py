@@ -66,9 +66,9 @@ _DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ff
 def split_statements(sql: str) -> list[str]:
     """The statements of a migration, each without its ``;``, as PostgreSQL's lexer sees
     them: a ``;`` inside a string ('...', E'...'), a quoted identifier, a dollar-quoted
-    body or a comment (``--``, nested ``/* */``) does not end one. Comment-only pieces are
-    dropped. SQL-standard bodies (``BEGIN ATOMIC``), whose statements end with ``;``, are
-    refused: write such functions with a dollar-quoted body."""
+    body or a comment (``--``, nested ``/* */``) does not end one. Comments before a
+    statement and comment-only pieces are dropped. SQL-standard bodies (``BEGIN ATOMIC``),
+    whose statements end with ``;``, are refused: write such functions with a ``$$`` body."""
     statements: list[str] = []
     start = i = 0
     code = False  # the current piece holds more than blanks and comments
@@ -99,7 +99,8 @@ def split_statements(sql: str) -> list[str]:
         if c.isspace():
             i += 1
             continue
-        code = True
+        if not code:
+            start, code = i, True  # a statement starts at its first word, after comments
         prev = sql[i - 1] if i else " "
         if c == "'":
             escape = prev in "eE" and (i < 2 or not _IDENT.match(sql[i - 2]))
@@ -200,7 +201,8 @@ async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[
             # ... ENABLE ROW LEVEL SECURITY) sent inside a multi-statement string; on plain
             # PostgreSQL the result is the same, in the same transaction.
             for statement in split_statements(migration.sql):
-                await conn.execute(statement)
+                if not await _extension_present(conn, statement):
+                    await conn.execute(statement)
             await conn.execute(
                 "INSERT INTO brain_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
                 migration.version,
@@ -211,6 +213,22 @@ async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[
         done.append(migration)
     await _mark_text_match(conn)
     return done
+
+
+_CREATE_EXTENSION = re.compile(r"(?i)CREATE\s+EXTENSION\s+IF\s+NOT\s+EXISTS\s+([a-z_][a-z0-9_]*)")
+
+
+async def _extension_present(conn: asyncpg.Connection, statement: str) -> bool:
+    """Whether ``statement`` is a bare ``CREATE EXTENSION IF NOT EXISTS x`` and x exists.
+
+    On PostgreSQL that statement is then a no-op; Citus still sends it to every worker,
+    where it fails unless this role owns the extension (a superuser created it)."""
+    match = _CREATE_EXTENSION.fullmatch(statement)
+    if match is None:
+        return False
+    return bool(
+        await conn.fetchval("SELECT 1 FROM pg_extension WHERE extname = $1", match.group(1))
+    )
 
 
 IS_LEAKPROOF = "SELECT proleakproof FROM pg_proc WHERE oid = $1::regprocedure"
