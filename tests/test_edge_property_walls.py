@@ -603,7 +603,7 @@ EVERY_DOCUMENT_STATE = [
 def test_a_world_of_every_state_reads_as_the_model_says_to_every_key(
     lexical_server: BrainServer,
 ) -> None:
-    """Every object state: all twelve keys read what the model allows; hidden ids are random."""
+    """Every object state: all fourteen keys read what the model allows; hidden ids are random."""
     server = lexical_server
     assert server.loop.run(world(server, EVERY_MEMORY_STATE, EVERY_DOCUMENT_STATE)) > 0
 
@@ -627,6 +627,6 @@ def test_random_worlds_read_as_the_model_says_to_every_key(
     memories: list[tuple[Any, ...]],
     documents: list[tuple[Any, ...]],
 ) -> None:
-    """Random worlds: all twelve keys read what the model allows; hidden ids are random ones."""
+    """Random worlds: all fourteen keys read what the model allows; hidden ids are random ones."""
     server = lexical_server
     assert server.loop.run(world(server, memories, documents)) > 0

@@ -101,6 +101,9 @@ KEYS: dict[str, KeySpec] = {
     "forgetter": key(f"{FORGET},{KDELETE}", user="alice"),
     "proposer": key(PROPOSE, "team,secret", user="alice"),
     "reviewer": key(REVIEW),
+    # Confined to a session of any user; and an auditor that reads nothing else.
+    "s1": key(f"{READ},{WRITE},{KREAD},{AUDIT}", session="s1"),
+    "auditonly": key(AUDIT, "secret", namespace="ns2"),
     "other": KeySpec(frozenset(EVERYTHING.split(",")), frozenset({"team", "secret"}), tenant=AWAY),
 }
 READERS = [name for name, k in KEYS.items() if k.has(READ)]
