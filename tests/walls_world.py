@@ -127,6 +127,7 @@ class Obj:
     relations: tuple[tuple[str, str], ...] = ()  # (subject, object), predicate "knows"
     path: str = ""  # a document's path in its collection
     text: str = ""  # a memory's current content (its last, for a forgotten one)
+    aliases: tuple[str, ...] = ()  # the alias a memory gives each of its entities
     supersedes: list[str] = field(default_factory=list)
     superseded_by: list[str] = field(default_factory=list)
     sentinel: bool = False
@@ -231,10 +232,10 @@ class World:
         return [o for o in self.objects.values() if o.kind == "memory" and o.tenant == tenant]
 
     @staticmethod
-    def graph(entities: tuple[str, ...]) -> graph_pb2.GraphDraft:
+    def graph(entities: tuple[str, ...], aliases: tuple[str, ...]) -> graph_pb2.GraphDraft:
         draft = graph_pb2.GraphDraft()
-        for name in entities:
-            draft.entities.add(name=name)
+        for name, alias in zip(entities, aliases, strict=True):
+            draft.entities.add(name=name, aliases=[alias])
         if len(entities) == 2:
             draft.relations.add(
                 subject=entities[0],
@@ -251,6 +252,7 @@ class World:
         bucket: Bucket,
         entities: tuple[str, ...],
         text: str,
+        aliases: tuple[str, ...] = (),
     ) -> Obj:
         obj = Obj(
             memory.id,
@@ -264,6 +266,7 @@ class World:
             entities,
             ((entities[0], entities[1]),) if len(entities) == 2 else (),
             text=text,
+            aliases=aliases,
         )
         assert obj.labels, "a creator sees the labels it granted"
         self.objects[obj.id] = obj
@@ -279,12 +282,13 @@ class World:
     ) -> Obj:
         api = self.api(name, bucket)
         text = self.text("note")
+        aliases = tuple(f"{e} aka {self.counter}" for e in entities)  # this memory's own
         response = await api.memories.SaveMemory(
             memory_pb2.SaveMemoryRequest(
                 scope=api.scope(),
                 memory=common_pb2.MemoryDraft(content=text, labels=list(labels)),
                 supersedes=[supersedes.id] if supersedes else [],
-                graph=self.graph(entities),
+                graph=self.graph(entities, aliases),
             ),
             metadata=api.md,
         )
@@ -293,11 +297,11 @@ class World:
             memory.labels[:] = list(labels)
         if gated(name, bucket[0]):
             assert response.outcome == memory_pb2.SAVE_OUTCOME_PROPOSED, (name, bucket)
-            new = self.remember(memory, name, bucket, entities, text)  # the targets stay
+            new = self.remember(memory, name, bucket, entities, text, aliases)  # the targets stay
             new.supersedes = [supersedes.id] if supersedes else []
             return new
         assert response.outcome == memory_pb2.SAVE_OUTCOME_CREATED, (name, bucket)
-        new = self.remember(memory, name, bucket, entities, text)
+        new = self.remember(memory, name, bucket, entities, text, aliases)
         if supersedes is not None:
             supersedes.status, supersedes.versions = "superseded", supersedes.versions + 1
             supersedes.superseded_by.append(new.id)
@@ -309,19 +313,20 @@ class World:
     ) -> Obj:
         api = self.api(name, bucket)
         text = self.text("idea")
+        aliases = tuple(f"{e} aka {self.counter}" for e in entities)
         response = await api.review.ProposeMemory(
             review_pb2.ProposeMemoryRequest(
                 scope=api.scope(),
                 memory=common_pb2.MemoryDraft(content=text, labels=list(labels)),
                 reason="why not",
-                graph=self.graph(entities),
+                graph=self.graph(entities, aliases),
             ),
             metadata=api.md,
         )
         memory = response.candidate
         if not KEYS[name].has(READ):
             memory.labels[:] = list(labels)
-        return self.remember(memory, name, bucket, entities, text)
+        return self.remember(memory, name, bucket, entities, text, aliases)
 
     def follow(self, obj: Obj, memory: common_pb2.Memory, name: str = "") -> None:
         """The model follows the answer; a key without memories:read got a receipt."""
