@@ -216,7 +216,10 @@ async def test_a_failed_write_names_its_key_for_a_safe_retry(brain_server: Brain
     key = brain_server.mint_key(unique("t"), "agent:slow-network", namespaces=(ns,))
     content = f"Backups run at 02:00 {unique('c')}"
     rows_of = "SELECT count(*) FROM memories WHERE namespace = $1 AND content = $2"
-    once = RetryPolicy(max_attempts=1, attempt_timeout=1.0)
+    # The held answer makes the attempt time out; its deadline reaches the server too, so
+    # it must outlast a save on a busy machine (the save has to commit, then the answer is
+    # held back by the relay).
+    once = RetryPolicy(max_attempts=1, attempt_timeout=5.0)
     async with (
         relay_to(brain_server) as relay,
         AsyncBrainClient(
