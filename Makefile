@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-external lint typecheck check proto clean image test-image dist docs
+.PHONY: run test test-external test-citus lint typecheck check proto clean image test-image dist docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ dist: $(STAMP)
 ## then the isolation, authorization and lifecycle tests against it. Not part of `make test`.
 test-external: $(STAMP)
 	VENV=$(abspath $(VENV)) tests/external.sh
+
+## The schema on a Citus cluster (root; minutes): Citus built from source against Debian's
+## PostgreSQL 15, a coordinator and two workers on loopback, migrate, distribute by tenant,
+## tests/citus_checks.py; CITUS_TESTS="tests/test_isolation.py ..." also serves and runs those
+## (most fail today: deploy/SCALING.md). Not part of `make test`.
+test-citus: $(STAMP)
+	VENV=$(abspath $(VENV)) tests/citus.sh
 
 ## The container image from deploy/Dockerfile, with buildah or docker (whichever is installed):
 ## `make image [BASE_IMAGE=python:3.11-slim] [IMAGE=shared-brain:<version>] [IMAGE_TOOL=buildah]`.

@@ -1,0 +1,150 @@
+"""What tests/citus.sh checks on a Citus cluster, beside the pytest suites it may run.
+
+Usage: citus_checks.py OWNER_DSN APP_DSN (the coordinator, database distributed by
+deploy/citus/distribute.sql). Each check prints one line and exits non-zero on failure;
+each has a control that shows what it guards against.
+
+1. Request settings by SET LOCAL reach the workers, set_config does not.
+2. A write transaction over two workers, with the audit triggers on both, commits; with
+   the NOTIFY the audit trigger sent before migration 0033 it cannot (PREPARE fails).
+3. Citus refuses DDL on a distributed table in a multi-statement string, one statement at a
+   time it is accepted (why migrate splits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import asyncpg
+
+from brain.server.storage import setlocal
+from brain.server.storage.audit import NOTIFY_CHANNEL
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "server" / "storage" / "migrations"
+INSERT_MEMORY = """
+    INSERT INTO memories (tenant_id, memory_id, version, namespace, content, labels, status,
+                          valid_from, created_by, changed_by, changed_by_key, change)
+    VALUES ($1, $2, 1, 'citus', $3, '{team}', 'active', now(), 'citus', 'citus', 'citus',
+            'save')"""
+
+
+def ok(what: str) -> None:
+    print(f"citus check: ok: {what}", flush=True)
+
+
+async def tenants_on_two_workers(owner: asyncpg.Connection) -> list[str]:
+    """Make tenants until two of them live on different workers; one memory each."""
+    by_node: dict[int, str] = {}
+    while len(by_node) < 2:
+        tenant = str(uuid.uuid4())
+        await owner.execute(
+            "INSERT INTO tenants (tenant_id, name) VALUES ($1, $2)", tenant, f"citus-{tenant}"
+        )
+        port = await owner.fetchval(
+            """SELECT nodeport FROM pg_dist_shard_placement
+               WHERE shardid = get_shard_id_for_distribution_column('memories', $1::uuid)""",
+            tenant,
+        )
+        by_node.setdefault(port, tenant)
+    tenants = list(by_node.values())
+    for tenant in tenants:
+        await owner.execute(INSERT_MEMORY, tenant, uuid.uuid4(), "one")
+    return tenants
+
+
+async def check_settings(app_dsn: str, tenants: list[str]) -> None:
+    app = await asyncpg.connect(app_dsn)
+    try:
+        for tenant in tenants:
+            async with app.transaction():
+                await app.execute(
+                    "SELECT set_config('brain.tenant_id', $1, true), "
+                    "set_config('brain.labels', '{\"team\"}', true)",
+                    tenant,
+                )
+                via_set_config = await app.fetchval(
+                    "SELECT count(*) FROM memories WHERE tenant_id = $1", tenant
+                )
+            async with app.transaction():
+                await setlocal.set_local(
+                    app, {"brain.tenant_id": tenant, "brain.labels": '{"team"}'}
+                )
+                routed = await app.fetchval(
+                    "SELECT count(*) FROM memories WHERE tenant_id = $1", tenant
+                )
+                every_shard = await app.fetchval("SELECT count(*) FROM memories")
+            assert via_set_config == 0, via_set_config  # the control: what broke before
+            assert routed >= 1 and every_shard == routed, (routed, every_shard)
+    finally:
+        await app.close()
+    ok("SET LOCAL settings reach the workers (set_config: 0 rows)")
+
+
+async def append_function(version: str) -> str:
+    """brain_audit_append as migration ``version`` defines it."""
+    path = next(MIGRATIONS.glob(f"{version}_*.sql"))
+    sql = path.read_text()
+    body = re.search(r"CREATE (?:OR REPLACE )?FUNCTION brain_audit_append\(.*?\n\$\$;", sql, re.S)
+    assert body is not None, path
+    return body.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+
+
+async def two_node_write(owner: asyncpg.Connection, tenants: list[str]) -> None:
+    async with owner.transaction():
+        for tenant in tenants:
+            await owner.execute(INSERT_MEMORY, tenant, uuid.uuid4(), "two")
+        await owner.execute(f"NOTIFY {NOTIFY_CHANNEL}, {setlocal.literal(tenants[0])}")
+
+
+async def check_notify(owner: asyncpg.Connection, tenants: list[str]) -> None:
+    heads = "SELECT seq FROM audit_heads WHERE tenant_id = $1"
+    before = [await owner.fetchval(heads, t) for t in tenants]
+    await two_node_write(owner, tenants)
+    after = [await owner.fetchval(heads, t) for t in tenants]
+    assert all(a == b + 1 for a, b in zip(after, before, strict=True)), (before, after)
+    # Control: the trigger's pg_notify as migration 0003 sent it, on the workers.
+    await owner.execute(await append_function("0003"))
+    try:
+        try:
+            await two_node_write(owner, tenants)
+        except asyncpg.PostgresError as exc:
+            assert "PREPARE" in str(exc) or "NOTIFY" in str(exc), exc
+        else:
+            raise AssertionError("a NOTIFY on two workers committed: the control is wrong")
+    finally:
+        await owner.execute(await append_function("0033"))
+    ok("a write over two workers commits, its audit chains extended (0003's NOTIFY: fails)")
+
+
+async def check_ddl(owner: asyncpg.Connection) -> None:
+    index = f"citus_check_{uuid.uuid4().hex[:8]}"
+    try:
+        async with owner.transaction():
+            await owner.execute(f"CREATE INDEX {index} ON memories (namespace); SELECT 1")
+    except asyncpg.PostgresError as exc:
+        refused = str(exc)
+    else:
+        raise AssertionError("Citus took DDL in a multi-statement string: drop the split?")
+    async with owner.transaction():
+        await owner.execute(f"CREATE INDEX {index} ON memories (namespace)")
+        await owner.execute(f"DROP INDEX {index}")
+    ok(f"DDL one statement at a time (a multi-statement string: {refused})")
+
+
+async def main(owner_dsn: str, app_dsn: str) -> None:
+    owner = await asyncpg.connect(owner_dsn)
+    try:
+        tenants = await tenants_on_two_workers(owner)
+        await check_settings(app_dsn, tenants)
+        await check_notify(owner, tenants)
+        await check_ddl(owner)
+    finally:
+        await owner.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
