@@ -391,8 +391,13 @@ def _bind(caller: Caller) -> tuple[Token[Caller | None], Mapping[str, Token[Any]
 
 
 def _unbind(bound: tuple[Token[Caller | None], Mapping[str, Token[Any]]]) -> None:
-    current_caller.reset(bound[0])
-    structlog.contextvars.reset_contextvars(**bound[1])
+    try:
+        current_caller.reset(bound[0])
+        structlog.contextvars.reset_contextvars(**bound[1])
+    except ValueError:
+        # A stream the client cancelled is closed from another context (its generator is
+        # finalised elsewhere): nothing of this call is bound there, so nothing to undo.
+        pass
 
 
 def _code_of(context: Ctx, default: grpc.StatusCode = grpc.StatusCode.OK) -> grpc.StatusCode:
