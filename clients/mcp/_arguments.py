@@ -1,0 +1,102 @@
+"""The arguments of brain-mcp's tools: reading what the model passed.
+
+Each reader takes the tool's arguments and a name and returns a typed value or raises
+`ToolInputError`, which the proxy answers as ``INVALID_ARGUMENT``; the builders below them turn
+the shared arguments (draft fields, filters, time travel) into the client's request parts.
+Refusing names a tool does not declare is `tools.check_arguments`, beside `ToolSpec`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from brain.clients import DraftFields, time_travel
+from brain.v1 import common_pb2
+
+
+class ToolInputError(ValueError):
+    """The model passed arguments that do not fit the tool's schema."""
+
+
+def _text(args: Mapping[str, Any], name: str, *, required: bool = False) -> str:
+    value = args.get(name)
+    if value is None or value == "":
+        if required:
+            raise ToolInputError(f"'{name}' is required and must be a non-empty string")
+        return ""
+    if not isinstance(value, str):
+        raise ToolInputError(f"'{name}' must be a string")
+    return value
+
+
+def _strings(args: Mapping[str, Any], name: str) -> list[str]:
+    value = args.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ToolInputError(f"'{name}' must be an array of strings")
+    return value
+
+
+def _number(args: Mapping[str, Any], name: str) -> float | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ToolInputError(f"'{name}' must be a number between 0 and 1")
+    return float(value)
+
+
+def _integer(args: Mapping[str, Any], name: str, *, low: int, high: int, default: int) -> int:
+    value = args.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ToolInputError(f"'{name}' must be an integer between {low} and {high}")
+    return value
+
+
+def _instant(args: Mapping[str, Any], name: str) -> datetime | None:
+    text = _text(args, name)
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ToolInputError(
+            f"'{name}' must be an ISO-8601 date or time, e.g. 2025-01-31 or 2025-01-31T09:00:00Z"
+        ) from exc
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _draft_fields(args: Mapping[str, Any]) -> DraftFields:
+    fields: DraftFields = {}
+    if kind := _text(args, "kind"):
+        fields["kind"] = kind
+    if tags := _strings(args, "tags"):
+        fields["tags"] = tags
+    if labels := _strings(args, "labels"):
+        fields["labels"] = labels
+    if (importance := _number(args, "importance")) is not None:
+        fields["importance"] = importance
+    if (valid_from := _instant(args, "valid_from")) is not None:
+        fields["valid_from"] = valid_from
+    if (valid_to := _instant(args, "valid_to")) is not None:
+        fields["valid_to"] = valid_to
+    return fields
+
+
+def _filter(args: Mapping[str, Any]) -> common_pb2.MemoryFilter | None:
+    kind, tags = _text(args, "kind"), _strings(args, "tags")
+    if not kind and not tags:
+        return None
+    return common_pb2.MemoryFilter(kinds=[kind] if kind else [], tags=tags)
+
+
+def _time(args: Mapping[str, Any]) -> common_pb2.TimeTravel | None:
+    as_of, valid_at = _instant(args, "as_of"), _instant(args, "valid_at")
+    if as_of is None and valid_at is None:
+        return None
+    return time_travel(as_of=as_of, valid_at=valid_at)
