@@ -112,3 +112,28 @@ async def test_tenant_transaction_carries_hostile_request_values(pg_cluster: PgC
                 assert not got["i"]
     finally:
         await db.close()
+
+
+async def test_namespace_confinement_reads_the_same_with_an_empty_setting(
+    pg_cluster: PgCluster,
+) -> None:
+    """brain_key_confines (0034): '' confines nothing, a list confines, evaluated either way."""
+    conn = await asyncpg.connect(pg_cluster.owner_dsn)
+    try:
+        for setting, namespace, allowed in [
+            ("", "any", True),
+            ('{"a","b"}', "a", True),
+            ('{"a","b"}', "c", False),
+        ]:
+            async with conn.transaction():
+                await setlocal.set_local(conn, {"brain.confine_namespaces": setting})
+                got = await conn.fetchval("SELECT brain_key_confines($1, '', '')", namespace)
+                # What Citus evaluates early for a write: the ELSE branch's array, even for ''.
+                early = await conn.fetchval(
+                    "SELECT COALESCE(NULLIF(current_setting('brain.confine_namespaces', true),"
+                    " ''), '{}')::text[]"
+                )
+            assert got is allowed, (setting, namespace)
+            assert isinstance(early, list)
+    finally:
+        await conn.close()

@@ -79,12 +79,16 @@ def visibility_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
     # Scope never changes between versions (a trigger holds it, migration 0005), so it is
     # tested on the row itself, where the planner can use it for indexes; labels and status
     # are the head's. A current row is its own head: recall never pays for the lookup.
+    # The head is looked up by the caller's tenant, not by the row's (the same tenant: the
+    # scope rule says so): with every table of a statement pinned to one tenant, Citus runs
+    # it on one shard, where a correlated tenant would make it refuse the statement.
+    tenant = p.add(v.tenant_id)
     return (
         f"({_scope_rule(v, p, a)} AND ("
         f"({a}.retired_at IS NULL AND {access(a)})"
         f" OR ({a}.retired_at IS NOT NULL AND EXISTS ("
         f"SELECT 1 FROM (SELECT h.labels, h.status, h.created_by FROM memories h"
-        f" WHERE h.tenant_id = {a}.tenant_id AND h.memory_id = {a}.memory_id"
+        f" WHERE h.tenant_id = {tenant}::uuid AND h.memory_id = {a}.memory_id"
         f" ORDER BY h.version DESC LIMIT 1) {head} WHERE {access(head)}))))"
     )
 
