@@ -308,7 +308,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the `brain` console script."""
-    from brain.clients.mcp.proxy import ProxyConfig, resolve_scope
+    from brain.clients.mcp.config import ProxyConfig, resolve_scope
 
     args = _parser().parse_args(argv)
     config = ProxyConfig.from_args(args, os.environ)

@@ -26,9 +26,7 @@ from .conftest import BrainServer, LoopThread, PgCluster, server_settings, uniqu
 from .test_client import wait_until_down
 
 _SCRIPT = Path(sys.executable).with_name("brain-mcp")
-BRAIN_MCP = (
-    [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "brain.clients.mcp.proxy"]
-)
+BRAIN_MCP = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "brain.clients.mcp.main"]
 ALL_TOOLS = {
     "remember",
     "recall",
