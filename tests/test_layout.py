@@ -1,4 +1,5 @@
-"""The code map holds: no import circles, and dependencies point one way (README, Code map).
+"""The code map holds: no import circles, dependencies point one way, and every module fits
+a room (docs: Development, Code map).
 
 Read from the source with `ast`, lazy imports inside functions included, so a circle cannot
 hide behind an import placed in a function body.
@@ -75,3 +76,19 @@ def test_dependencies_point_one_way() -> None:
         (n, t) for n, ts in graph.items() for t in ts
     }
     assert upward == []
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_every_hand_written_module_fits_a_room() -> None:
+    """No hand-written module of server/, clients/ or authz/ is over 600 lines (split by
+    what a reader looks for); generated code (clients/v1) is exempt."""
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for folder in ("server", "clients", "authz")
+        for path in (ROOT / folder).rglob("*.py")
+        if "v1" not in path.relative_to(ROOT).parts
+    }
+    assert "server/runtime/app.py" in sizes  # the tree was read (control)
+    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}

@@ -190,6 +190,9 @@ async def test_proxy_reconnects_after_a_server_restart(brain_server: BrainServer
     ns = unique("ns")
     key = brain_server.mint_key(unique("t"), "agent:r", namespaces=(ns,))
     marker = word()
+    # The first embedding loads the server's model, which can outlast the proxy's 0.5 s.
+    with BrainClient(brain_server.target, key, scope=Scope(namespace=ns)) as warm:
+        warm.save("A warm-up note about the office plants")
     env = brain_env(brain_server.target, key, namespace=ns, BRAIN_TIMEOUT="0.5")
     async with mcp_session(env) as session:
         saved = await call(session, "remember", content=f"The VPN endpoint is {marker}")
