@@ -188,6 +188,7 @@ async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[
     if unknown:
         raise MigrationError(newer_schema_message(unknown))
     done = []
+    citus = bool(await conn.fetchval("SELECT 1 FROM pg_extension WHERE extname = 'citus'"))
     for migration in migrations:
         if migration.version in applied:
             if applied[migration.version] != migration.checksum:
@@ -197,6 +198,11 @@ async def _apply(conn: asyncpg.Connection, migrations: list[Migration]) -> list[
                 )
             continue
         async with conn.transaction():
+            if citus:
+                # On a Citus coordinator: one connection per node for the whole migration,
+                # or DDL on a distributed function after DDL on a distributed table in the
+                # same transaction is refused.
+                await conn.execute("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
             # One statement at a time: Citus refuses some DDL (CREATE INDEX, ALTER TABLE
             # ... ENABLE ROW LEVEL SECURITY) sent inside a multi-statement string; on plain
             # PostgreSQL the result is the same, in the same transaction.
