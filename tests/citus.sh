@@ -106,6 +106,10 @@ citus.enable_unsafe_triggers = on
 citus.propagate_set_commands = 'local'
 # Worker backends that query distributed tables from inside a shard's trigger grow (issue 29).
 citus.max_cached_connection_lifetime = '60s'
+# Lab only: RLS policies and definer functions that read other distributed tables run a
+# distributed query from inside a shard query; Citus refuses that unless this is on, and
+# calls it unsafe (deploy/SCALING.md, "What does not work yet", item 5).
+citus.allow_nested_distributed_execution = on
 fsync = off
 EOF
     runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 start >/dev/null \
