@@ -42,8 +42,9 @@ DOC = "# Backup\n\nThe backup job runs nightly.\n\n## Restore\n\nRestores are te
 
 
 class Embeddings(JsonEndpoint):
-    """Toy vectors; fails (500) while ``down``; holds each call while ``gate`` is clear
-    (``holding`` is set once a call waits there). Records every input text."""
+    """Toy vectors; fails (500) while ``down`` and refuses (400) any call with a text
+    holding ``refuse``; holds each call while ``gate`` is clear (``holding`` is set once a
+    call waits there). Records every input text it embeds."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,6 +54,7 @@ class Embeddings(JsonEndpoint):
         self.holding = threading.Event()
         self.texts: list[str] = []
         self.lock = threading.Lock()
+        self.refuse = ""
 
     def answer(self, body: Any) -> tuple[int, Any] | None:
         if not self.gate.is_set():
@@ -60,6 +62,8 @@ class Embeddings(JsonEndpoint):
             self.gate.wait(30)
         if self.down:
             return 500, {"error": "down for maintenance"}
+        if self.refuse and any(self.refuse in t for t in body["input"]):
+            return 400, {"error": "input rejected"}
         with self.lock:
             self.texts.extend(body["input"])
         data = [{"index": i, "embedding": toy_vector(t)} for i, t in enumerate(body["input"])]
@@ -332,7 +336,7 @@ async def test_filler_columns_are_behind_row_level_security_and_its_doors_are_na
                     async with conn.transaction():
                         none = await conn.fetchval("SELECT count(*) FROM document_chunks")
                     claimed = await conn.fetch(
-                        "SELECT * FROM brain_claim_chunk_embeddings(1000, 60)"
+                        "SELECT * FROM brain_claim_chunk_embeddings(1000, 60, 0, 0)"
                     )
                     await conn.execute(  # give them back: other tests' chunks may be among them
                         "SELECT brain_release_chunk_embeddings($1, $2, false, 0, 0)",
@@ -358,3 +362,76 @@ async def test_filler_columns_are_behind_row_level_security_and_its_doors_are_na
             )
             assert len(public) == 3
             assert all(r["app"] and not r["pub"] for r in public)
+
+
+async def test_a_text_the_embedder_refuses_does_not_hold_back_its_batch(
+    pg_cluster: PgCluster, loop_thread: LoopThread, quiet: None
+) -> None:
+    """An embedder that refuses one chunk's text fails the whole batch; retried, the chunks
+    go one at a time, so the others get their vectors while the refused one stays pending
+    (retried with backoff), and gets its vector once the embedder takes it."""
+    with serving(Embeddings()) as embeddings:
+        embeddings.refuse = "poison"
+        async with toy_server(pg_cluster, loop_thread, embeddings) as server:
+            assert server.running is not None and server.running.filler is not None
+            filler = server.running.filler
+            server.loop.run(filler.stop())
+            filler.settings = FillerSettings(
+                batch=32, idle_seconds=0.1, retry_base_seconds=0.1, retry_max_seconds=0.3
+            )
+            async with server.channel() as channel:
+                api = Api(channel, server.mint_key(unique("fill"), "w", permissions=ALL))
+                text = "# A\n\nalpha fine\n\n## B\n\nthe poison pill\n\n## C\n\ncharlie fine\n"
+                doc = (await put(api, "mixed.md", text)).document
+                assert doc.chunk_count == 3
+                loop_thread.loop.call_soon_threadsafe(filler.start)
+
+                def state() -> list[tuple[bool, int]]:
+                    rows = server.sql(
+                        "SELECT embedding IS NOT NULL AS v, embed_attempts AS n "
+                        "FROM document_chunks WHERE document_id = $1 ORDER BY chunk_no",
+                        doc.id,
+                    )
+                    return [(r["v"], r["n"]) for r in rows]
+
+                def others_filled() -> bool:
+                    now = state()
+                    return now[0][0] and now[2][0] and not now[1][0] and now[1][1] >= 2
+
+                await until(others_filled, "the other chunks filled, the refused one retried")
+                embeddings.refuse = ""
+
+                async def landed() -> bool:
+                    return bool((await get_call(api, doc.id)).document.fully_embedded)
+
+                await until(landed, "the refused chunk's vector lands once it is taken")
+
+
+async def test_fillers_give_way_to_ingest_for_a_bounded_time(
+    pg_cluster: PgCluster, loop_thread: LoopThread, quiet: None
+) -> None:
+    """While chunks keep being committed (here: one within ``quiet_seconds``, an hour) the
+    filler claims nothing younger than ``yield_seconds``, so ingest commits at the
+    database's pace; once a chunk has waited that long it is claimed however busy ingest
+    is."""
+    with serving(Embeddings()) as embeddings:
+        async with toy_server(pg_cluster, loop_thread, embeddings) as server:
+            assert server.running is not None and server.running.filler is not None
+            filler = server.running.filler
+            filler.settings = FillerSettings(
+                idle_seconds=0.1, quiet_seconds=3600, yield_seconds=3600
+            )
+            async with server.channel() as channel:
+                api = Api(channel, server.mint_key(unique("fill"), "w", permissions=ALL))
+                doc = (await put(api, "wait.md", "# Wait\n\nwaits its turn\n")).document
+                await asyncio.sleep(1.0)
+                assert vectors(server, doc.id) == [(1, False, "# Wait\n\nwaits its turn")]
+                assert not any("waits its turn" in t for t in embeddings.texts)
+                filler.settings = FillerSettings(
+                    idle_seconds=0.1, quiet_seconds=3600, yield_seconds=0.2
+                )
+
+                async def landed() -> bool:
+                    return bool((await get_call(api, doc.id)).document.fully_embedded)
+
+                await until(landed, "the chunk claimed once it waited yield_seconds")

@@ -1,7 +1,7 @@
 """SQL of the chunk-vector filler: claim pending chunks, store their vectors, release them.
 
 The filler serves every tenant of the database, so it goes through the three narrow
-``SECURITY DEFINER`` functions of migration 0032, never past row-level security itself.
+``SECURITY DEFINER`` functions of migrations 0032 and 0035, never past row-level security itself.
 Each call is its own short transaction.
 """
 
@@ -25,13 +25,17 @@ class Claimed:
     attempts: int
 
 
-async def claim(pool: asyncpg.Pool, limit: int, lease_seconds: float) -> list[Claimed]:
+async def claim(
+    pool: asyncpg.Pool, limit: int, lease_seconds: float, quiet_seconds: float, yield_seconds: float
+) -> list[Claimed]:
     """Lease up to ``limit`` due pending chunks (oldest due first); none that another
-    filler holds."""
+    filler holds. While chunks keep being committed (one within ``quiet_seconds``), only
+    those waiting ``yield_seconds`` or more: fillers give way to ingest."""
     async with pool.acquire() as conn:
         rows = await conn.fetch(
-            "SELECT * FROM brain_claim_chunk_embeddings($1, $2)", limit, lease_seconds
-        )
+            "SELECT * FROM brain_claim_chunk_embeddings($1, $2, $3, $4)",
+            limit, lease_seconds, quiet_seconds, yield_seconds,
+        )  # fmt: skip
     return [Claimed(r["tenant_id"], r["chunk_id"], r["content"], r["embed_attempts"]) for r in rows]
 
 

@@ -1,16 +1,21 @@
-"""The chunk-vector filler: embeds the chunks a put stored without vectors, in the background.
+"""The chunk-vector filler: embeds, in the background, the chunks a put stored without vectors.
 
 A put commits a document's chunks at once (lexically searchable) and pokes the filler of
 its process; the filler claims pending chunks in batches (every tenant's, through the
-functions of migration 0032), embeds them and stores each vector only while its chunk
+functions of migrations 0032 and 0035), embeds them and stores each vector only while its chunk
 still holds the text it was made from. Semantic search misses a chunk until then.
 
-One filler runs per server process. Claims are leases taken with ``FOR UPDATE SKIP
-LOCKED``, so the workers of a server never embed one chunk at the same time, and a filler
-that dies loses nothing: its lease runs out and another takes the chunks. A failing
-embedder (or database) is logged, counted in ``brain_chunk_embeddings_total{outcome=
-"failed"}``, and retried with exponential backoff, per chunk and for the filler as a
-whole; a chunk stays pending until its vector lands (`brain-admin embeddings status`).
+Fillers give way to ingest: while chunks keep being committed anywhere on the database
+(one within ``quiet_seconds``), they claim only chunks that have waited ``yield_seconds``,
+so a bulk ingest commits at the pace of the database and the embeddings catch up once it
+is quiet, and an endless stream of puts cannot starve them. One filler runs per server
+process. Claims are leases taken with ``FOR UPDATE SKIP LOCKED``, so the workers of a
+server never embed one chunk at the same time, and a filler that dies loses nothing: its
+lease runs out and another takes the chunks. A failing embedder (or database) is logged,
+counted in ``brain_chunk_embeddings_total{outcome="failed"}``, and retried with
+exponential backoff, per chunk and for the filler as a whole (chunks that failed before go
+one at a time, so a text the embedder refuses holds back no other); a chunk stays pending
+until its vector lands (`brain-admin embeddings status`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class FillerSettings:
     lease_seconds: float = 300.0  # how long a claim keeps other fillers off its chunks
     retry_base_seconds: float = 2.0  # the first backoff after a failure, doubled per failure
     retry_max_seconds: float = 300.0  # the longest backoff
+    quiet_seconds: float = 0.5  # since the last chunk committed, before claiming any
+    yield_seconds: float = 60.0  # the longest a chunk waits for ingest to be quiet
 
 
 class ChunkFiller:
@@ -85,6 +92,8 @@ class ChunkFiller:
             elif not filled:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), s.idle_seconds)
+                if self._wake.is_set():  # a put committed: claim once it has been quiet
+                    await asyncio.sleep(s.quiet_seconds)
             self._wake.clear()
 
     async def fill_once(self) -> bool:
@@ -92,29 +101,43 @@ class ChunkFiller:
         was due. A failing embedder gives the batch back with its backoff."""
         s = self.settings
         self._wake.clear()
-        claimed = await sql.claim(self.pool, s.batch, s.lease_seconds)
+        claimed = await sql.claim(
+            self.pool, s.batch, s.lease_seconds, s.quiet_seconds, s.yield_seconds
+        )
         if not claimed:
             self._failures = 0
             return False
         try:
+            if len(claimed) > 1 and min(c.attempts for c in claimed) > 0:
+                # Every chunk here failed before: one at a time, so that a text the
+                # embedder refuses does not hold back the chunks it was batched with.
+                for one in claimed:
+                    await self.embed_and_store([one])
+            else:
+                await self.embed_and_store(claimed)
+        except asyncio.CancelledError:  # stopping: hand the batch to the next filler now
+            with contextlib.suppress(Exception):
+                await asyncio.shield(sql.release(self.pool, claimed, failed=False))
+            raise
+        return True
+
+    async def embed_and_store(self, claimed: list[sql.Claimed]) -> None:
+        """Embed and store ``claimed``; a failing embedder gives them back with backoff."""
+        s = self.settings
+        try:
             vectors = await self.embedder.embed([c.content for c in claimed])
-            stored = await sql.store(self.pool, claimed, vectors, self.model)
         except EmbedderError as exc:
             self._failed(exc, "embedder", len(claimed))
             await sql.release(
                 self.pool, claimed, failed=True,
                 base_seconds=s.retry_base_seconds, max_seconds=s.retry_max_seconds,
             )  # fmt: skip
-            return True
-        except asyncio.CancelledError:  # stopping: hand the batch to the next filler now
-            with contextlib.suppress(Exception):
-                await asyncio.shield(sql.release(self.pool, claimed, failed=False))
-            raise
+            return
+        stored = await sql.store(self.pool, claimed, vectors, self.model)
         self._failures = 0
         metrics.CHUNK_EMBEDDINGS.labels("stored").inc(stored)
         # Retired or erased while the embedder ran: no vector for text that is gone.
         metrics.CHUNK_EMBEDDINGS.labels("discarded").inc(len(claimed) - stored)
-        return True
 
     def _failed(self, exc: BaseException, what: str, chunks: int = 0) -> None:
         self._failures += 1
