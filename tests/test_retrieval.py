@@ -111,6 +111,22 @@ async def test_unrelated_query_returns_nothing(
     assert await api.search("which port does the test DB listen on?", mode=semantic) == [memory.id]
 
 
+async def test_a_function_word_alone_matches_nothing(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """In a bucket of one, a query sharing only stop words ("with", "my") with a memory gets
+    no lexical hit, now (as_of) or in the past (each lane reads content words only); a
+    content word it shares finds it (control)."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice"), namespace=unique("ns"))
+    memory = (await api.save("Had coffee with Alex")).memory
+    assert await api.lexical("wake me up with my recent important memories") == []
+    past = common_pb2.TimeTravel(as_of=memory.recorded_at)  # counts rows, not statistics
+    assert await api.lexical("wake me up with my recent memories", time=past) == []
+    assert [h.memory.id for h in await api.lexical("coffee with friends")] == [memory.id]
+    found = await api.lexical("coffee with friends", time=past)
+    assert [h.memory.id for h in found] == [memory.id]
+
+
 async def test_filtered_semantic_search_fills_k_from_a_small_bucket(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:

@@ -30,6 +30,14 @@ from brain.server.storage.visibility import (
 )
 
 
+# The exact-form (`simple`) lane reads content words only: a lexeme the english
+# configuration drops as a stop word ("with", "the", "my") draws and scores nothing there,
+# so no hit rests on a function word alone, whatever the bucket's size (the `english` lane
+# never holds them).
+def content_word(lexeme: str) -> str:
+    return f"length(to_tsvector('english'::regconfig, {lexeme})) > 0"
+
+
 @dataclass(frozen=True)
 class Bm25:
     """BM25's constants and the lexical read budgets (from ``RetrievalParams``)."""
@@ -109,6 +117,7 @@ async def bm25_rows(
         WITH terms AS (
             SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS tq
             FROM unnest(tsvector_to_array(to_tsvector({cfg}, $1))) AS lexeme
+            {"WHERE " + content_word("lexeme") if config == "simple" else ""}
         ),
         -- Document frequency per term, counted up to the cap: a term in more rows than
         -- that is common, weighs little, and is not worth reading every row it is in.
@@ -179,6 +188,7 @@ async def term_statistics(
             FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) l
             UNION ALL SELECT 'simple', l
             FROM unnest(tsvector_to_array(to_tsvector('simple'::regconfig, $1))) l
+            WHERE {content_word("l")}
             UNION ALL SELECT 'english', '' UNION ALL SELECT 'simple', ''
         )
         -- Lexeme '' is each cell's row count and total length (see migration 0010).
