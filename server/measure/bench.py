@@ -20,6 +20,7 @@ how fast a generated repository becomes searchable (see ``bench_ingest``).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import itertools
@@ -248,7 +249,14 @@ def main(argv: list[str] | None = None) -> None:
 
         bench_ingest.main(argv[1:])
         return
-    parser = CommandParser(prog="brain-bench", description=__doc__)
+    parser = CommandParser(
+        prog="brain-bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="other measurements (each with its own --help):\n"
+        "  ingest      how fast a generated repository becomes searchable (bench_ingest)\n"
+        "  throughput  what saves wait on in PostgreSQL (bench_throughput)",
+    )
     add_version_argument(parser)
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
