@@ -167,7 +167,9 @@ class Document(_message.Message):
     change: _builtins.str
     """What this version did: "put", "delete"."""
     fully_embedded: _builtins.bool
-    """False while some chunk of this version has no vector (the embedder was down or off)."""
+    """False while some chunk of this version has no vector: the server embeds chunks in the
+    background after a put commits them (or the embedder is down or off).
+    """
     @_builtins.property
     def scope(self) -> _common_pb2.Scope: ...
     @_builtins.property
