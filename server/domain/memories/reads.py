@@ -33,6 +33,7 @@ from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import FusedHit
 from brain.server.domain.retrieval.relevance import RelevanceModel
 from brain.server.domain.retrieval.rerankers import RerankerError
+from brain.server.domain.retrieval.updates import current_first
 from brain.server.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -256,7 +257,11 @@ class MemoryReads(MemoryBase):
         finally:
             if pending is not None:
                 pending.cancel()  # a no-op once awaited
-        return await self.rerank(query, head, limit)
+        recalled = await self.rerank(query, head, limit)
+        if t.as_of is None and t.valid_at is None and not t.any_valid_time:
+            # A question about now: a newer statement of a changed value ranks first.
+            recalled = replace(recalled, hits=current_first(recalled.hits))
+        return recalled
 
     def default_floor(self, model: RelevanceModel, searched_rows: int) -> float:
         """The model's floor, once the lexical lanes ran over enough rows for BM25's term
