@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -51,6 +53,17 @@ from brain.v1 import (
     review_pb2_grpc,
 )
 
+# A channel with a connectivity subscription that is still open when the interpreter exits
+# makes gRPC's finaliser wait forever for its polling thread; a client the program never
+# closed (say a module-level one) is closed at exit instead.
+_OPEN: weakref.WeakSet[BrainClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open() -> None:
+    for client in list(_OPEN):
+        client.close()
+
 
 class BrainClient(ClientBase):
     """Blocking client; see the module docstring for scope, results, deadlines and retries.
@@ -92,6 +105,8 @@ class BrainClient(ClientBase):
         )
         # Connectivity changes arrive on gRPC's polling thread; never asks it to connect.
         self._channel.subscribe(self._watch.observe, try_to_connect=False)
+        self._closed = False
+        _OPEN.add(self)  # closed at exit if the program never does (see `_close_open`)
         channel = grpc.intercept_channel(self._channel, *interceptors)
         self._memory = memory_pb2_grpc.MemoryServiceStub(channel)
         self._review = review_pb2_grpc.ReviewServiceStub(channel)
@@ -101,7 +116,11 @@ class BrainClient(ClientBase):
         self._knowledge = knowledge_pb2_grpc.KnowledgeServiceStub(channel)
 
     def close(self) -> None:
-        """Close the channel; calls in flight are cancelled."""
+        """Close the channel; calls in flight are cancelled. Closing twice is a no-op."""
+        if self._closed:
+            return
+        self._closed = True
+        _OPEN.discard(self)
         self._channel.unsubscribe(self._watch.observe)
         self._channel.close()
 

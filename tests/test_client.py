@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -320,3 +322,11 @@ def test_export_streams_every_memory_with_a_resumable_cursor(brain_server: Brain
         rest = [item.memory.id for item in client.export(cursor=items[0].cursor)]
     assert sorted(item.memory.id for item in items) == sorted(ids)
     assert rest == [item.memory.id for item in items[1:]]
+
+
+def test_an_unclosed_client_lets_the_program_exit() -> None:
+    """A module-level BrainClient the program never closes does not hang the interpreter at
+    exit (gRPC's finaliser waited forever on its connectivity subscription)."""
+    code = "from brain.clients import BrainClient\nc = BrainClient('127.0.0.1:9', 'brk_x')\n"
+    done = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr

@@ -127,7 +127,23 @@ def test_startup_errors_are_one_clear_line(tmp_path: Path, pg_cluster: PgCluster
         )  # fmt: skip
         assert done.returncode == 2
         assert "brain-server: error: cannot listen on" in done.stderr
+        assert "add_port" not in done.stderr  # one line, not gRPC's own error before it
         assert postgres_for(tmp_path / "data") == []
+        # A port another brain-server holds in its reuse-port group (as --workers does) is
+        # taken too, with the default workers: joining the group would split its traffic.
+        other = socket.socket()
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        try:
+            done = subprocess.run(
+                [*SERVER, "--listen", f"127.0.0.1:{other.getsockname()[1]}", "--workers", "2"],
+                env=env, capture_output=True, text=True, timeout=90, check=False,
+            )  # fmt: skip
+        finally:
+            other.close()
+        assert done.returncode == 2, done.stderr
+        assert "brain-server: error: cannot listen on" in done.stderr
         # Positive control: the same scan finds the session's running embedded PostgreSQL.
         assert postgres_for(pg_cluster.embedded_pg.data_dir)
     finally:

@@ -29,10 +29,19 @@ def spawned(parent: psutil.Process) -> list[psutil.Process]:
 
 
 def log_events(path: Path) -> list[dict[str, object]]:
+    """The JSON log events in ``path``. Workers share the file, so two events can land on
+    one line (or a line be mid-write while read): every whole object is read."""
     events = []
+    decoder = json.JSONDecoder()
     for line in path.read_text().splitlines():
-        if line.startswith("{"):
-            events.append(json.loads(line))
+        at = line.find("{")
+        while at != -1:
+            try:
+                event, end = decoder.raw_decode(line, at)
+            except json.JSONDecodeError:
+                break
+            events.append(event)
+            at = line.find("{", end)
     return events
 
 

@@ -120,7 +120,8 @@ class BrainProxy:
 
     def _came_back(self) -> None:
         if self._outage is not None:
-            _log.info("brain-server at %s answers again", self.config.target)
+            # stderr says so, as it said the outage (brain-mcp logs warnings and up).
+            _log.warning("brain-server at %s answers again", self.config.target)
             self._outage = None
 
     async def identity(self) -> identity_pb2.WhoAmIResponse | None:

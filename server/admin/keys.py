@@ -6,14 +6,23 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
+
 from brain.authz import Confinement, is_valid_name, parse_permissions
 from brain.server.admin.registry import Context, UsageError, command, output, parse_duration
 from brain.server.storage import admin as store
 from brain.server.storage.migrate import migrate
+from brain.server.telemetry import logs
 
 
 async def cmd_migrate(ctx: Context) -> None:
-    applied = await migrate(await ctx.owner_dsn())
+    dsn = await ctx.owner_dsn()
+    try:
+        applied = await migrate(dsn)
+    except OSError as exc:  # the database cannot be reached: one line, as every command says
+        raise UsageError(f"cannot connect to {logs.redact_dsn(dsn)}: {exc}") from exc
+    except asyncpg.PostgresError as exc:  # refused login, missing database, a failed step
+        raise UsageError(f"cannot migrate {logs.redact_dsn(dsn)}: {exc}") from exc
     names = [f"{m.version:04d}_{m.name}" for m in applied]
     output(ctx.args, {"applied": names}, "\n".join(f"applied {n}" for n in names) or "up to date")
 

@@ -41,7 +41,7 @@ from brain.server.edge.identity import IdentityServicer
 from brain.server.edge.knowledge import KnowledgeServicer
 from brain.server.edge.memory import MemoryServicer
 from brain.server.edge.review import ReviewServicer
-from brain.server.runtime import embedded
+from brain.server.runtime import embedded, ports
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
 from brain.server.runtime.pepper import PepperError, load_pepper
@@ -304,6 +304,11 @@ async def _serve(
     knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(KnowledgeServicer(knowledge), server)
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        if not settings.reuse_port:  # a worker joins its parent's group, checked there
+            ports.ensure_free(settings.listen)
+    except OSError as exc:
+        raise StartupError(str(exc)) from exc
     try:
         if credentials is None:
             port = server.add_insecure_port(settings.listen)

@@ -12,9 +12,15 @@ from brain.server.runtime.app import StartupError, run
 from brain.server.runtime.config import add_server_arguments, settings_from_args
 from brain.server.telemetry import logs
 
+DESCRIPTION = (
+    "Shared Brain's gRPC server. With no database URL it starts an embedded PostgreSQL in "
+    "the data directory; flags override the BRAIN_* environment variables (see the "
+    "documentation, Configuration)."
+)
+
 
 def main(argv: list[str] | None = None) -> None:
-    parser = CommandParser(prog="brain-server", description=__doc__)
+    parser = CommandParser(prog="brain-server", description=DESCRIPTION)
     add_version_argument(parser)
     add_server_arguments(parser)
     settings = settings_from_args(parser.parse_args(argv))

@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 
 from brain.authz import SharedRateLimiter
-from brain.server.runtime import embedded
+from brain.server.runtime import embedded, ports
 from brain.server.runtime.app import StartupError, run, serve_metrics
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
@@ -59,17 +59,17 @@ class WorkerStartupError(Exception):
 def reserve_port(listen: str) -> tuple[socket.socket, str]:
     """Bind ``listen`` with SO_REUSEPORT (port 0 picks one) and return it as host:port.
 
-    The bound socket never listens; it only holds the port and proves no other program
-    (one without SO_REUSEPORT) has it. Workers join it in the same reuse-port group.
+    The bound socket never listens; it only holds the port, after ``ports.ensure_free``
+    proved no other program (another brain-server's reuse-port group included) listens
+    on it. Workers join it in the same reuse-port group.
     """
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    ports.ensure_free(listen)  # another server's reuse-port group must not be joined
+    host, port, family = ports.split(listen)
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
-        sock.bind((host, int(port)))
-    except (OSError, ValueError) as exc:
+        sock.bind((host, port))
+    except OSError as exc:
         sock.close()
         raise OSError(f"cannot listen on {listen}: the address is in use or not valid") from exc
     bound = sock.getsockname()[1]
