@@ -22,32 +22,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
 import multiprocessing
 import os
 import random
-import signal
-import socket
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
-
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brain.authz import CommandParser, add_version_argument
 from brain.server.domain.retrieval.embedders import Embedder
 from brain.server.measure.cpu import Watched
 from brain.server.measure.load import drive, start_echo_server
-from brain.server.measure.private import PrivateBrain, private_brain
+from brain.server.measure.private import private_brain, worker_server
 from brain.server.measure.synthetic import fill, sentence, tenant_of, vocabulary
-from brain.server.runtime import embedded
 from brain.server.telemetry import logs
 
 # search: hybrid with an embedder, else lexical; semantic: the query's vector alone (the
@@ -55,58 +46,6 @@ from brain.server.telemetry import logs
 # that reads the database through the whole stack (authorization, transaction, one row).
 KINDS = ("search", "semantic", "save", "get")
 DEFAULT_KINDS = ("search", "save")
-
-
-@contextlib.asynccontextmanager
-async def worker_server(
-    brain: PrivateBrain, embedder: str, workers: int
-) -> AsyncIterator[tuple[str, Watched]]:
-    """The address to load and the server's processes: the private in-process server, or
-    with ``workers`` > 1 a ``brain-server --workers N`` process on the same database."""
-    if workers == 1:
-        yield brain.address, Watched(os.getpid(), tree=False)  # not the driver, our child
-        return
-    with tempfile.TemporaryDirectory(prefix="brain-bench-") as scratch:
-        pepper = Path(scratch) / "pepper"
-        pepper.write_bytes(brain.pepper)
-        pepper.chmod(0o600)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            address = f"127.0.0.1:{probe.getsockname()[1]}"
-        env = {
-            **os.environ,
-            "BRAIN_DATABASE_URL": brain.owner_dsn.replace(
-                f"{embedded.OWNER_ROLE}@", f"{embedded.APP_LOGIN_ROLE}@", 1
-            ),
-            "BRAIN_PEPPER_FILE": str(pepper), "BRAIN_DATA_DIR": scratch,
-            "BRAIN_EMBEDDER": embedder, "BRAIN_WORKERS": str(workers),
-            "BRAIN_RATE_LIMIT": "1e9", "BRAIN_RATE_BURST": "1000000", "BRAIN_LOG_LEVEL": "warning",
-        }  # fmt: skip
-        server = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "brain.server.runtime.main", "--listen", address, env=env
-        )
-        try:
-            await _serving(address, server)
-            yield address, Watched(server.pid)
-        finally:
-            server.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(server.wait(), 60)
-
-
-async def _serving(address: str, server: asyncio.subprocess.Process) -> None:
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        for _ in range(600):
-            if server.returncode is not None:
-                raise RuntimeError(f"brain-server --workers exited with {server.returncode}")
-            try:
-                answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if answer.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError("brain-server --workers did not start serving within 2 minutes")
 
 
 async def run(

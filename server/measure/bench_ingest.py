@@ -33,11 +33,10 @@ from typing import Any
 import asyncpg
 
 from brain.authz import CommandParser
-from brain.server.measure.bench import worker_server
 from brain.server.measure.corpus_tree import build_tree
 from brain.server.measure.cpu import CpuMeter, Watched
 from brain.server.measure.knowledge_eval import private_key
-from brain.server.measure.private import private_brain
+from brain.server.measure.private import private_brain, worker_server
 from brain.server.telemetry import logs
 
 COLLECTION = "bench"

@@ -1,16 +1,21 @@
 """A brain to evaluate against: a fresh private server (embedded PostgreSQL + brain-server,
 removed on exit) or a running one, and the bucket each conversation or corpus goes to.
 
-Shared by `brain-eval` (LoCoMo and knowledge) and the benchmarks.
+Shared by `brain-eval` (LoCoMo and knowledge) and the benchmarks; ``worker_server`` puts a
+``brain-server --workers N`` on a private server's database.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
 import secrets
 import shutil
+import signal
+import socket
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -18,11 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brain.authz import Confinement
 from brain.server.domain.knowledge.filler import ChunkFiller
 from brain.server.domain.memories import Memories
 from brain.server.domain.retrieval.lanes import RetrievalParams
+from brain.server.measure.cpu import Watched
 from brain.server.runtime import embedded
 from brain.server.runtime.app import start_server
 from brain.server.runtime.bootstrap import prepare_embedded
@@ -149,3 +157,55 @@ async def private_brain(
         if pg is not None:
             pg.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def worker_server(
+    brain: PrivateBrain, embedder: str, workers: int
+) -> AsyncIterator[tuple[str, Watched]]:
+    """The address to load and the server's processes: the private in-process server, or
+    with ``workers`` > 1 a ``brain-server --workers N`` process on the same database."""
+    if workers == 1:
+        yield brain.address, Watched(os.getpid(), tree=False)  # not the driver, our child
+        return
+    with tempfile.TemporaryDirectory(prefix="brain-bench-") as scratch:
+        pepper = Path(scratch) / "pepper"
+        pepper.write_bytes(brain.pepper)
+        pepper.chmod(0o600)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{probe.getsockname()[1]}"
+        env = {
+            **os.environ,
+            "BRAIN_DATABASE_URL": brain.owner_dsn.replace(
+                f"{embedded.OWNER_ROLE}@", f"{embedded.APP_LOGIN_ROLE}@", 1
+            ),
+            "BRAIN_PEPPER_FILE": str(pepper), "BRAIN_DATA_DIR": scratch,
+            "BRAIN_EMBEDDER": embedder, "BRAIN_WORKERS": str(workers),
+            "BRAIN_RATE_LIMIT": "1e9", "BRAIN_RATE_BURST": "1000000", "BRAIN_LOG_LEVEL": "warning",
+        }  # fmt: skip
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "brain.server.runtime.main", "--listen", address, env=env
+        )
+        try:
+            await _serving(address, server)
+            yield address, Watched(server.pid)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(server.wait(), 60)
+
+
+async def _serving(address: str, server: asyncio.subprocess.Process) -> None:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for _ in range(600):
+            if server.returncode is not None:
+                raise RuntimeError(f"brain-server --workers exited with {server.returncode}")
+            try:
+                answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError("brain-server --workers did not start serving within 2 minutes")
