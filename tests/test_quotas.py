@@ -146,3 +146,29 @@ def test_set_quota_refuses_bad_input(brain_server: BrainServer) -> None:
     brain_server.admin("tenants", "set-quota", tenant, "--memories", "3")
     listed = json.loads(brain_server.admin("tenants", "list", "--json").stdout)
     assert {t["name"]: t for t in listed}[tenant]["quotas"] == {"memories": 3}
+
+
+async def test_a_quota_refusal_counts_nothing_the_caller_cannot_see(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A key confined to alice is refused with the same words whatever other users stored
+    (the message named the tenant's count, hidden memories included); the limit is named
+    and her own save before the limit is stored (control)."""
+    tenant = unique("quota")
+    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER,
+                                               user="alice"), user_id="alice")  # fmt: skip
+    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=WRITER, user="bob"),
+              user_id="bob")  # fmt: skip
+    for i in range(3):
+        await bob.save(f"bob's hidden note {i}")
+    brain_server.admin("tenants", "set-quota", tenant, "--memories", "4")
+    assert (await alice.save("alice's own note")).memory.id  # control: under the limit
+    refused = await rpc_error(alice.save("alice's second note"))
+    brain_server.admin("tenants", "set-quota", tenant, "--memories", "6")
+    await bob.save("bob's fourth hidden note")
+    await bob.save("bob's fifth hidden note")
+    again = await rpc_error(alice.save("alice's third note"))
+    assert refused.code() == again.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "at most 4" in (refused.details() or "") and "at most 6" in (again.details() or "")
+    assert (refused.details() or "").replace("4", "6") == again.details()  # no hidden count
+    assert "stores 4" not in (refused.details() or "")

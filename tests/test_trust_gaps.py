@@ -178,6 +178,26 @@ async def test_keys_that_cannot_read_get_a_random_ids_error_for_what_they_cannot
     denied = await outcome(update(reader)(shared))
     assert denied[0] == grpc.StatusCode.PERMISSION_DENIED
 
+    # The proposal path: a propose-only key naming a team memory in supersedes (a success
+    # told that it exists), and a write-only key whose save becomes a proposal in a
+    # review-required namespace, answer as for a random id; naming its own approved
+    # proposal works (control).
+    def propose_over(api: Api):  # type: ignore[no-untyped-def]
+        return lambda i: api.review.ProposeMemory(
+            review_pb2.ProposeMemoryRequest(
+                scope=api.scope(),
+                memory=common_pb2.MemoryDraft(content=f"a correction {unique('c')}"),
+                reason="it changed",
+                supersedes=[i],
+            ),
+            metadata=api.md,
+        )
+
+    await same_as_random("propose-only supersedes", propose_over(proposer))
+    assert (await propose_over(proposer)(proposal.candidate.id)).candidate.id
+    brain_server.admin("namespaces", "set", "proj", "--tenant", tenant, "--review-required")
+    await same_as_random("write-only supersedes, review-required", supersede(writer))
+
 
 def test_audit_chain_is_minted_only_for_a_tenant_wide_key(brain_server: BrainServer) -> None:
     """brain-admin refuses audit:chain on a confined key or without audit:read, in one line,

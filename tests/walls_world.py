@@ -578,10 +578,13 @@ async def preamble(w: World) -> None:
     await w.save("root", ("ns2", "bob", ""), team, ("Cyd",))
     await w.propose("secret", ("ns2", "", ""), secret, ("Ada",))
     await w.propose("proposer", ("ns1", "alice", ""), ("team", "secret"), ("Bix",))
-    shared = await w.save("root", (REVIEWED, "", ""), team, ("Cyd",))
-    # A write-only key changes the team's memory of a review-required namespace by
-    # proposing (SaveMemory with supersedes becomes a candidate): it acts on what it sees.
-    await w.save("writer", (REVIEWED, "alice", ""), team, ("Dov",), supersedes=shared)
+    await w.save("root", (REVIEWED, "", ""), team, ("Cyd",))
+    # A write-only key changes what its principal wrote in a review-required namespace by
+    # proposing (SaveMemory with supersedes becomes a candidate); any other memory there it
+    # cannot read, so naming one answers as a random id (the id sweep asks).
+    own = await w.save("writer", (REVIEWED, "alice", ""), team, ("Dov",))  # a candidate
+    await w.review("reviewer", own, True)
+    await w.save("writer", (REVIEWED, "alice", ""), team, ("Eve",), supersedes=own)
     w.doc_probes = [
         await w.document("root", ("ns1", "alice", ""), team),
         await w.document("root", ("ns1", "alice", ""), secret),

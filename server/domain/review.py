@@ -37,12 +37,13 @@ REVIEW_REQUIRED_REASON = "saved into a review-required namespace"
 
 
 def acts_on(caller: Caller, row: asyncpg.Record, *, review: bool) -> bool:
-    """Whether a review (or a withdrawal) may say anything about ``row`` beyond NOT_FOUND.
+    """Whether a review, a withdrawal or a proposal's ``supersedes`` may say anything about
+    ``row`` beyond NOT_FOUND.
 
     A key that reads memories may hear why it cannot act on a row it sees. A key without
     ``memories:read`` hears about only what this call acts on: a candidate (a review) or
-    a proposal of its own principal; any other id answers as a random one, so such a key
-    cannot learn that a memory exists, or its status, through a review or a withdrawal.
+    a memory of its own principal; any other id answers as a random one, so such a key
+    cannot learn that a memory exists, or its status, through these calls.
     """
     if caller.has(Permission.READ.value) or row["created_by"] == caller.principal:
         return True
@@ -114,8 +115,16 @@ class Review:
         if existing is not None and existing["memory_id"] not in supersedes:
             return existing, False
         for target_id in supersedes:  # checked now, superseded only on approval
-            if await sql.lock_current(conn, vis, target_id) is None:
+            target = await sql.lock_current(conn, vis, target_id)
+            # A key that cannot read names only its own principal's memories: any other id
+            # answers as a random one (a proposal's success would tell that it exists).
+            if target is None or not acts_on(caller, target, review=False):
                 raise supersede_target_not_found()
+            if target["status"] != "active":  # approval could never supersede it
+                raise FailedPrecondition(
+                    f"supersedes: memory {target_id} is {target['status']}, not active; "
+                    "only active memories can be superseded"
+                )
         policy = await review_sql.namespace_policy(conn, new.namespace)
         ttl = policy["candidate_ttl"] if policy else DEFAULT_CANDIDATE_TTL
         if review_within is not None:
