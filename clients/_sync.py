@@ -53,16 +53,25 @@ from brain.v1 import (
     review_pb2_grpc,
 )
 
-# A channel with a connectivity subscription that is still open when the interpreter exits
-# makes gRPC's finaliser wait forever for its polling thread; a client the program never
-# closed (say a module-level one) is closed at exit instead.
-_OPEN: weakref.WeakSet[BrainClient] = weakref.WeakSet()
+# gRPC's channel finaliser takes the lock its connectivity-polling thread (a daemon) holds
+# while it polls; at interpreter exit that thread can be frozen holding it, and the
+# finaliser then waits forever. So at exit every client still alive (a module-level one,
+# closed or not) is closed and its polling thread let end first (it notices within 0.2 s).
+_LIVE: weakref.WeakSet[BrainClient] = weakref.WeakSet()
+_EXIT_WAIT_SECONDS = 5.0
 
 
 @atexit.register
-def _close_open() -> None:
-    for client in list(_OPEN):
+def _close_at_exit() -> None:
+    clients = list(_LIVE)
+    for client in clients:
         client.close()
+    deadline = time.monotonic() + _EXIT_WAIT_SECONDS
+    for client in clients:
+        # grpc keeps the polling state private; without it there is nothing to wait for.
+        state = getattr(client._channel, "_connectivity_state", None)
+        while getattr(state, "polling", False) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 class BrainClient(ClientBase):
@@ -106,7 +115,7 @@ class BrainClient(ClientBase):
         # Connectivity changes arrive on gRPC's polling thread; never asks it to connect.
         self._channel.subscribe(self._watch.observe, try_to_connect=False)
         self._closed = False
-        _OPEN.add(self)  # closed at exit if the program never does (see `_close_open`)
+        _LIVE.add(self)  # see `_close_at_exit`
         channel = grpc.intercept_channel(self._channel, *interceptors)
         self._memory = memory_pb2_grpc.MemoryServiceStub(channel)
         self._review = review_pb2_grpc.ReviewServiceStub(channel)
@@ -120,7 +129,6 @@ class BrainClient(ClientBase):
         if self._closed:
             return
         self._closed = True
-        _OPEN.discard(self)
         self._channel.unsubscribe(self._watch.observe)
         self._channel.close()
 

@@ -327,6 +327,13 @@ def test_export_streams_every_memory_with_a_resumable_cursor(brain_server: Brain
 def test_an_unclosed_client_lets_the_program_exit() -> None:
     """A module-level BrainClient the program never closes does not hang the interpreter at
     exit (gRPC's finaliser waited forever on its connectivity subscription)."""
+    # The hang depended on where gRPC's polling thread stood at exit: try a few at once.
     code = "from brain.clients import BrainClient\nc = BrainClient('127.0.0.1:9', 'brk_x')\n"
-    done = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True)
-    assert done.returncode == 0, done.stderr
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE) for _ in range(4)
+    ]
+    for run in runs:
+        try:
+            assert run.wait(timeout=60) == 0, run.stderr.read() if run.stderr else b""
+        finally:
+            run.kill()
