@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -30,6 +28,7 @@ from brain.clients._base import (
     failed,
     is_position_marker,
 )
+from brain.clients._exit import closed_at_exit
 from brain.clients._requests import (
     Decision,
     DraftFields,
@@ -52,26 +51,6 @@ from brain.v1 import (
     review_pb2,
     review_pb2_grpc,
 )
-
-# gRPC's channel finaliser takes the lock its connectivity-polling thread (a daemon) holds
-# while it polls; at interpreter exit that thread can be frozen holding it, and the
-# finaliser then waits forever. So at exit every client still alive (a module-level one,
-# closed or not) is closed and its polling thread let end first (it notices within 0.2 s).
-_LIVE: weakref.WeakSet[BrainClient] = weakref.WeakSet()
-_EXIT_WAIT_SECONDS = 5.0
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    clients = list(_LIVE)
-    for client in clients:
-        client.close()
-    deadline = time.monotonic() + _EXIT_WAIT_SECONDS
-    for client in clients:
-        # grpc keeps the polling state private; without it there is nothing to wait for.
-        state = getattr(client._channel, "_connectivity_state", None)
-        while getattr(state, "polling", False) and time.monotonic() < deadline:
-            time.sleep(0.01)
 
 
 class BrainClient(ClientBase):
@@ -115,7 +94,7 @@ class BrainClient(ClientBase):
         # Connectivity changes arrive on gRPC's polling thread; never asks it to connect.
         self._channel.subscribe(self._watch.observe, try_to_connect=False)
         self._closed = False
-        _LIVE.add(self)  # see `_close_at_exit`
+        closed_at_exit(self, self._channel)
         channel = grpc.intercept_channel(self._channel, *interceptors)
         self._memory = memory_pb2_grpc.MemoryServiceStub(channel)
         self._review = review_pb2_grpc.ReviewServiceStub(channel)
