@@ -195,9 +195,11 @@ def pages() -> dict[str, str]:
     return out
 
 
-def on_config(config: Any) -> Any:
+def lay_out_sources() -> None:
     """Lay out the installed package's folders (``brain.clients`` is ``clients/``) where
-    mkdocstrings reads the client docstrings from: ``.build/docs-src/brain``."""
+    mkdocstrings reads the client docstrings from: ``.build/docs-src/brain``. Done when
+    this hook is loaded, before any plugin's ``on_config``: mkdocstrings drops a search
+    path that does not exist yet, so a first build on a fresh checkout found nothing."""
     brain = ROOT / ".build" / "docs-src" / "brain"
     brain.mkdir(parents=True, exist_ok=True)
     for name, folder in (("clients", "clients"), ("v1", "clients/v1"), ("authz", "authz")):
@@ -205,7 +207,9 @@ def on_config(config: Any) -> Any:
         if not link.is_symlink():
             link.symlink_to(ROOT / folder, target_is_directory=True)
     (brain / "__init__.py").touch()
-    return config
+
+
+lay_out_sources()
 
 
 def on_files(files: Files, config: Any) -> Files:
