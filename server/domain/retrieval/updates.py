@@ -93,22 +93,17 @@ def updates(older: Statement, newer: Statement) -> bool:
 
 
 def current_first(hits: Sequence[FusedHit]) -> list[FusedHit]:
-    """``hits`` with every newer update moved just above the older statement it updates
-    (stable otherwise; each pass moves one hit up, so it ends)."""
+    """``hits`` with each newer update moved just above the highest-ranked older statement
+    it updates; stable otherwise. One pass in rank order: each hit is compared with the
+    hits above it once (on every search about now, so no fixpoint loop)."""
     order = list(hits)
     said = {id(h): statement(str(h.row["content"])) for h in order}
     when = {id(h): (h.row["valid_from"], h.row["recorded_at"]) for h in order}
-    for _ in range(len(order)):
-        moved = False
-        for i, older in enumerate(order):
-            for j in range(i + 1, len(order)):
-                newer = order[j]
-                if when[id(newer)] > when[id(older)] and updates(said[id(older)], said[id(newer)]):
-                    order.insert(i, order.pop(j))
-                    moved = True
-                    break
-            if moved:
+    for newer in hits:
+        at = order.index(newer)
+        for above in range(at):
+            older = order[above]
+            if when[id(newer)] > when[id(older)] and updates(said[id(older)], said[id(newer)]):
+                order.insert(above, order.pop(at))
                 break
-        if not moved:
-            break
     return order
