@@ -17,6 +17,8 @@ from brain.v1 import common_pb2, memory_pb2, review_pb2
 
 from .conftest import BrainServer, unique
 from .edge import outcome
+from .graph_helpers import draft
+from .graph_helpers import save as graph_save
 from .helpers import Api
 
 WRITER = "memories:read,memories:write,memories:forget,memories:propose"
@@ -401,3 +403,32 @@ async def test_bad_consolidation_requests_name_the_field(
         )
     assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in (failed.value.details() or "")
+
+
+async def test_a_single_valued_relation_with_another_object_is_a_slot_conflict(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Two memories whose words share little, but whose graph says the payments team has
+    one lead and names two: a slot conflict; a many-valued relation is none."""
+    tenant, ns = unique("cf"), unique("ns")
+    writer, _ = keys(brain_server, channel, tenant, ns)
+    first = await graph_save(
+        writer, "Priya heads the payments group",
+        draft(relations=[("Payments", "led_by", "Priya")], one=["led_by"]),
+    )  # fmt: skip
+    second = await graph_save(
+        writer, "Sam took over running payments",
+        draft(relations=[("Payments", "led_by", "Sam")], one=["led_by"]),
+    )  # fmt: skip
+    [found] = second.conflicts
+    assert found.rule == common_pb2.CONFLICT_RULE_SLOT and found.older_id == first.memory.id
+    assert "led_by" in found.detail
+    third = await graph_save(
+        writer, "Payments uses the ledger service",
+        draft(relations=[("Payments", "uses", "Ledger")]),
+    )  # fmt: skip
+    fourth = await graph_save(
+        writer, "Payments relies on the fraud model",
+        draft(relations=[("Payments", "uses", "Fraud Model")]),
+    )  # fmt: skip
+    assert third.conflicts == [] and fourth.conflicts == []
