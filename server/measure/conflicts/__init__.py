@@ -56,9 +56,9 @@ async def evaluate(
 ) -> Trace:  # fmt: skip
     """Provision two fresh tenants on the server at ``address`` (through its owner
     database), write the set, run the checks; what the server answered."""
-    keys = await provision(owner_dsn, pepper)
+    tenants = await provision(owner_dsn, pepper)
     async with grpc.aio.insecure_channel(address) as channel:
-        runner = Runner(channel, keys)
+        runner = Runner(channel, tenants)
         await runner.write_all(labelled, concurrency, progress)
         await runner.list_all()
         await runner.check_leaks()

@@ -221,7 +221,7 @@ def load(path: Path) -> LabelledSet:
             )
             for s in data.get("consolidation", ())
         )
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+    except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: malformed conflict set: {exc!r}") from exc
     for c in cases:
         check(c)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -60,15 +61,24 @@ ALL_STATUSES = [s for s in common_pb2.MemoryStatus.values() if s]
 TIMEOUT = 60.0
 
 
-async def provision(owner_dsn: str, pepper: bytes) -> dict[str, dict[str, str]]:
-    """Two fresh tenants and their keys: ``keys[tenant][name]`` is a full API key."""
+@dataclass(frozen=True)
+class Tenants:
+    """The run's two tenants: ``names[t]`` is tenant ``t``'s name (``a``, ``b``), and
+    ``keys[t][key]`` a full API key of it."""
+
+    names: dict[str, str]
+    keys: dict[str, dict[str, str]]
+
+
+async def provision(owner_dsn: str, pepper: bytes) -> Tenants:
+    """Two fresh tenants, with the writers of `KEYS` and the reviewers in each."""
     run = secrets.token_hex(4)
+    names = {tenant: f"conflicts-eval-{run}-{tenant}" for tenant in TENANTS}
     keys: dict[str, dict[str, str]] = {}
     conn = await asyncpg.connect(owner_dsn)
     try:
         async with conn.transaction():
-            for tenant in TENANTS:
-                name = f"conflicts-eval-{run}-{tenant}"
+            for tenant, name in names.items():
                 await admin.create_tenant(conn, name)
                 keys[tenant] = {}
                 specs: list[tuple[str, frozenset[str], Confinement, tuple[str, ...]]] = [
@@ -86,7 +96,7 @@ async def provision(owner_dsn: str, pepper: bytes) -> dict[str, dict[str, str]]:
                     keys[tenant][key_name] = minted.key
     finally:
         await conn.close()
-    return keys
+    return Tenants(names, keys)
 
 
 def namespace(owner: str, at: Placement) -> str:
@@ -131,10 +141,10 @@ def graph(st: Statement) -> graph_pb2.GraphDraft | None:
 class Runner:
     """One run over one server: the stubs, the keys, and the trace being filled."""
 
-    def __init__(self, channel: grpc.aio.Channel, keys: dict[str, dict[str, str]]) -> None:
+    def __init__(self, channel: grpc.aio.Channel, tenants: Tenants) -> None:
         self.memory = memory_pb2_grpc.MemoryServiceStub(channel)
         self.review = review_pb2_grpc.ReviewServiceStub(channel)
-        self.keys = keys
+        self.keys = tenants.keys
         self.trace = Trace()
         # Responses' conflicts, with who wrote and in which scope: for the leak check.
         self.responses: list[tuple[Seen, str, common_pb2.Scope]] = []

@@ -230,6 +230,8 @@ def _consolidation(labelled: LabelledSet, trace: Trace) -> dict[str, Any]:
     sets = {s.id: s for s in labelled.consolidation if s.id in trace.consolidated_sets}
     pure, recovered = [], []
     for c in trace.clusters:
+        if c.set_id not in sets:
+            continue
         groups = {sets[c.set_id].members[i].group if i >= 0 else "?" for i in c.sources}
         pure.append(c.in_cell and len(groups) == 1 and not groups & {"", "?"})
     for set_id, s in sets.items():
