@@ -120,7 +120,8 @@ async def consolidate(run: Runner, labelled: LabelledSet) -> None:
                     sorted(at.labels),
                 )
             chosen = index_of.get(c.chosen_id, -1)
-            clusters.append(Cluster(s.id, sources, cand.id, cand.content, chosen, in_cell))
+            names = set(cand.supersedes) == set(c.source_ids)
+            clusters.append(Cluster(s.id, sources, cand.id, cand.content, chosen, in_cell, names))
         run.trace.clusters += clusters
         pure = [c for c in clusters if c.candidate_id and c.in_cell and _one_group(s, c)]
         if pure:

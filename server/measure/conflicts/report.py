@@ -53,7 +53,8 @@ def format_table(figures: dict[str, Any], heading: str) -> str:
         f"{_short(r['superseded_on_approval'])}, back as a candidate "
         f"{_short(r['reopened_as_candidate'])} {r['after'] or ''}".rstrip(),
         f"consolidation: precision {ratio(c['precision'])} over {c['sets']} sets, groups "
-        f"recovered {ratio(c['groups_recovered'])}",
+        f"recovered {ratio(c['groups_recovered'])}, candidates superseding exactly their "
+        f"sources {_short(c['candidates_supersede_their_sources'])}",
         f"erasure after forgetting a source: completeness {ratio(e['completeness'])}, sets "
         f"fully erased {_short(e['sets_fully_erased'])} ({_groups(e['checks'])})",
     ]

@@ -242,6 +242,9 @@ def _consolidation(labelled: LabelledSet, trace: Trace) -> dict[str, Any]:
         "clusters": len(trace.clusters),
         "precision": _ratio(pure).as_json(),
         "groups_recovered": _ratio(recovered).as_json(),
+        "candidates_supersede_their_sources": _ratio(
+            c.supersedes_sources for c in trace.clusters if c.candidate_id
+        ).as_json(),
     }
 
 

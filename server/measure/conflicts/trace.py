@@ -79,6 +79,8 @@ class Cluster:
     chosen: int  # member index of chosen_id, -1 if none
     # The candidate lives in its sources' cell (namespace, user, session, labels).
     in_cell: bool
+    # The candidate names exactly its sources in `supersedes`.
+    supersedes_sources: bool = True
 
 
 @dataclass(frozen=True)
