@@ -8,9 +8,9 @@ import hmac
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 import structlog
@@ -77,6 +77,8 @@ class Recalled:
     hits: list[FusedHit]
     ranking: int
     below_floor: int = 0
+    # Open conflicts of the hits with memories the caller sees, by memory id (issue 30).
+    conflicts: dict[Any, list[common_pb2.Conflict]] = field(default_factory=dict)
 
 
 # Sees every fused candidate of a search before the floor and the limit, with the number
