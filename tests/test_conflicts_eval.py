@@ -25,6 +25,7 @@ from brain.server.measure.conflicts.model import (
     LabelledSet,
     Placement,
     check,
+    check_set,
     dump,
     load,
     reaches,
@@ -97,13 +98,21 @@ def test_labels_agree_with_the_wall_rule(split: str) -> None:
         if c.variant in ("other_tenant", "other_namespace", "other_user_confined"):
             assert c.must_not_propose and not c.writer_sees_older
         assert c.older.text != c.newer.text or c.older_at != c.newer_at
+    for k in generate(split).consolidation:
+        check_set(k)
 
 
-def test_the_consistency_check_catches_a_mislabelled_pair() -> None:
-    """The label check fails for a cross-tenant pair labelled as proposable (control)."""
+def test_the_consistency_checks_catch_a_mislabelled_pair_and_a_duplicate() -> None:
+    """The label check fails for a cross-tenant pair labelled as proposable, and the set
+    check for a copy its writer would get back as the original (controls)."""
     case = next(c for c in generate("dev").cases if c.variant == "other_tenant")
     with pytest.raises(ValueError, match="must_not_propose"):
         check(replace(case, must_not_propose=False))
+    kset = generate("dev").consolidation[0]
+    members = [replace(m, at=Placement(labels=("ops",))) if m.group == "g0@ops" else m
+               for m in kset.members]  # fmt: skip
+    with pytest.raises(ValueError, match="would be saved as member"):
+        check_set(replace(kset, members=tuple(members)))
 
 
 def test_the_wall_rule_and_visibility_rule() -> None:

@@ -250,8 +250,8 @@ class _Generator:
     # -- consolidation -------------------------------------------------------------------
 
     def consolidation(self, n: int) -> ConsolidationSet:
-        """Three groups of restatements in the main cell, copies of the first in a user's
-        cell and in another label set, and two distractors."""
+        """Three groups of restatements in the main cell, copies of the first (the same
+        words) in a user's cell and in another label set, and two distractors."""
         rng = self.rng
         attrs = rng.sample(list(self.bank.attributes), 3)
         members: list[Member] = []
@@ -268,12 +268,15 @@ class _Generator:
                 other = rng.choice([x for x in attr.subjects if x != s])
                 value = rng.choice([x for x in attr.values_for(other) if x != v])
                 members.append(Member(fill(templates[0], other, value), ""))
-        members += [Member(t, "g0@alice", P(user="alice")) for t in first]
-        members += [Member(t, "g0@ops", P(labels=("ops",))) for t in first]
         multi = rng.choice(self.bank.multi)
         s = rng.choice(multi.subjects)
         members.append(Member(fill(multi.state[0], s, rng.choice(multi.values)), ""))
         rng.shuffle(members)
+        # The copies come after the originals; the label copies are written by a key that
+        # holds only "ops" and so cannot see the originals: the same words are saved anew
+        # (a writer that saw both would get the original back, deduplicated).
+        members += [Member(t, "g0@alice", P(user="alice")) for t in first]
+        members += [Member(t, "g0@ops", P(labels=("ops",), writer="ops")) for t in first]
         return ConsolidationSet(f"{self.split}-k{n}", tuple(members))
 
 

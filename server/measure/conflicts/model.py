@@ -225,6 +225,8 @@ def load(path: Path) -> LabelledSet:
         raise ValueError(f"{path}: malformed conflict set: {exc!r}") from exc
     for c in cases:
         check(c)
+    for k in sets:
+        check_set(k)
     return LabelledSet(str(data.get("split", path.stem)), int(data.get("seed", 0)), cases, sets)
 
 
@@ -236,11 +238,32 @@ def check(case: Case) -> None:
         raise ValueError(f"case {case.id}: rule {case.rule!r} does not fit expect {case.expect}")
     if case.must_not_propose != (not reaches(case.newer_at, case.older_at)):
         raise ValueError(f"case {case.id}: must_not_propose disagrees with its placements")
-    if case.older.text == case.newer.text and case.older_at == case.newer_at:
-        raise ValueError(f"case {case.id}: the two statements are identical")
+    if deduplicated(case.older.text, case.older_at, case.newer.text, case.newer_at):
+        raise ValueError(f"case {case.id}: the newer would be saved as the older one")
     for at in (case.older_at, case.newer_at):
         if not may_write(at):
             raise ValueError(f"case {case.id}: writer {at.writer!r} cannot write there")
+
+
+def check_set(s: ConsolidationSet) -> None:
+    """Every member can be written where it is, and none would come back as another."""
+    for i, m in enumerate(s.members):
+        if not may_write(m.at):
+            raise ValueError(f"set {s.id}: member {i}: writer {m.at.writer!r} cannot write there")
+        for j, earlier in enumerate(s.members[:i]):
+            if deduplicated(earlier.text, earlier.at, m.text, m.at):
+                raise ValueError(f"set {s.id}: member {i} would be saved as member {j}")
+
+
+def deduplicated(older: str, older_at: Placement, newer: str, newer_at: Placement) -> bool:
+    """Whether saving ``newer`` would return the older memory instead (the server's
+    deduplication: the same text in the same bucket, visible to the writer)."""
+    return (
+        older == newer
+        and (older_at.tenant, older_at.namespace, older_at.user, older_at.session)
+        == (newer_at.tenant, newer_at.namespace, newer_at.user, newer_at.session)
+        and sees(newer_at, older_at)
+    )
 
 
 def _placement(d: dict[str, Any]) -> Placement:

@@ -138,6 +138,10 @@ def graph(st: Statement) -> graph_pb2.GraphDraft | None:
     return g
 
 
+class NotWritten(Exception):
+    """A save that did not create a new memory."""
+
+
 class Runner:
     """One run over one server: the stubs, the keys, and the trace being filled."""
 
@@ -182,6 +186,11 @@ class Runner:
         saved = await self.memory.SaveMemory(
             request, metadata=self.md(at.tenant, at.writer), timeout=TIMEOUT
         )
+        if saved.outcome != memory_pb2.SAVE_OUTCOME_CREATED:
+            # Another memory's id (deduplicated) would be scored as this one: the set must
+            # not hold a statement its writer can already see in the same bucket.
+            outcome = memory_pb2.SaveOutcome.Name(saved.outcome)
+            raise NotWritten(f"{role} {st.text!r} was not created: {outcome}")
         self.wrote(saved.memory.id, owner, role, at)
         self.responded(saved.conflicts, "save", at.tenant, at.writer, scope)
         return str(saved.memory.id)
@@ -238,6 +247,8 @@ class Runner:
             self.trace.pairs[case.id] = (older, newer)
         except grpc.aio.AioRpcError as exc:
             self.trace.errors.append(f"case {case.id}: {exc.code().name}: {exc.details()}")
+        except NotWritten as exc:
+            self.trace.errors.append(f"case {case.id}: {exc}")
 
     async def write_all(
         self, labelled: LabelledSet, concurrency: int, progress: Callable[[str, int, int], None]
@@ -259,11 +270,13 @@ class Runner:
         await asyncio.gather(*(one(j) for j in jobs))
 
     async def write_members(self, set_id: str, members: list[tuple[str, Placement]]) -> None:
-        try:
-            for i, (text, at) in enumerate(members):
+        for i, (text, at) in enumerate(members):
+            try:
                 await self.save(Statement(text), at, set_id, f"member:{i}")
-        except grpc.aio.AioRpcError as exc:
-            self.trace.errors.append(f"set {set_id}: {exc.code().name}: {exc.details()}")
+            except grpc.aio.AioRpcError as exc:
+                self.trace.errors.append(f"set {set_id}: {exc.code().name}: {exc.details()}")
+            except NotWritten as exc:
+                self.trace.errors.append(f"set {set_id}: {exc}")
 
     # -- reading back --------------------------------------------------------------------
 
