@@ -126,7 +126,8 @@ async def consolidate(run: Runner, labelled: LabelledSet) -> None:
         pure = [c for c in clusters if c.candidate_id and c.in_cell and _one_group(s, c)]
         if pure:
             await erase(run, s, pure[0], approve=index % 2 == 0,
-                        forget_chosen=(index // 2) % 2 == 0, index_of=index_of)  # fmt: skip
+                        forget_chosen=(index // 2) % 2 == 0, index_of=index_of,
+                        others=[k for k in clusters if k is not pure[0]])  # fmt: skip
 
 
 def _one_group(s: ConsolidationSet, c: Cluster) -> bool:
@@ -136,7 +137,7 @@ def _one_group(s: ConsolidationSet, c: Cluster) -> bool:
 
 async def erase(
     run: Runner, s: ConsolidationSet, c: Cluster, *, approve: bool, forget_chosen: bool,
-    index_of: dict[str, int],
+    index_of: dict[str, int], others: list[Cluster],
 ) -> None:  # fmt: skip
     ns = namespace(s.id, Placement())
     md = run.md("a", "reviewer")
@@ -158,18 +159,27 @@ async def erase(
         ),
         metadata=run.md("a", at.writer), timeout=TIMEOUT,
     )  # fmt: skip
-    # The text may live on only in members written with the same words (copies in other
-    # cells) — and, when a source other than the chosen one was forgotten, in the chosen one.
+    # The text may live on only where it does not come from the forgotten source: members
+    # written with the same words (the chosen one, copies in other cells) and the other
+    # cells' consolidations of those copies.
     allowed = {
         id_of[i] for i, m in enumerate(s.members)
         if i != victim and i in id_of and m.text == c.text
     }  # fmt: skip
+    allowed |= {k.candidate_id for k in others if victim not in k.sources}
     allowed -= {c.candidate_id}
 
-    def clean(memory: common_pb2.Memory) -> bool:
+    left: list[str] = []
+
+    def clean(memory: common_pb2.Memory, where: str) -> bool:
         if memory.id == c.candidate_id:
-            return not memory.content
-        return memory.id in allowed or memory.content != c.text
+            ok = not memory.content
+        else:
+            ok = memory.id in allowed or memory.content != c.text
+        if not ok:
+            role = "consolidated" if memory.id == c.candidate_id else f"memory {memory.id}"
+            left.append(f"{where}: {role} v{memory.version} {_status(memory.status)}")
+        return ok
 
     checks: dict[str, bool] = {}
     got = await run.get("a", c.candidate_id, ns)
@@ -193,7 +203,7 @@ async def erase(
         ),
         metadata=md, timeout=TIMEOUT,
     )  # fmt: skip
-    checks["search"] = all(clean(h.memory) for h in found.hits)
+    checks["search"] = all([clean(h.memory, "search") for h in found.hits])
     exported = run.memory.ExportMemories(
         memory_pb2.ExportMemoriesRequest(
             scope=common_pb2.Scope(namespace=ns), include_history=True,
@@ -201,7 +211,7 @@ async def erase(
         ),
         metadata=md, timeout=TIMEOUT,
     )  # fmt: skip
-    checks["export"] = all([clean(item.memory) async for item in exported])
+    checks["export"] = all([clean(item.memory, "export") async for item in exported])
     remaining = [id_of[i] for i in c.sources if i != victim]
     statuses = [await run.get("a", r, ns) for r in remaining]
     if approve:
@@ -220,4 +230,4 @@ async def erase(
         checks["sources_kept"] = all(
             m is not None and m.status == common_pb2.MEMORY_STATUS_ACTIVE for m in statuses
         )
-    run.trace.erasures.append(Erasure(s.id, approve, forgot_chosen, checks))
+    run.trace.erasures.append(Erasure(s.id, approve, forgot_chosen, checks, tuple(left)))

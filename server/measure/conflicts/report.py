@@ -57,6 +57,7 @@ def format_table(figures: dict[str, Any], heading: str) -> str:
         f"sources {_short(c['candidates_supersede_their_sources'])}",
         f"erasure after forgetting a source: completeness {ratio(e['completeness'])}, sets "
         f"fully erased {_short(e['sets_fully_erased'])} ({_groups(e['checks'])})",
+        *[f"  text left: {x}" for x in e["leftovers"][:10]],
     ]
     if figures["unavailable"]:
         lines.append(

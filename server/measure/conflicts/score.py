@@ -257,4 +257,10 @@ def _erasure(trace: Trace) -> dict[str, Any]:
         "completeness": _ratio(ok for e in trace.erasures for ok in e.checks.values()).as_json(),
         "sets_fully_erased": _ratio(all(e.checks.values()) for e in trace.erasures).as_json(),
         "checks": {k: _ratio(v).as_json() for k, v in sorted(checks.items())},
+        "leftovers": [
+            f"{e.set_id} ({'approved' if e.approved else 'pending'}, forgot the "
+            f"{'chosen' if e.forgot_chosen else 'other'} source): {x}"
+            for e in trace.erasures
+            for x in e.leftovers
+        ],
     }

@@ -91,6 +91,8 @@ class Erasure:
     approved: bool
     forgot_chosen: bool
     checks: dict[str, bool]
+    # Where the consolidated text was still found ("export: consolidated v2 SUPERSEDED").
+    leftovers: tuple[str, ...] = ()
 
 
 @dataclass
