@@ -4,6 +4,8 @@ recall marks the older memory as possibly outdated."""
 
 from __future__ import annotations
 
+import json
+
 from brain.clients import BrainClient, Scope
 from brain.v1 import common_pb2
 
@@ -56,3 +58,41 @@ async def test_an_agent_hears_of_the_conflict_and_recall_marks_the_older(
         assert f"may be outdated: {second.structured_content['id']}" in text_of(recalled)
         marked = {h["id"]: h.get("conflicts", []) for h in recalled.structured_content["hits"]}
         assert [c["newer_id"] for c in marked[old_id]] == [second.structured_content["id"]]
+
+
+def test_brain_admin_lists_conflicts_and_proposes_consolidations(
+    brain_server: BrainServer,
+) -> None:
+    """The operator's view: open conflicts of one tenant only, and a consolidation proposed
+    as admin:<user>, which a reviewer of the tenant then approves."""
+    tenant, ns = unique("cf"), unique("ns")
+    scope = Scope(namespace=ns)
+    writer_key = brain_server.mint_key(tenant, "agent:writer", permissions=WRITER)
+    reviewer_key = brain_server.mint_key(tenant, "carol", permissions=REVIEWER)
+    other_key = brain_server.mint_key(unique("cf"), "eve", permissions=WRITER)
+    with (
+        BrainClient(brain_server.target, writer_key, scope=scope) as writer,
+        BrainClient(brain_server.target, reviewer_key, scope=scope) as reviewer,
+        BrainClient(brain_server.target, other_key, scope=scope) as other,
+    ):
+        writer.save(OLD)
+        [found] = writer.save(NEW).conflicts
+        other.save(OLD)
+        [elsewhere] = other.save(NEW).conflicts  # another tenant's: never listed here
+        listed = brain_server.admin("conflicts", "list", "--tenant", tenant, "--json").stdout
+        assert found.id in listed and elsewhere.id not in listed
+        sources = [
+            writer.save("The design review happens in room 4B every week").memory.id,
+            writer.save("Every week the design review happens in room 4B").memory.id,
+        ]
+        done = brain_server.admin("conflicts", "consolidate", ns, "--tenant", tenant, "--json")
+        [proposal] = json.loads(done.stdout)
+        assert sorted(proposal["sources"]) == sorted(sources)
+        approved = reviewer.review(proposal["candidate"], "approve", reason="one fact")
+        assert approved.memory.status == common_pb2.MEMORY_STATUS_ACTIVE
+        assert {writer.get(s).memory.status for s in sources} == {
+            common_pb2.MEMORY_STATUS_SUPERSEDED
+        }
+        bad = brain_server.admin("conflicts", "consolidate", ns, "--tenant", tenant,
+                                 "--max-clusters", "0", check=False)  # fmt: skip
+        assert bad.returncode == 2 and "--max-clusters" in bad.stderr

@@ -599,7 +599,9 @@ class Conflict(_message.Message):
     detail: _builtins.str
     """What the rule saw, e.g. "value 5433 -> 5434" or "correction: moved to"."""
     judge: _builtins.str
-    """A configured model judge's verdict ("confirmed"); empty when none was asked."""
+    """A configured model judge's advice ("confirmed by <model>: <reason>" or "rejected by
+    ..."); empty when none was asked. It decides nothing; a rejected conflict marks no hit.
+    """
     detected_by: _builtins.str
     """Principal whose write found it, and when."""
     resolved_by: _builtins.str

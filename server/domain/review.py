@@ -382,6 +382,7 @@ class Review:
                 conn, current["tenant_id"], current["memory_id"]
             )
             found = await m.conflicts_of(conn, caller, row, vector, model)
+        m.judge_later(caller, found)
         return review_pb2.ReviewCandidateResponse(
             memory=convert.shown(row, caller.has(Permission.READ.value)), conflicts=found
         )

@@ -277,17 +277,31 @@ async def decide(
     return out
 
 
+async def set_verdict(
+    conn: asyncpg.Connection, v: Visibility, conflict_id: uuid.UUID, verdict: str
+) -> None:
+    """A model judge's advice on a conflict that is still open (it decides nothing)."""
+    p = Params(conflict_id, verdict)
+    await conn.execute(
+        f"""UPDATE memory_conflicts c SET judge = $2
+            WHERE c.conflict_id = $1 AND c.state = 'open' AND {_both_visible(v, p)}""",
+        *p.values,
+    )
+
+
 async def open_marks(
     conn: asyncpg.Connection, v: Visibility, memory_ids: Sequence[uuid.UUID]
 ) -> list[asyncpg.Record]:
-    """Open conflicts of these memories with memories ``v`` sees (for marks on hits)."""
+    """Open conflicts of these memories with memories ``v`` sees (for marks on hits), but
+    those a model judge rejected."""
     if not memory_ids:
         return []
     p = Params(list(memory_ids))
     return list(
         await conn.fetch(
             f"""SELECT {CONFLICT_COLUMNS} FROM memory_conflicts c
-                WHERE c.state = 'open' AND (c.newer_id = ANY($1::uuid[])
+                WHERE c.state = 'open' AND c.judge NOT LIKE 'rejected%'
+                  AND (c.newer_id = ANY($1::uuid[])
                                             OR c.older_id = ANY($1::uuid[]))
                   AND {_both_visible(v, p)}
                 ORDER BY c.conflict_id""",

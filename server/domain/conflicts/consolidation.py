@@ -28,7 +28,7 @@ from typing import Any
 
 import asyncpg
 
-from brain.server.domain import graph
+from brain.server.domain import cursors, graph
 from brain.server.domain.conflicts.detectors import RESTATED, Rule, compare, statement
 from brain.server.storage import conflicts as conflicts_sql
 from brain.server.storage import erasure, setlocal
@@ -36,7 +36,7 @@ from brain.server.storage import memories as memory_sql
 from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 
 CONSOLIDATE = "consolidate"
-# Reopened memories stay reviewable as long as a proposal does by default.
+# Reopened and consolidated memories stay reviewable as long as a proposal does by default.
 REOPEN_TTL = timedelta(days=7)
 # At most this many memories of a namespace are clustered in one request.
 MAX_SCANNED = 2000
@@ -116,14 +116,16 @@ async def active_rows(
     conn: asyncpg.Connection, v: Visibility, namespace: str
 ) -> list[asyncpg.Record]:
     """ACTIVE memories of the namespace that ``v`` sees and that no pending consolidation
-    already covers, oldest first."""
-    p = Params(namespace)
+    already covers, oldest first (``v`` with ``app_filter`` off: all of its tenant's, for
+    brain-admin, which reads as the owner)."""
+    p = Params(namespace, v.tenant_id)
     return list(
         await conn.fetch(
             f"""SELECT {memory_sql.MEMORY_COLUMNS}, m.fingerprint, m.embedding,
                        m.embedding_model
                 FROM memories m
-                WHERE m.namespace = $1 AND m.retired_at IS NULL AND m.status = 'active'
+                WHERE m.namespace = $1 AND m.tenant_id = $2::uuid AND m.retired_at IS NULL
+                  AND m.status = 'active'
                   AND (m.expires_at IS NULL OR m.expires_at > now())
                   AND {visibility_predicate(v, p)}
                   AND NOT EXISTS (
@@ -136,6 +138,37 @@ async def active_rows(
             *p.values,
         )
     )
+
+
+async def propose(
+    conn: asyncpg.Connection,
+    tenant_id: Any,
+    cluster: Cluster,
+    principal: str,
+    key_id: str,
+    reason: str,
+) -> asyncpg.Record:
+    """The consolidated candidate: the chosen source's text in the cluster's cell, proposed
+    by ``principal`` (who therefore cannot approve it), superseding every source."""
+    chosen, sources = cluster.chosen, cluster.sources
+    at = await memory_sql.clock(conn)
+    new = memory_sql.NewMemory(
+        namespace=chosen["namespace"], user_id=chosen["user_id"],
+        session_id=chosen["session_id"], content=chosen["content"],
+        fingerprint=bytes(chosen["fingerprint"]), kind=chosen["kind"],
+        tags=sorted({t for s in sources for t in s["tags"]}), metadata=dict(chosen["metadata"]),
+        labels=list(chosen["labels"]), status="candidate",
+        confidence=max(s["confidence"] for s in sources),
+        importance=max(s["importance"] for s in sources),
+        valid_from=chosen["valid_from"], valid_to=chosen["valid_to"],
+        expires_at=chosen["expires_at"], created_by=principal, changed_by_key=key_id,
+        change=CONSOLIDATE, supersedes=[s["memory_id"] for s in sources],
+        embedding=chosen["embedding"], embedding_model=chosen["embedding_model"],
+        proposal_reason=f"{reason}: {len(sources)} restatements, the text of "
+        f"{chosen['memory_id']} (the most complete, then the most recent)",
+        candidate_expires_at=at + REOPEN_TTL,
+    )  # fmt: skip
+    return await memory_sql.insert_memory(conn, tenant_id, new, cursors.uuid7(), at)
 
 
 async def after_forget(

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import asyncpg
-
 from brain.authz import Caller
 from brain.server.domain import convert, cursors, quotas
 from brain.server.domain import validation as check
@@ -24,7 +22,6 @@ from brain.server.domain.conflicts.service import (
     reaches_readers,
 )
 from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories
-from brain.server.domain.memories._common import fingerprint
 from brain.server.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -173,33 +170,10 @@ class ConflictReview:
                     min_overlap=cluster.min_overlap,
                 )
                 if not req.dry_run:
-                    item.candidate.CopyFrom(
-                        convert.memory(await self._propose(conn, caller, cluster, reason))
-                    )
+                    row = await consolidation.propose(
+                        conn, caller.tenant_id, cluster, caller.principal,
+                        caller.key.key_id, reason,
+                    )  # fmt: skip
+                    item.candidate.CopyFrom(convert.memory(row))
                 out.consolidations.append(item)
         return out
-
-    async def _propose(
-        self, conn: asyncpg.Connection, caller: Caller, cluster: consolidation.Cluster, reason: str
-    ) -> asyncpg.Record:
-        """The consolidated candidate: the chosen source's text in the cluster's cell."""
-        chosen, sources = cluster.chosen, cluster.sources
-        at = await memory_sql.clock(conn)
-        new = memory_sql.NewMemory(
-            namespace=chosen["namespace"], user_id=chosen["user_id"],
-            session_id=chosen["session_id"], content=chosen["content"],
-            fingerprint=fingerprint(self.memories.pepper, chosen["content"]),
-            kind=chosen["kind"], tags=sorted({t for s in sources for t in s["tags"]}),
-            metadata=dict(chosen["metadata"]), labels=list(chosen["labels"]),
-            status="candidate", confidence=max(s["confidence"] for s in sources),
-            importance=max(s["importance"] for s in sources),
-            valid_from=chosen["valid_from"], valid_to=chosen["valid_to"],
-            expires_at=chosen["expires_at"], created_by=caller.principal,
-            changed_by_key=caller.key.key_id, change=consolidation.CONSOLIDATE,
-            supersedes=[s["memory_id"] for s in sources],
-            embedding=chosen["embedding"], embedding_model=chosen["embedding_model"],
-            proposal_reason=f"{reason}: {len(sources)} restatements, the text of "
-            f"{chosen['memory_id']} (the most complete, then the most recent)",
-            candidate_expires_at=at + CANDIDATE_TTL,
-        )  # fmt: skip
-        return await memory_sql.insert_memory(conn, caller.tenant_id, new, cursors.uuid7(), at)

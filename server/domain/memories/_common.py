@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from brain.authz import Caller
 from brain.server.domain import cursors
 from brain.server.domain import validation as check
+from brain.server.domain.conflicts.judge import Judge
 from brain.server.domain.convert import PROTO_TO_STATUS
 from brain.server.domain.graph.assertions import Assertions
 from brain.server.domain.graph.extraction import Extractor
@@ -195,6 +196,8 @@ class MemoryBase:
         self.review: ReviewGate | None = None
         # Optional graph extraction (issue 19), run after a save commits.
         self.extractor: Extractor | None = None
+        # Optional model judge of the conflicts a write found (issue 30), after it commits.
+        self.judge: Judge | None = None
         self.background: set[asyncio.Task[None]] = set()
         self.observer: CandidateObserver | None = None  # brain-eval only
         self.query_vectors = QueryVectors()

@@ -23,6 +23,7 @@ from brain.authz import Caller, Permission
 from brain.server.domain import convert, cursors, graph, quotas
 from brain.server.domain import validation as check
 from brain.server.domain.conflicts import consolidation
+from brain.server.domain.conflicts.judge import judge_after_commit
 from brain.server.domain.conflicts.service import Detection
 from brain.server.domain.graph.extraction import ExtractorError
 from brain.server.domain.memories._common import (
@@ -383,7 +384,17 @@ class MemoryWrites(MemoryBase):
             await self.remember(conn, caller, idem, response.memory.id)
         if response.outcome == memory_pb2.SAVE_OUTCOME_CREATED and not assertions:
             self.extract_later(caller, uuid.UUID(response.memory.id), new.content)
+        self.judge_later(caller, response.conflicts)
         return response
+
+    def judge_later(self, caller: Caller, found: Sequence[common_pb2.Conflict]) -> None:
+        """With a judge configured, its advice on the open conflicts a committed write
+        recorded (never in the caller's way)."""
+        if self.judge is None or not any(c.state == common_pb2.CONFLICT_STATE_OPEN for c in found):
+            return
+        task = asyncio.create_task(judge_after_commit(self, self.judge, caller, list(found)))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     def extract_later(self, caller: Caller, memory_id: uuid.UUID, content: str) -> None:
         """With an extractor configured, propose the graph of a memory saved without one,
@@ -512,6 +523,7 @@ class MemoryWrites(MemoryBase):
                 memory=convert.shown(row, caller.has(Permission.READ.value)), conflicts=found
             )
             await self.remember(conn, caller, idem, response.memory.id)
+        self.judge_later(caller, found)
         return response
 
     async def forget(
