@@ -101,10 +101,10 @@ class _Generator:
                 path = self.rng.choices(PATH_NAMES, PATH_SHARES)[0]
                 self.add(kind, family, "same", expect, rule, path, older, newer, note,
                          fillers=self.fillers(family, subjects))  # fmt: skip
-        for variant, (older_at, newer_at) in VARIANTS.items():
+        for v, (variant, (older_at, newer_at)) in enumerate(VARIANTS.items()):
             for i in range(PER_VARIANT):
                 kind = SPLIT_KINDS[i % len(SPLIT_KINDS)]
-                family, older, newer, note, _ = self.pair(kind, i)
+                family, older, newer, note, _ = self.pair(kind, v * PER_VARIANT + i)
                 expect, rule = labels[kind]
                 self.add(kind, family, variant, expect, rule, "save", older, newer, note,
                          older_at=older_at, newer_at=newer_at)  # fmt: skip
@@ -141,7 +141,8 @@ class _Generator:
                 return self.restatement(b.multi[i % len(b.multi)])
             return self.restatement(b.attributes[i % len(b.attributes)])
         if kind == "multi_valued":
-            return self.addition(b.multi[i % len(b.multi)], plain=i % 3 == 0)
+            # A third of each family's additions plain ("speaks German"), the rest marked.
+            return self.addition(b.multi[i % len(b.multi)], plain=(i // len(b.multi)) % 3 == 0)
         if kind in ("slot", "many_valued"):
             relations = b.slots if kind == "slot" else b.many
             return self.relation(relations[i % len(relations)])
