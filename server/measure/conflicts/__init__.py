@@ -60,11 +60,16 @@ async def evaluate(
     async with grpc.aio.insecure_channel(address) as channel:
         runner = Runner(channel, tenants)
         await runner.write_all(labelled, concurrency, progress)
-        await runner.list_all()
-        await runner.check_leaks()
-        await checks.marks(runner, labelled)
-        await checks.consolidate(runner, labelled)
-        await checks.reopen(runner, labelled)
+        steps = [
+            runner.list_all(),
+            runner.check_leaks(),
+            checks.marks(runner, labelled),
+            checks.consolidate(runner, labelled),
+            checks.reopen(runner, labelled),
+        ]
+        for done, step in enumerate(steps, 1):
+            await step
+            progress("conflicts: reading back and checking", done, len(steps))
         return runner.trace
 
 
