@@ -529,10 +529,16 @@ class AsyncBrainClient(ClientBase):
         limit: int = 0,
         collections: Iterable[str] = (),
         lexical_only: bool = False,
+        min_relevance: float | None = None,
         timeout: float | None = None,
     ) -> knowledge_pb2.SearchKnowledgeResponse:
-        """Chunks of documents, best first, each with its source (document, headings, lines)."""
-        request = self._requests.search_knowledge(query, limit, collections, lexical_only)
+        """Chunks of documents, best first, each with its source (document, headings, lines)
+        and relevance. Nothing comes back when no chunk's relevance reaches
+        ``min_relevance`` (default: the server's floor); ``below_floor`` then says how many
+        chunks were withheld."""
+        request = self._requests.search_knowledge(
+            query, limit, collections, lexical_only, min_relevance
+        )
         return await self._unary(
             "SearchKnowledge", self._knowledge.SearchKnowledge, request, idempotent=True,
             timeout=timeout,

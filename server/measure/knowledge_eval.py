@@ -22,7 +22,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ import asyncpg
 import grpc
 
 from brain.authz import Confinement
+from brain.server.domain.knowledge.search import ChunkSearch
+from brain.server.measure import knowledge_folds
 from brain.server.storage import admin
 from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc
 
@@ -236,10 +238,10 @@ async def ask(
 
 async def run_knowledge(
     address: str, api_key: str, root: Path, documents: list[str], questions: list[Question],
-    semantic: bool = True,
+    semantic: bool = True, asked: Callable[[Question], None] | None = None,
 ) -> KnowledgeResult:  # fmt: skip
     """Put the documents, wait for their vectors (``semantic``), ask every question, score
-    by evidence phrase."""
+    by evidence phrase; ``asked`` is called after each question (brain-eval --folds)."""
     md = (("authorization", f"Bearer {api_key}"),)
     scope = common_pb2.Scope(namespace="knowledge-eval")
     async with grpc.aio.insecure_channel(address) as channel:
@@ -251,11 +253,13 @@ async def run_knowledge(
         lanes: dict[str, int] = {}
         search_ms: list[float] = []
         for q in questions:
-            asked, found = await ask(stub, scope, md, q)
-            search_ms.append(asked.ms)
+            answer, found = await ask(stub, scope, md, q)
+            if asked is not None:
+                asked(q)
+            search_ms.append(answer.ms)
             name = knowledge_pb2.KnowledgeLanes.Name(found.lanes)
             lanes[name] = lanes.get(name, 0) + 1
-            parts.setdefault(q.part, PartResult()).add(asked)
+            parts.setdefault(q.part, PartResult()).add(answer)
     return KnowledgeResult(len(questions), len(documents), chunks, parts, lanes, search_ms)
 
 
@@ -323,10 +327,55 @@ def add_parser(commands: Any) -> None:
         help="folder the QA file's documents are read from (default: the file's own root)",
     )
     p.add_argument("--embedder", choices=["local", "none"], default="local")
+    p.add_argument(
+        "--folds",
+        action="store_true",
+        help="also refit the relevance models and floor on the dev part, leaving one "
+        "fold of documents out at a time, and score the held-out part with the dev fit",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
 
 
-async def run(args: argparse.Namespace) -> KnowledgeResult:
+@dataclass
+class Evaluated:
+    result: KnowledgeResult
+    folds: knowledge_folds.FoldReport | None = None
+    hybrid: bool = True
+
+    def as_json(self) -> dict[str, Any]:
+        data = self.result.as_json()
+        if self.folds is not None:
+            data["folds"] = self.folds.as_json()
+        return data
+
+    def table(self) -> str:
+        text = format_table(self.result)
+        if self.folds is not None:
+            text += "\n" + knowledge_folds.format_report(self.folds, self.hybrid)
+        return text
+
+
+class Capture:
+    """Files each search's fused candidates under its question (``ChunkSearch.observer``)."""
+
+    def __init__(self, searching: ChunkSearch, questions: Sequence[Question]) -> None:
+        self.searching = searching
+        self.seen: list[tuple[list[Any], int]] = []
+        self.captured: list[knowledge_folds.ChunkCandidates] = []
+        dev = [q for q in questions if q.part == "dev"]
+        self.dev_documents = sorted({q.document for q in dev if q.document is not None})
+        self.unanswered = [q for q in dev if q.evidence is None]
+        searching.observer = lambda hits, size: self.seen.append((hits, size))
+
+    def __call__(self, q: Question) -> None:
+        hits, size = self.seen.pop()
+        self.seen.clear()
+        index = self.unanswered.index(q) if q in self.unanswered else 0
+        fold = knowledge_folds.fold_of(q.part, q.document, index, self.dev_documents)
+        self.captured.append(knowledge_folds.candidates(hits, size, q.evidence, fold))
+
+
+async def run(args: argparse.Namespace) -> Evaluated:
     from brain.server.measure.private import private_brain
 
     if args.data == DEFAULT_DATA and not DEFAULT_DATA.exists():
@@ -336,8 +385,16 @@ async def run(args: argparse.Namespace) -> KnowledgeResult:
         )
     qa = load(args.data)
     root = args.root or qa.root
+    semantic = args.embedder != "none"
     async with private_brain(args.embedder) as brain:
         key = await private_key(brain.owner_dsn, brain.pepper)
-        return await run_knowledge(
-            brain.address, key, root, qa.documents, qa.questions, args.embedder != "none"
+        capture = None
+        if args.folds:
+            assert isinstance(brain.memories.knowledge, ChunkSearch)
+            capture = Capture(brain.memories.knowledge, qa.questions)
+        result = await run_knowledge(
+            brain.address, key, root, qa.documents, qa.questions, semantic, capture
         )
+    if capture is None:
+        return Evaluated(result, hybrid=semantic)
+    return Evaluated(result, knowledge_folds.cross_validate(capture.captured), semantic)
