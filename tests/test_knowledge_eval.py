@@ -52,7 +52,9 @@ async def test_scoring_counts_hits_by_evidence_silence_and_lists_misses(
     """An answerable question scores at rank 1; one whose evidence is nowhere is a miss; a
     question without an answer counts as silent only when it got no hits."""
     (tmp_path / "ops.md").write_text("# Ops\n\n## Backups\n\nBackups run nightly at 02:00.\n")
-    key = brain_server.mint_key(unique("ke"), "eval", permissions="knowledge:read,knowledge:write")
+    key = brain_server.mint_key(
+        unique("ke"), "eval", permissions="knowledge:read,knowledge:write,memories:read"
+    )
     questions = [
         Question("When do backups run?", "ops.md", "nightly at 02:00", "dev"),
         Question("What colour is the logo?", "ops.md", "teal", "dev"),

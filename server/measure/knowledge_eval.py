@@ -12,7 +12,10 @@ server as any upload is, and every question is asked with SearchKnowledge, one a
 - Questions carry a ``part`` (``dev``: used for tuning; ``heldout``: about documents no
   tuning looked at); each part is reported on its own.
 
-Search latency (p50, p95) is measured per call from one caller. No LLM is involved.
+Each question is also asked of BuildContext (default budget, 1000 tokens): "context" is the
+share of answerable questions whose evidence phrase is in the packed text, which the
+chunks' neighbours (see `context`) can bring in. Search latency (p50, p95) is measured per
+SearchKnowledge call from one caller. No LLM is involved.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from brain.authz import Confinement
 from brain.server.domain.knowledge.search import ChunkSearch
 from brain.server.measure import knowledge_folds
 from brain.server.storage import admin
-from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc
+from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc, memory_pb2, memory_pb2_grpc
 
 KS = (1, 3, 5, 10)
 REPO = Path(__file__).resolve().parents[2]
@@ -66,6 +69,8 @@ class Asked:
     hits: int
     below_floor: int
     ms: float
+    in_context: bool = False  # the evidence is in BuildContext's text
+    context_tokens: int = 0
 
 
 @dataclass
@@ -76,6 +81,8 @@ class PartResult:
     silenced_answerable: int = 0  # answerable questions that got no hits at all
     unanswerable: int = 0
     silent: int = 0  # unanswerable questions that got no hits
+    in_context: int = 0  # answerable questions whose evidence BuildContext packed
+    context_tokens: int = 0  # over answerable questions
     misses: list[str] = field(default_factory=list)
 
     def add(self, a: Asked) -> None:
@@ -85,6 +92,8 @@ class PartResult:
             return
         self.answerable += 1
         self.silenced_answerable += a.hits == 0
+        self.in_context += a.in_context
+        self.context_tokens += a.context_tokens
         if a.rank is None:
             self.misses.append(a.question.question)
             return
@@ -98,6 +107,8 @@ class PartResult:
             "answerable": self.answerable,
             **{f"hit@{k}": round(self.hits[k] / n, 3) for k in KS},
             "mrr": round(self.reciprocal_ranks / n, 3),
+            "in_context": round(self.in_context / n, 3),
+            "context_tokens_mean": round(self.context_tokens / n),
             "silenced_answerable": self.silenced_answerable,
             "unanswerable": self.unanswerable,
             "silent": self.silent,
@@ -132,6 +143,8 @@ class KnowledgeResult:
             everything.silenced_answerable += p.silenced_answerable
             everything.unanswerable += p.unanswerable
             everything.silent += p.silent
+            everything.in_context += p.in_context
+            everything.context_tokens += p.context_tokens
             everything.misses += p.misses
         everything.hits = self.hits
         return {
@@ -236,6 +249,18 @@ async def ask(
     return Asked(q, rank_of(q.evidence, found.hits), len(found.hits), below, ms), found
 
 
+async def in_context(stub: Any, scope: common_pb2.Scope, md: Any, q: Question) -> tuple[bool, int]:
+    """Whether BuildContext (default budget) packs the question's evidence, and its tokens."""
+    built = await stub.BuildContext(
+        memory_pb2.BuildContextRequest(
+            scope=scope, query=q.question, knowledge_collections=[COLLECTION]
+        ),
+        metadata=md,
+        timeout=60,
+    )
+    return q.evidence is not None and q.evidence in built.context, built.tokens_used
+
+
 async def run_knowledge(
     address: str, api_key: str, root: Path, documents: list[str], questions: list[Question],
     semantic: bool = True, asked: Callable[[Question], None] | None = None,
@@ -246,6 +271,7 @@ async def run_knowledge(
     scope = common_pb2.Scope(namespace="knowledge-eval")
     async with grpc.aio.insecure_channel(address) as channel:
         stub = knowledge_pb2_grpc.KnowledgeServiceStub(channel)
+        contexts = memory_pb2_grpc.MemoryServiceStub(channel)
         chunks = await put_documents(stub, scope, md, root, documents)
         if semantic:
             await embedded(stub, scope, md)
@@ -256,6 +282,7 @@ async def run_knowledge(
             answer, found = await ask(stub, scope, md, q)
             if asked is not None:
                 asked(q)
+            answer.in_context, answer.context_tokens = await in_context(contexts, scope, md, q)
             search_ms.append(answer.ms)
             name = knowledge_pb2.KnowledgeLanes.Name(found.lanes)
             lanes[name] = lanes.get(name, 0) + 1
@@ -293,7 +320,7 @@ def format_table(result: KnowledgeResult) -> str:
         f"({result.chunks} chunks); lanes {data['lanes']}",
         f"{'part':<10}{'answerable':>11}"
         + "".join(f"{f'hit@{k}':>8}" for k in KS)
-        + f"{'MRR':>8}{'silenced':>10}{'no answer':>11}{'silent':>8}",
+        + f"{'MRR':>8}{'context':>9}{'silenced':>10}{'no answer':>11}{'silent':>8}",
     ]
     rows = [*data["parts"].items()]
     if len(rows) > 1:
@@ -303,7 +330,7 @@ def format_table(result: KnowledgeResult) -> str:
         lines.append(
             f"{name:<10}{part['answerable']:>11}"
             + "".join(f"{part[f'hit@{k}']:>8.3f}" for k in KS)
-            + f"{part['mrr']:>8.3f}{part['silenced_answerable']:>10}"
+            + f"{part['mrr']:>8.3f}{part['in_context']:>9.3f}{part['silenced_answerable']:>10}"
             + f"{part['unanswerable']:>11}{silent:>8}"
         )
     lines.append(

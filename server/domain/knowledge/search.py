@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
+import asyncpg
 import structlog
 
 from brain.authz import Caller
 from brain.server.domain import convert
 from brain.server.domain import validation as check
+from brain.server.domain.context import Neighbours
 from brain.server.domain.memories import DEFAULT_SEARCH_LIMIT, Memories
 from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
@@ -40,6 +43,7 @@ __all__ = [
     "MAX_COLLECTIONS",
     "ChunkObserver",
     "ChunkSearch",
+    "ContextShape",
     "Found",
     "hit_message",
 ]
@@ -90,12 +94,23 @@ def hit_message(hit: FusedHit) -> knowledge_pb2.KnowledgeHit:
     )
 
 
+@dataclass(frozen=True)
+class ContextShape:
+    """Which neighbours BuildContext may show with a chosen chunk (docs: Knowledge base,
+    for how this was measured): up to ``span`` chunks on each side, only of the hit's own
+    section when ``same_section``. They use only budget every chosen hit left over."""
+
+    span: int = 1
+    same_section: bool = True
+
+
 class ChunkSearch:
     """SearchKnowledge and the chunks of BuildContext for an authenticated caller."""
 
     def __init__(self, memories: Memories, params: RetrievalParams = KNOWLEDGE_PARAMS) -> None:
         self.memories = memories
         self.params = params
+        self.shape = ContextShape()
         self.observer: ChunkObserver | None = None  # brain-eval only
 
     async def search(
@@ -195,3 +210,30 @@ class ChunkSearch:
             lexical_only=lexical_only, vector=vector,
         )  # fmt: skip
         return found.hits
+
+    async def neighbours(
+        self, caller: Caller, hits: Sequence[FusedHit], timeout_ms: int | None
+    ) -> Neighbours:
+        """Each hit's neighbouring chunks as BuildContext shows them (``shape``), in
+        document order, by chunk id; read under the caller's visibility like the hits."""
+        shape = self.shape
+        if not hits or shape.span < 1:
+            return {}
+        m = self.memories
+        vis = m.visibility(caller)
+        where = sql.chunk_where(vis, ())
+        rows = [h.row for h in hits]
+        async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            near = await sql.neighbours(conn, vis, where, rows, shape.span)
+        around: dict[Any, list[asyncpg.Record]] = {}
+        for hit in rows:
+            mine = [
+                r for r in near
+                if (r["tenant_id"], r["document_id"], r["version"])
+                == (hit["tenant_id"], hit["document_id"], hit["version"])
+                and abs(r["chunk_no"] - hit["chunk_no"]) <= shape.span
+                and (not shape.same_section or r["heading_path"] == hit["heading_path"])
+            ]  # fmt: skip
+            if mine:
+                around[hit["chunk_id"]] = sorted(mine, key=lambda r: r["chunk_no"])
+        return around

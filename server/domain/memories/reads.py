@@ -179,7 +179,9 @@ class MemoryReads(MemoryBase):
             chunks = await self.knowledge.recall_chunks(
                 caller, query, count, collections, timeout_ms, vector, lexical_only
             )
-        return context.pack(found.hits, token_budget, chunks)
+            around = await self.knowledge.neighbours(caller, chunks, timeout_ms)
+            return context.pack(found.hits, token_budget, chunks, around)
+        return context.pack(found.hits, token_budget)
 
     async def recall(
         self,
