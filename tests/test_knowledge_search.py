@@ -176,6 +176,14 @@ def test_neighbours_use_only_the_budget_chosen_hits_left() -> None:
     once = pack([], 4000, both, around)
     assert once.context.count("part 2") == 1 and "part 0" in once.items[0].content
 
+    # Memories mixed in: they are packed as before, and the chunk still gets its neighbours.
+    memory = {
+        "memory_id": "m1", "valid_from": None, "valid_to": None, "status": "active",
+        "content": "We moved the deploy to Fridays",
+    }  # fmt: skip
+    mixed = pack([FusedHit(row=memory, score=0.95)], 4000, hits[:1], around)
+    assert [i.id for i in mixed.items] == ["m1", "c1"] and "part 0" in mixed.items[1].content
+
 
 async def test_build_context_shows_a_chunk_with_its_own_sections_neighbours(
     pg_cluster: PgCluster, loop_thread: LoopThread

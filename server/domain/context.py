@@ -127,9 +127,10 @@ def pack(
         taken.append((hit, is_chunk, line, None))
     chosen = {hit.row["chunk_id"] for hit, is_chunk, _, _ in taken if is_chunk}
     for i, (hit, is_chunk, line, _) in enumerate(taken):
+        if not is_chunk:
+            continue
         # Best first; a neighbour that is an item of its own is not shown twice.
-        near = [r for r in around.get(hit.row["chunk_id"], ()) if is_chunk
-                and r["chunk_id"] not in chosen]  # fmt: skip
+        near = [r for r in around.get(hit.row["chunk_id"], ()) if r["chunk_id"] not in chosen]
         if not near:
             continue
         shown = passage(hit.row, near)
