@@ -532,10 +532,8 @@ class AsyncBrainClient(ClientBase):
         min_relevance: float | None = None,
         timeout: float | None = None,
     ) -> knowledge_pb2.SearchKnowledgeResponse:
-        """Chunks of documents, best first, each with its source (document, headings, lines)
-        and relevance. Nothing comes back when no chunk's relevance reaches
-        ``min_relevance`` (default: the server's floor); ``below_floor`` then says how many
-        chunks were withheld."""
+        """Chunks of documents, best first, with source and relevance; none when no chunk
+        reaches ``min_relevance`` (default: the server's floor; see ``below_floor``)."""
         request = self._requests.search_knowledge(
             query, limit, collections, lexical_only, min_relevance
         )
