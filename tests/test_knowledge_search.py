@@ -159,7 +159,7 @@ def test_neighbours_use_only_the_budget_chosen_hits_left() -> None:
     around = {"c1": [before, after]}
     hits = [FusedHit(row=hit, score=0.9), FusedHit(row=other, score=0.5)]
 
-    wide = pack([], 4000, hits, around)
+    wide = pack([], 4000, hits, around=around)
     first = wide.items[0]
     assert [i.id for i in wide.items] == ["c1", "c7"]
     assert "part 0" in first.content and "part 2" in first.content
@@ -167,13 +167,13 @@ def test_neighbours_use_only_the_budget_chosen_hits_left() -> None:
     header = wide.context.split("\n")[0]
     assert wide.tokens_used == estimate_tokens(header) + sum(i.tokens for i in wide.items)
 
-    bare = pack([], 4000, hits, {})
-    tight = pack([], bare.tokens_used, hits, around)  # room for the bare hits only
+    bare = pack([], 4000, hits)
+    tight = pack([], bare.tokens_used, hits, around=around)  # room for the bare hits only
     assert [i.content for i in tight.items] == [i.content for i in bare.items]
     assert (tight.items[0].source.line_start, tight.items[0].source.line_end) == (11, 19)
 
     both = [FusedHit(row=hit, score=0.9), FusedHit(row=after, score=0.8)]
-    once = pack([], 4000, both, around)
+    once = pack([], 4000, both, around=around)
     assert once.context.count("part 2") == 1 and "part 0" in once.items[0].content
 
     # Memories mixed in: they are packed as before, and the chunk still gets its neighbours.
@@ -181,7 +181,7 @@ def test_neighbours_use_only_the_budget_chosen_hits_left() -> None:
         "memory_id": "m1", "valid_from": None, "valid_to": None, "status": "active",
         "content": "We moved the deploy to Fridays",
     }  # fmt: skip
-    mixed = pack([FusedHit(row=memory, score=0.95)], 4000, hits[:1], around)
+    mixed = pack([FusedHit(row=memory, score=0.95)], 4000, hits[:1], around=around)
     assert [i.id for i in mixed.items] == ["m1", "c1"] and "part 0" in mixed.items[1].content
 
 
