@@ -67,3 +67,44 @@ async def test_scoring_counts_hits_by_evidence_silence_and_lists_misses(
     # "Do backups run nightly?" matches the only chunk: not silent.
     assert data["parts"]["heldout"]["silent"] == 0
     assert result.misses == ["What colour is the logo?"] and result.chunks == 1
+
+
+def test_folds_deal_documents_and_the_floor_silences_weak_held_out_searches() -> None:
+    """Dev questions follow their document's fold (unanswerable ones round-robin), the
+    held-out part is never fitted on; on constructed searches (answers match two rare terms,
+    unanswerable ones half a term), the floor fitted on dev silences every weak held-out
+    search and keeps every answer at rank 1 (the positive control: without the floor the
+    weak searches answer)."""
+    import math
+
+    from brain.server.domain.retrieval.relevance import LaneView
+    from brain.server.measure import knowledge_folds as kf
+
+    documents = [f"d{i}.md" for i in range(7)]
+    assert [kf.fold_of("dev", d, 0, documents) for d in documents] == [0, 1, 2, 3, 4, 0, 1]
+    assert [kf.fold_of("dev", None, i, documents) for i in range(6)] == [0, 1, 2, 3, 4, 0]
+    assert kf.fold_of("heldout", "x.md", 3, documents) == -1
+
+    unit = math.log1p((300 - 0.5) / 1.5)
+
+    def view(units: float, rank: int) -> LaneView:
+        return LaneView(units * unit, rank, units * unit, rank, 0.0, 0, f"doc{rank}")
+
+    def searched(fold: int, answerable: bool) -> kf.ChunkCandidates:
+        strong = 2.0 if answerable else 0.5
+        return kf.ChunkCandidates(
+            conversation=fold,
+            evidence=kf.EVIDENCE if answerable else frozenset(),
+            lanes=[view(strong, 1), view(0.3, 2), view(0.2, 3)],
+            corpus_size=300,
+            turns=[kf.EVIDENCE if answerable else frozenset(), frozenset(), frozenset()],
+        )
+
+    captured = [searched(f, a) for f in (*range(5), -1) for a in (True, True, True, False)]
+    report = kf.cross_validate(captured)
+    held = report.heldout.as_json()
+    assert held["answerable"] == 3 and held["unanswerable"] == 1
+    assert held["floored_hit@1"] == 1.0 and held["silent"] == 1
+    assert report.dev.as_json()["silent"] == 5 and len(report.floors) == 5
+    no_floor = dict(report.trade_off)[0.01]  # a floor below the weak searches' relevance
+    assert report.fitted.floor > 0.01 and no_floor.silent == 0
