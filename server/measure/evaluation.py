@@ -106,11 +106,7 @@ def main(argv: list[str] | None = None) -> None:
             _fail(str(exc), 2)
         except grpc.aio.AioRpcError as exc:
             _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
-        print(
-            json.dumps(found.as_json(), indent=2)
-            if args.json
-            else knowledge_eval.format_table(found)
-        )
+        print(json.dumps(found.as_json(), indent=2) if args.json else found.table())
         return
     if args.command == "conflicts":
         _conflicts(args)
