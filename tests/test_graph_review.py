@@ -186,6 +186,30 @@ async def test_forgetting_the_closing_memory_reopens_what_it_closed(
     assert ends(then) == {"Paris": None}
 
 
+async def test_forgetting_a_closer_keeps_a_later_close_of_the_same_fact(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Paris closed by Berlin (2023), its closed copy closed again by Rome (2021): forgetting
+    Berlin leaves Paris ending where Rome begins, and forgetting Rome too reopens it."""
+    token = secrets.token_hex(4)
+    tenant = unique("atk-forget-chain")
+    api = Api(channel, brain_server.mint_key(tenant, "w", permissions=WRITER), namespace="proj")
+    ann = f"Ann{token}"
+    await save(api, "ann in paris", lives(ann, "Paris", 2020))
+    berlin = (await save(api, "ann in berlin", lives(ann, "Berlin", 2023))).memory
+    rome = (await save(api, "ann in rome", lives(ann, "Rome", 2021))).memory
+    # control: both closes hold, the later one (Rome's) on the copy Berlin's left
+    assert ends(await lookup_call(api, ann, any_valid_time=True)) == {
+        "Paris": datetime(2021, 1, 1, tzinfo=UTC), "Rome": None, "Berlin": None,
+    }  # fmt: skip
+    await api.forget(berlin.id)
+    assert ends(await lookup_call(api, ann, any_valid_time=True)) == {
+        "Paris": datetime(2021, 1, 1, tzinfo=UTC), "Rome": None,
+    }  # fmt: skip
+    await api.forget(rome.id)
+    assert ends(await lookup_call(api, ann, any_valid_time=True)) == {"Paris": None}
+
+
 async def test_bad_inputs_are_invalid_argument_never_internal(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:

@@ -143,36 +143,52 @@ async def slot_peers(
 ) -> list[asyncpg.Record]:
     """Visible ACTIVE memories asserting a single-valued relation of the same subject and
     predicate as one ``memory_id`` asserts, with another object and an overlapping valid
-    time (or one this memory's relation already closed)."""
+    time (or one this memory's relation already closed).
+
+    Read by keys from the memory's own relations on, as `graph.close_predecessors` does
+    (see "Keyed lookups" there): the cost follows the subject's facts, not the tenant."""
     p = Params(memory_id, v.tenant_id)
     vis = visibility_predicate(v, p)
     power = write_predicate(v, p)
     return list(
         await conn.fetch(
-            f"""SELECT DISTINCT ON (m.memory_id) {PEER_COLUMNS}, 0::float8 AS cosine,
-                       {power} AS writable,
-                       n.predicate, se.name_norm AS subject, oe.name_norm AS old_object,
-                       ne.name_norm AS new_object
-                FROM graph_relations n
-                JOIN graph_relations o ON o.tenant_id = n.tenant_id
-                     AND o.subject_id = n.subject_id AND o.predicate = n.predicate
-                     AND o.object_id <> n.object_id
-                JOIN memories m ON m.tenant_id = o.tenant_id AND m.memory_id = o.memory_id
-                JOIN graph_entities se ON se.tenant_id = n.tenant_id
-                     AND se.entity_id = n.subject_id
-                JOIN graph_entities oe ON oe.tenant_id = o.tenant_id
-                     AND oe.entity_id = o.object_id
-                JOIN graph_entities ne ON ne.tenant_id = n.tenant_id
-                     AND ne.entity_id = n.object_id
-                WHERE n.tenant_id = $2::uuid AND n.memory_id = $1 AND n.cardinality = 'one'
-                  AND n.retired_at IS NULL
-                  AND NOT n.pending AND o.memory_id <> $1 AND o.retired_at IS NULL
-                  AND NOT o.pending
-                  AND (o.closed_by = $1
-                       OR ((o.valid_to IS NULL OR o.valid_to > n.valid_from)
-                           AND (n.valid_to IS NULL OR n.valid_to > o.valid_from)))
-                  AND m.retired_at IS NULL AND m.status = 'active' AND {vis}
-                ORDER BY m.memory_id""",
+            f"""WITH n AS MATERIALIZED (
+                    SELECT n.subject_id, n.predicate, n.object_id, n.valid_from, n.valid_to
+                    FROM graph_relations n
+                    WHERE n.tenant_id = $2::uuid AND n.memory_id = $1
+                      AND n.cardinality = 'one' AND n.retired_at IS NULL AND NOT n.pending),
+                hit AS MATERIALIZED (
+                    SELECT n.subject_id, n.predicate, n.object_id AS new_object_id,
+                           o.object_id AS old_object_id, o.memory_id
+                    FROM n CROSS JOIN LATERAL (
+                        SELECT o.object_id, o.memory_id FROM graph_relations o
+                        WHERE o.tenant_id = $2::uuid AND o.subject_id = n.subject_id
+                          AND o.predicate = n.predicate AND o.object_id <> n.object_id
+                          AND o.memory_id <> $1 AND o.retired_at IS NULL AND NOT o.pending
+                          AND (o.closed_by = $1
+                               OR ((o.valid_to IS NULL OR o.valid_to > n.valid_from)
+                                   AND (n.valid_to IS NULL OR n.valid_to > o.valid_from)))
+                        OFFSET 0) o)
+                SELECT DISTINCT ON (m.memory_id) {PEER_COLUMNS}, 0::float8 AS cosine,
+                       {power} AS writable, h.predicate, se.name_norm AS subject,
+                       oe.name_norm AS old_object, ne.name_norm AS new_object
+                FROM hit h
+                CROSS JOIN LATERAL (
+                    SELECT m.* FROM memories m
+                    WHERE m.tenant_id = $2::uuid AND m.memory_id = h.memory_id
+                      AND m.retired_at IS NULL
+                    OFFSET 0) m
+                CROSS JOIN LATERAL (
+                    SELECT e.name_norm FROM graph_entities e
+                    WHERE e.tenant_id = $2::uuid AND e.entity_id = h.subject_id OFFSET 0) se
+                CROSS JOIN LATERAL (
+                    SELECT e.name_norm FROM graph_entities e
+                    WHERE e.tenant_id = $2::uuid AND e.entity_id = h.old_object_id OFFSET 0) oe
+                CROSS JOIN LATERAL (
+                    SELECT e.name_norm FROM graph_entities e
+                    WHERE e.tenant_id = $2::uuid AND e.entity_id = h.new_object_id OFFSET 0) ne
+                WHERE m.status = 'active' AND {vis}
+                ORDER BY m.memory_id, h.predicate, h.subject_id, h.old_object_id""",
             *p.values,
         )
     )

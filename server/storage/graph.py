@@ -126,8 +126,23 @@ SAME_READERS = (
 )
 
 
+# Keyed lookups. The statements every graph write runs read a tenant's graph by keys, in
+# an order the planner cannot change: every table names the tenant (every index leads
+# with it); the rows the write itself asserts are read first (MATERIALIZED, once); each
+# further table is probed per such row by its key, in a LATERAL ... OFFSET 0 fence that
+# keeps it a correlated probe (never pulled up into a join, never hashed); a memory's
+# scope and status are tested outside the fence, so that no index of those columns (a
+# namespace's, say) can pass for the key's. Left to itself, on tables without
+# statistics (a new database; a tenant grown since the last ANALYZE) PostgreSQL estimated
+# one row per tenant and nested whole-tenant scans whose every row row-level security
+# checks with a definer call (brain_key_may_see_head): approving a slot change read
+# ~400,000 buffers and made ~10,000 such calls at 90 relations, growing with their cube.
 async def close_predecessors(
-    conn: asyncpg.Connection, v: Visibility | None, memory_id: uuid.UUID, at: datetime
+    conn: asyncpg.Connection,
+    v: Visibility | None,
+    tenant_id: Any,
+    memory_id: uuid.UUID,
+    at: datetime,
 ) -> int:
     """For each single-valued relation ``memory_id`` now asserts, close the valid time of
     the earlier current facts of the same subject and predicate with another object.
@@ -138,9 +153,12 @@ async def close_predecessors(
     writer may change: with ``v`` (a direct write) those it can see and change; on
     approval (``v`` None) those the proposer's write confinement, kept on its relations,
     covered — never the reviewer's. Closing is bitemporal: the old row is retired at
-    ``at`` and a copy recorded whose valid time ends where the new fact's begins
-    (``closed_by`` the new memory, so erasing it reopens the fact)."""
-    p = Params(memory_id, at)
+    ``at`` and a copy recorded whose valid time ends where the new fact begins
+    (``closed_by`` the new memory, so erasing it reopens the fact).
+
+    Its cost follows the memory's own relations and the facts of their subjects, not
+    the tenant's size (see "Keyed lookups" above)."""
+    p = Params(memory_id, tenant_id)
     if v is not None:
         power = f"{visibility_predicate(v, p, 'om')} AND {write_predicate(v, p, 'om')}"
     else:
@@ -148,43 +166,60 @@ async def close_predecessors(
             "(nw.writer_user IS NULL OR om.user_id = nw.writer_user)"
             " AND (nw.writer_session IS NULL OR om.session_id = nw.writer_session)"
         )
-    rows = await conn.fetch(
-        f"""WITH new AS (
-                SELECT n.tenant_id, n.subject_id, n.predicate, n.object_id, n.valid_from,
-                       n.writer_user, n.writer_session
+    closing = await conn.fetch(
+        f"""WITH new AS MATERIALIZED (
+                SELECT n.subject_id, n.predicate, n.object_id, n.valid_from, n.writer_user,
+                       n.writer_session
                 FROM graph_relations n
-                WHERE n.memory_id = $1 AND n.cardinality = 'one' AND n.retired_at IS NULL
-                  AND NOT n.pending),
-            closing AS (
-                SELECT DISTINCT ON (o.tenant_id, o.relation_id) o.tenant_id, o.relation_id,
-                       nw.valid_from AS ends
-                FROM graph_relations o
-                JOIN new nw ON o.tenant_id = nw.tenant_id AND o.subject_id = nw.subject_id
-                           AND o.predicate = nw.predicate AND o.object_id <> nw.object_id
-                WHERE o.memory_id <> $1 AND o.retired_at IS NULL AND NOT o.pending
+                WHERE n.tenant_id = $2::uuid AND n.memory_id = $1 AND n.cardinality = 'one'
+                  AND n.retired_at IS NULL AND NOT n.pending),
+            nm AS MATERIALIZED (
+                SELECT nm.* FROM memories nm
+                WHERE nm.tenant_id = $2::uuid AND nm.memory_id = $1 AND nm.retired_at IS NULL)
+            SELECT DISTINCT ON (o.relation_id) o.relation_id, nw.valid_from AS ends
+            FROM new nw
+            CROSS JOIN LATERAL (
+                SELECT o.relation_id, o.memory_id FROM graph_relations o
+                WHERE o.tenant_id = $2::uuid AND o.subject_id = nw.subject_id
+                  AND o.predicate = nw.predicate AND o.object_id <> nw.object_id
+                  AND o.memory_id <> $1 AND o.retired_at IS NULL AND NOT o.pending
                   AND o.valid_from < nw.valid_from
                   AND (o.valid_to IS NULL OR o.valid_to > nw.valid_from)
-                  AND EXISTS (SELECT 1 FROM memories om, memories nm
-                              WHERE om.tenant_id = o.tenant_id AND om.memory_id = o.memory_id
-                                AND om.retired_at IS NULL
-                                AND nm.tenant_id = o.tenant_id AND nm.memory_id = $1
-                                AND nm.retired_at IS NULL
-                                AND {SAME_READERS} AND {power})
-                ORDER BY o.tenant_id, o.relation_id, nw.valid_from),
-            retired AS (
+                OFFSET 0) o
+            CROSS JOIN LATERAL (
+                SELECT om.* FROM memories om
+                WHERE om.tenant_id = $2::uuid AND om.memory_id = o.memory_id
+                  AND om.retired_at IS NULL
+                OFFSET 0) om
+            CROSS JOIN nm
+            WHERE {SAME_READERS} AND {power}
+            ORDER BY o.relation_id, nw.valid_from""",
+        *p.values,
+    )
+    if not closing:
+        return 0
+    # The ids travel as an array of known length, so the rows are found by primary key
+    # (an UPDATE joined to a CTE may scan the tenant's relations, each checked by RLS).
+    rows = await conn.fetch(
+        """WITH retired AS (
                 UPDATE graph_relations o SET retired_at = $2
-                FROM closing c
-                WHERE o.tenant_id = c.tenant_id AND o.relation_id = c.relation_id
-                RETURNING o.*, c.ends)
+                WHERE o.tenant_id = $3::uuid AND o.relation_id = ANY ($4::uuid[])
+                RETURNING o.*)
             INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id,
                                          predicate, object_id, cardinality, valid_from,
                                          valid_to, pending, recorded_at, closed_by, replaces)
             SELECT r.tenant_id, gen_random_uuid(), r.memory_id, r.subject_id, r.predicate,
-                   r.object_id, r.cardinality, r.valid_from, r.ends, false, $2, $1,
+                   r.object_id, r.cardinality, r.valid_from, c.ends, false, $2, $1,
                    r.relation_id
             FROM retired r
+            JOIN unnest($4::uuid[], $5::timestamptz[]) AS c (relation_id, ends)
+              ON c.relation_id = r.relation_id
             RETURNING relation_id""",
-        *p.values,
+        memory_id,
+        at,
+        tenant_id,
+        [r["relation_id"] for r in closing],
+        [r["ends"] for r in closing],
     )
     return len(rows)
 

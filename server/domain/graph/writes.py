@@ -36,7 +36,7 @@ async def assert_graph(
             writer=(c.user_id, c.session_id) if pending else (None, None),
         )  # fmt: skip
     if not pending and any(r.cardinality == "one" for r in assertions.relations):
-        await sql.close_predecessors(conn, v, memory_id, at)
+        await sql.close_predecessors(conn, v, tenant_id, memory_id, at)
 
 
 async def replace_graph(
@@ -58,7 +58,7 @@ async def approve(
     """An approved proposal's assertions join the graph now. What they close depends on
     the memories' scopes and the proposer's write power, never on the reviewer's."""
     await sql.activate_memory(conn, tenant_id, memory_id, at)
-    await sql.close_predecessors(conn, None, memory_id, at)
+    await sql.close_predecessors(conn, None, tenant_id, memory_id, at)
 
 
 async def rescope(
@@ -67,7 +67,7 @@ async def rescope(
     """The memory's labels or expiry changed: who sees it changed, so the closes it made
     and those of its facts are undone, and it closes again what the rule allows now."""
     await sql.reopen(conn, memory_id, closed=True)
-    await sql.close_predecessors(conn, v, memory_id, at)
+    await sql.close_predecessors(conn, v, v.tenant_id, memory_id, at)
 
 
 retire = sql.retire_memory
