@@ -68,6 +68,36 @@ async def pending_duplicate(
     )
 
 
+def every_target_visible(v: Visibility, p: Params, alias: str = "m") -> str:
+    """SQL boolean over a candidate ``alias``: ``v`` sees every memory it would supersede.
+
+    A reviewer who cannot see a target must not be able to learn that it exists, as its
+    approval would tell (``supersedes: memory not found``): to such a reviewer the
+    candidate is not in the review queue and not reviewable."""
+    tenant = p.add(v.tenant_id)
+    return f"""NOT EXISTS (
+        SELECT 1 FROM unnest({alias}.supersedes) AS t (id)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM memories x
+            WHERE x.tenant_id = {tenant}::uuid AND x.memory_id = t.id
+              AND x.retired_at IS NULL AND {visibility_predicate(v, p, "x")}))"""
+
+
+async def sees_every_target(
+    conn: asyncpg.Connection, v: Visibility, candidate: asyncpg.Record
+) -> bool:
+    """Whether ``v`` sees every memory ``candidate`` would supersede."""
+    p = Params(candidate["memory_id"])
+    return bool(
+        await conn.fetchval(
+            f"""SELECT {every_target_visible(v, p)} FROM memories m
+                WHERE m.tenant_id = {p.add(v.tenant_id)}::uuid AND m.memory_id = $1
+                  AND m.retired_at IS NULL""",
+            *p.values,
+        )
+    )
+
+
 async def candidates_page(
     conn: asyncpg.Connection,
     v: Visibility,
@@ -75,13 +105,15 @@ async def candidates_page(
     after: uuid.UUID | None,
     limit: int,
 ) -> list[asyncpg.Record]:
-    """Pending, unexpired candidates, newest first."""
+    """Pending, unexpired candidates, newest first: the caller's own, and others' whose
+    every supersede target it sees (``every_target_visible``)."""
     p = Params()
     clauses = [
         "m.status = 'candidate'",
         "m.retired_at IS NULL",
         "m.candidate_expires_at > now()",
         visibility_predicate(v, p),
+        f"(m.created_by = {p.add(v.principal)} OR {every_target_visible(v, p)})",
     ]
     if proposed_by:
         clauses.append(f"m.created_by = {p.add(proposed_by)}")
