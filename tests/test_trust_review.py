@@ -7,7 +7,7 @@ import grpc
 
 from brain.v1 import common_pb2, review_pb2
 
-from .conftest import BrainServer, unique
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .edge import RANDOM_ID, outcome
 from .helpers import Api
 
@@ -87,3 +87,41 @@ async def test_a_candidate_superseding_what_the_reviewer_cannot_see_is_hidden_fr
     approved = await decide(hr_reviewer, over_secret, approve=True)  # type: ignore[misc]
     assert approved.memory.status == common_pb2.MEMORY_STATUS_ACTIVE
     assert (await hr.get(secret)).status == common_pb2.MEMORY_STATUS_SUPERSEDED
+
+
+async def test_the_proposal_budget_counts_proposals_the_key_can_no_longer_see(
+    pg_cluster: PgCluster, loop_thread: LoopThread
+) -> None:
+    """A key's hourly proposal budget counts its proposal that was approved and then
+    relabelled away from it (before: it no longer counted, so the budget refilled and the
+    count in the message told the key that one of its proposals was hidden). Positive
+    control: another key of the tenant still proposes."""
+    server = BrainServer(
+        cluster=pg_cluster, loop=loop_thread,
+        settings=server_settings(pg_cluster, proposals_per_hour=2),
+    )  # fmt: skip
+    server.start()
+    try:
+        tenant = unique("t")
+        async with grpc.aio.insecure_channel(server.target) as channel:
+
+            def key(principal: str, permissions: str, *labels: str) -> Api:
+                minted = server.mint_key(tenant, principal, permissions=permissions,
+                                         labels=labels)  # fmt: skip
+                return Api(channel, minted)
+
+            agent = key("agent", "memories:read,memories:propose", "team")
+            calm = key("calm", "memories:read,memories:propose", "team")
+            reviewer = key("rita", "memories:read,memories:review", "team")
+            hr = key("hr", "memories:read,memories:write", "team", "hr")
+            first = await propose(agent, "the wiki moves to the new host")
+            await decide(reviewer, first, approve=True)  # type: ignore[misc]
+            await hr.update(first, ["labels"], labels=["hr"])
+            assert (await outcome(agent.get(first)))[0] == grpc.StatusCode.NOT_FOUND
+            await propose(agent, "the build cache is shared")
+            refused = await outcome(propose(agent, "a third idea"))
+            assert refused[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "made 2 proposals" in refused[1]
+            assert await propose(calm, "a third idea")
+    finally:
+        server.stop()

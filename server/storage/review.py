@@ -29,14 +29,10 @@ async def pending_in_namespace(conn: asyncpg.Connection, tenant_id: str, namespa
 
 
 async def proposals_since(conn: asyncpg.Connection, key_id: str, since: datetime) -> int:
-    """Proposals this key made since ``since``, reviewed or not (first versions persist)."""
-    value: int = await conn.fetchval(
-        """SELECT count(*) FROM memories
-           WHERE changed_by_key = $1 AND version = 1 AND change = 'propose'
-             AND recorded_at > $2""",
-        key_id,
-        since,
-    )
+    """Proposals this key made since ``since``, reviewed or not (first versions persist),
+    also those it can no longer see; only the transaction's own key may be counted
+    (a definer function, migration 0056)."""
+    value: int = await conn.fetchval("SELECT brain_proposals_since($1, $2)", key_id, since)
     return value
 
 
