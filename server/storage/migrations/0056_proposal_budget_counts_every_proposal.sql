@@ -25,3 +25,9 @@ END
 $$;
 REVOKE ALL ON FUNCTION brain_proposals_since(text, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION brain_proposals_since(text, timestamptz) TO brain_app;
+
+-- The namespace's pending-candidate cap (brain_pending_candidates, one bit across walls by
+-- decision) counted on the bucket index, reading every current memory of the namespace;
+-- now only its candidates are read.
+CREATE INDEX memories_pending_by_namespace ON memories (tenant_id, namespace)
+    WHERE status = 'candidate' AND retired_at IS NULL;
