@@ -32,6 +32,7 @@ from brain.clients._base import (
     failed,
     is_position_marker,
 )
+from brain.clients._conflicts import AsyncConflictMethods
 from brain.clients._requests import (
     Decision,
     DraftFields,
@@ -56,7 +57,7 @@ from brain.v1 import (
 )
 
 
-class AsyncBrainClient(ClientBase):
+class AsyncBrainClient(AsyncConflictMethods, ClientBase):
     """The asyncio twin of `BrainClient`: same constructor, same methods, awaited.
 
     Paginated and streaming methods return async iterators. Create it inside the event loop
