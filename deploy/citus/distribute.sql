@@ -2,8 +2,8 @@
 -- Run as the owner (brain_owner) after `brain-admin migrate`, once, on an empty database:
 --   psql -v ON_ERROR_STOP=1 -d brain -f deploy/citus/distribute.sql
 -- Tested by tests/citus.sh (make test-citus) on Citus 13.2.2 / PostgreSQL 15, after
--- lab-overlay.sql: without it, create_distributed_table refuses the two policies that hold
--- a subquery (lexical_terms, graph_entities). See deploy/SCALING.md.
+-- lab-overlay.sql: without it, create_distributed_table refuses the three policies that hold
+-- a subquery (lexical_terms, graph_entities, audit_cell_events). See deploy/SCALING.md.
 --
 -- tenants and brain_schema_migrations become reference tables (a copy on every node);
 -- every other table is hash-distributed by tenant_id, co-located with memories, so a
@@ -34,7 +34,8 @@ SELECT create_distributed_table(t, 'tenant_id', colocate_with => 'memories')
 FROM unnest(ARRAY['api_keys', 'tombstones', 'idempotency_keys', 'namespace_policies',
                   'audit_events', 'audit_heads', 'tenant_quotas', 'lexical_cells',
                   'lexical_terms', 'documents', 'document_chunks', 'graph_entities',
-                  'graph_mentions', 'graph_relations']) AS t
+                  'graph_mentions', 'graph_relations', 'audit_cells', 'audit_cell_events',
+                  'memory_conflicts']) AS t
 WHERE to_regclass(t) IS NOT NULL;
 DO $$
 DECLARE r record;

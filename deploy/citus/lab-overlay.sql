@@ -16,6 +16,14 @@ BEGIN
                    WHERE c.tenant_id = p_tenant AND c.cell_id = p_cell);
 END
 $$;
+CREATE FUNCTION brain_audit_cell_visible(p_tenant uuid, p_cell bigint) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM audit_cells c
+                   WHERE c.tenant_id = p_tenant AND c.cell_id = p_cell);
+END
+$$;
 CREATE FUNCTION brain_graph_entity_mentioned(p_tenant uuid, p_entity uuid) RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public
 AS $$
@@ -33,3 +41,7 @@ ALTER POLICY tenant_isolation ON graph_entities
            AND brain_graph_entity_mentioned(tenant_id, entity_id))
     WITH CHECK (tenant_id = brain_current_tenant()
                 AND brain_graph_entity_mentioned(tenant_id, entity_id));
+ALTER POLICY tenant_isolation ON audit_cell_events
+    USING (tenant_id = brain_current_tenant() AND brain_audit_cell_visible(tenant_id, cell_id))
+    WITH CHECK (tenant_id = brain_current_tenant()
+                AND brain_audit_cell_visible(tenant_id, cell_id));
