@@ -4,10 +4,11 @@
 # Citus (default v13.2.2, the last line for PostgreSQL 15) built from source against
 # Debian's PostgreSQL 15, pgvector as deploy/external-postgres.sh builds it, a coordinator
 # and two workers on 127.0.0.1 (trust logins on loopback: a throwaway lab), the README's
-# roles, `brain-admin migrate` as brain_owner against the coordinator, the lab overlay and
-# deploy/citus/distribute.sql, then tests/citus_checks.py. With CITUS_TESTS set (pytest
-# paths), brain-server then serves as brain_server through the coordinator and those tests
-# run against it: today most fail (deploy/SCALING.md says why). Needs root; minutes.
+# roles, `brain-admin migrate` as brain_owner against the coordinator (migration 0057 takes
+# the subqueries out of three policies there), deploy/citus/distribute.sql, then
+# tests/citus_checks.py. With CITUS_TESTS set (pytest paths), brain-server then serves
+# as brain_server through the coordinator and those tests run against it: today most fail
+# (deploy/SCALING.md says why). Needs root; minutes.
 # Not part of `make test`. Everything lives in one temporary folder, removed afterwards
 # (CITUS_KEEP=1 keeps the cluster running and prints how to reach it).
 #
@@ -158,8 +159,7 @@ export BRAIN_PEPPER_FILE=$ROOT/pepper
 
 say "brain-admin migrate as brain_owner on the coordinator"
 "$VENV/bin/brain-admin" --database-url "$OWNER_URL" migrate
-say "the lab overlay (not the product schema) and deploy/citus/distribute.sql"
-psql_on "$COORD" brain_owner brain -f "$HERE/deploy/citus/lab-overlay.sql"
+say "deploy/citus/distribute.sql"
 psql_on "$COORD" brain_owner brain -f "$HERE/deploy/citus/distribute.sql" >/dev/null
 psql_on "$COORD" brain_owner brain -At -c \
     "SELECT count(*) FILTER (WHERE partmethod = 'h') || ' distributed, ' ||

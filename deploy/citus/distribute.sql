@@ -1,9 +1,10 @@
 -- Distribute a freshly migrated Shared Brain schema on a Citus coordinator (issue 29).
 -- Run as the owner (brain_owner) after `brain-admin migrate`, once, on an empty database:
 --   psql -v ON_ERROR_STOP=1 -d brain -f deploy/citus/distribute.sql
--- Tested by tests/citus.sh (make test-citus) on Citus 13.2.2 / PostgreSQL 15, after
--- lab-overlay.sql: without it, create_distributed_table refuses the three policies that hold
--- a subquery (lexical_terms, graph_entities, audit_cell_events). See deploy/SCALING.md.
+-- Tested by tests/citus.sh (make test-citus) on Citus 13.2.2 / PostgreSQL 15. The policies
+-- distribute because migration 0057, run where Citus is installed, took the subqueries out
+-- of the three that held one (lexical_terms, graph_entities, audit_cell_events). See
+-- deploy/SCALING.md.
 --
 -- tenants and brain_schema_migrations become reference tables (a copy on every node);
 -- every other table is hash-distributed by tenant_id, co-located with memories, so a
