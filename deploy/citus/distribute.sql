@@ -45,4 +45,10 @@ BEGIN
         EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I %s', r.tbl, r.conname, r.def);
     END LOOP;
 END $$;
+-- Definer functions a request calls inside its write transaction run on the tenant's worker,
+-- in the request's connection (migration 0059 says why).
+SELECT create_distributed_function(f::regprocedure, 'p_tenant', colocate_with => 'memories',
+                                   force_delegation => true)
+FROM unnest(ARRAY['brain_reserve_memories(uuid)', 'brain_pending_candidates(uuid, text)',
+                  'brain_proposals_since(uuid, text, timestamptz)']) AS f;
 COMMIT;

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
+from brain.server.storage import setlocal
 from brain.server.storage.memories import memory_columns
 from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 
@@ -32,7 +33,12 @@ async def proposals_since(conn: asyncpg.Connection, key_id: str, since: datetime
     """Proposals this key made since ``since``, reviewed or not (first versions persist),
     also those it can no longer see; only the transaction's own key may be counted
     (a definer function, migration 0056)."""
-    value: int = await conn.fetchval("SELECT brain_proposals_since($1, $2)", key_id, since)
+    value: int = await conn.fetchval(
+        "SELECT brain_proposals_since($1::uuid, $2, $3)",
+        await setlocal.current_tenant(conn),
+        key_id,
+        since,
+    )
     return value
 
 
