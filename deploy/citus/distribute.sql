@@ -50,5 +50,8 @@ END $$;
 SELECT create_distributed_function(f::regprocedure, 'p_tenant', colocate_with => 'memories',
                                    force_delegation => true)
 FROM unnest(ARRAY['brain_reserve_memories(uuid)', 'brain_pending_candidates(uuid, text)',
-                  'brain_proposals_since(uuid, text, timestamptz)']) AS f;
+                  'brain_proposals_since(uuid, text, timestamptz)',
+                  'brain_graph_entities(uuid, text[])', 'brain_graph_reopen(uuid, uuid, boolean)',
+                  'brain_graph_drop_orphans(uuid, uuid[])',
+                  'brain_reopen_superseded(uuid, uuid, timestamptz, text, text, interval)']) AS f;
 COMMIT;

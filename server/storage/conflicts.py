@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from brain.server.storage import setlocal
 from brain.server.storage.visibility import (
     Params,
     Visibility,
@@ -340,6 +341,12 @@ async def reopen_superseded(
     """Every memory ``forgotten`` had superseded becomes a candidate for review again."""
     return int(
         await conn.fetchval(
-            "SELECT brain_reopen_superseded($1, $2, $3, $4, $5)", forgotten, at, by, key_id, ttl
+            "SELECT brain_reopen_superseded($1::uuid, $2, $3, $4, $5, $6)",
+            await setlocal.current_tenant(conn),
+            forgotten,
+            at,
+            by,
+            key_id,
+            ttl,
         )
     )
