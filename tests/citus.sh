@@ -95,7 +95,9 @@ start_node() {  # name port
 port = $2
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$ROOT/socket'
-shared_preload_libraries = 'citus'
+shared_preload_libraries = 'citus,pg_stat_statements'
+# Which statements ran on one shard (partition_key set) and which on all (the report below).
+citus.stat_statements_track = 'all'
 # Shard moves and rebalancing use logical replication.
 wal_level = logical
 # Transactions over several workers commit by two-phase commit.
@@ -146,6 +148,7 @@ CREATE ROLE brain_server LOGIN IN ROLE brain_app NOBYPASSRLS;
 CREATE DATABASE brain OWNER brain_owner;
 SQL
     psql_on "$port" postgres brain -c "CREATE EXTENSION citus" -c "CREATE EXTENSION vector" \
+        -c "CREATE EXTENSION pg_stat_statements" \
         -c "ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF"
 done
 psql_on "$COORD" postgres brain -c "SELECT citus_set_coordinator_host('127.0.0.1', $COORD)" \
@@ -189,7 +192,19 @@ if [ -n "${CITUS_TESTS:-}" ]; then
     BRAIN_TEST_ADMIN_DATABASE_URL=$OWNER_URL BRAIN_TEST_DATABASE_URL=$APP_URL \
         BRAIN_TEST_PEPPER_FILE=$BRAIN_PEPPER_FILE BRAIN_TEST_TARGET=127.0.0.1:$GRPC_PORT \
         BRAIN_TEST_TLS_CA=$ROOT/tls/ca.pem \
-        "$PY" -m pytest -q -p no:cacheprovider -rs $CITUS_TESTS "$@"
+        "$PY" -m pytest -q -p no:cacheprovider -rs $CITUS_TESTS "$@" || status=$?
+    say "statements of brain_server that ran on every shard (citus_stat_statements; one-shard runs: partition_key set)"
+    psql_on "$COORD" postgres brain -At -F ' | ' -c \
+        "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
+         FROM citus_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+         WHERE r.rolname = 'brain_server' AND s.partition_key IS NULL
+         ORDER BY calls DESC LIMIT 40"
+    psql_on "$COORD" postgres brain -At -c \
+        "SELECT count(*) FILTER (WHERE partition_key IS NOT NULL) || ' one-shard, ' ||
+                count(*) FILTER (WHERE partition_key IS NULL) || ' all-shard statements of brain_server'
+         FROM citus_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+         WHERE r.rolname = 'brain_server'"
+    [ "${status:-0}" -eq 0 ] || exit "$status"
 fi
 if [ "${CITUS_KEEP:-}" = 1 ]; then
     say "kept: $ROOT; owner $OWNER_URL, app $APP_URL (stop: pg_ctl -D $ROOT/<node> stop as postgres)"

@@ -328,8 +328,10 @@ async def embedding_of(
 
 async def namespace_policy(conn: asyncpg.Connection, namespace: str) -> str:
     """'off', 'propose' (no policy row) or 'supersede_own'."""
-    value = await conn.fetchval(
-        "SELECT conflicts FROM namespace_policies WHERE namespace = $1", namespace
+    value = await conn.fetchval(  # the tenant named: Citus routes by it (review.py)
+        "SELECT conflicts FROM namespace_policies WHERE tenant_id = $1::uuid AND namespace = $2",
+        await setlocal.current_tenant(conn),
+        namespace,
     )
     return str(value or "propose")
 

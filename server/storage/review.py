@@ -140,8 +140,11 @@ async def readmit_tombstone(conn: asyncpg.Connection, tombstone_id: uuid.UUID, b
 
 
 async def namespace_policy(conn: asyncpg.Connection, namespace: str) -> asyncpg.Record | None:
+    """The namespace's review policy. The tenant is named (RLS adds it too, but Citus's
+    planner routes a statement to one shard only by a tenant it can see)."""
     return await conn.fetchrow(
         "SELECT review_required, candidate_ttl, max_pending FROM namespace_policies "
-        "WHERE namespace = $1",
+        "WHERE tenant_id = $1::uuid AND namespace = $2",
+        await setlocal.current_tenant(conn),
         namespace,
     )
