@@ -516,10 +516,13 @@ class BrainClient(ConflictMethods, ClientBase):
         limit: int = 0,
         collections: Iterable[str] = (),
         lexical_only: bool = False,
+        min_relevance: float | None = None,
         timeout: float | None = None,
     ) -> knowledge_pb2.SearchKnowledgeResponse:
-        """Chunks of documents, best first, each with its source (document, headings, lines)."""
-        request = self._requests.search_knowledge(query, limit, collections, lexical_only)
+        """Document chunks, best first; none below ``min_relevance`` (default: server's floor)."""
+        request = self._requests.search_knowledge(
+            query, limit, collections, lexical_only, min_relevance
+        )
         return self._unary(
             "SearchKnowledge", self._knowledge.SearchKnowledge, request, idempotent=True,
             timeout=timeout,
