@@ -1,7 +1,8 @@
 """brain-eval: turn-level retrieval quality on the LoCoMo benchmark, through the real API.
 
 The command line. ``brain-eval locomo`` runs the LoCoMo data set (`locomo`; its docstring
-tells the method) and ``brain-eval knowledge`` the knowledge base's (`knowledge_eval`). This
+tells the method), ``brain-eval knowledge`` the knowledge base's (`knowledge_eval`) and
+``brain-eval multilingual`` team memories in eight languages (`multilingual`). This
 module parses the flags, checks that they fit together, and turns a failure into one line
 and an exit code.
 """
@@ -19,7 +20,7 @@ from typing import NoReturn
 import grpc
 
 from brain.authz import CommandParser, add_version_argument
-from brain.server.measure import entities, knowledge_eval
+from brain.server.measure import entities, knowledge_eval, multilingual
 from brain.server.measure.locomo import (
     DataError,
     Progress,
@@ -90,12 +91,27 @@ def build_parser() -> argparse.ArgumentParser:
         "asks every question once per grid candidate)",
     )
     knowledge_eval.add_parser(commands)
+    multilingual.add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "multilingual":
+        logs.configure("warning")
+        try:
+            spoken = asyncio.run(multilingual.run(args))
+        except (OSError, ValueError, KeyError, StartupError) as exc:
+            _fail(str(exc), 2)
+        except grpc.aio.AioRpcError as exc:
+            _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
+        print(
+            json.dumps(spoken.as_json(), indent=2, ensure_ascii=False)
+            if args.json
+            else multilingual.format_table(spoken)
+        )
+        return
     if args.command == "knowledge":
         logs.configure("warning")
         try:

@@ -239,10 +239,10 @@ async def lexical_lanes(
         plan_lane(c, [(r["lexeme"], r["df"], r["len"]) for r in stats if r["config"] == c], params)
         for c in TSVECTORS
     ]  # fmt: skip
-    searched = max(plan.n for plan in plans)
+    searched = int(max(plan.n for plan in plans))
     plans = [plan for plan in plans if plan.weights]
     if not plans:
-        return LexicalHits([], [], 0)
+        return LexicalHits([], [], searched)
     with metrics.lane("lexical"):
         rows, crowded = await sql.candidate_rows(conn, v, plans, f, t, limit, bm25(params))
         for plan in crowded:  # rare: unspecific lanes drawing different terms
@@ -251,15 +251,17 @@ async def lexical_lanes(
     lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
     for r in rows:
         lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
-    # N goes with hits only: a search that matched nothing lexically fuses as it always has.
-    return LexicalHits(lanes["english"], lanes["simple"], int(searched) if rows else 0)
+    # N also when nothing matched: the relevance floor then still applies (issue 34: a
+    # query whose words no memory holds used to switch it off). Fusion is unchanged: N
+    # only scales lexical scores, and there are none.
+    return LexicalHits(lanes["english"], lanes["simple"], searched)
 
 
 @dataclass(frozen=True)
 class LexicalHits:
     english: list[LaneHit]
     simple: list[LaneHit]
-    searched_rows: int  # N, the current active rows the caller may see; 0 without hits
+    searched_rows: int  # N, the current active rows the caller may see
 
 
 def plan_lane(
