@@ -170,8 +170,9 @@ def add_embedder_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--embedder",
         default=_env("EMBEDDER", "local"),
-        choices=["none", "local", "openai"],
-        help="none (lexical only) | local (MiniLM on CPU) | openai (BRAIN_EMBEDDER)",
+        choices=["none", "local", "multilingual", "openai"],
+        help="none (lexical only) | local (MiniLM on CPU, English) | multilingual "
+        "(multilingual-e5-small on CPU, about 100 languages) | openai (BRAIN_EMBEDDER)",
     )
     parser.add_argument(
         "--openai-url",

@@ -75,7 +75,9 @@ class _Batcher:
             for key in batch:
                 del self.pending[key]
             try:
-                vectors = await self.embedder.embed([text for _, text in batch])
+                # A model that reads queries its own way (e5's "query: ") says so.
+                embed = getattr(self.embedder, "embed_queries", self.embedder.embed)
+                vectors = await embed([text for _, text in batch])
             except EmbedderError as exc:
                 for future in batch.values():
                     _fail(future, exc)
