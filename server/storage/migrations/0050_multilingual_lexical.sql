@@ -24,7 +24,6 @@
 -- The columns are regenerated (PostgreSQL 15 has no SET EXPRESSION) and the term
 -- statistics of every tenant recounted from the new vectors.
 
-CREATE TEXT SEARCH DICTIONARY brain_stop_english (TEMPLATE = pg_catalog.simple, STOPWORDS = english);
 CREATE TEXT SEARCH DICTIONARY brain_stop_spanish (TEMPLATE = pg_catalog.simple, STOPWORDS = spanish);
 CREATE TEXT SEARCH DICTIONARY brain_stop_french (TEMPLATE = pg_catalog.simple, STOPWORDS = french);
 CREATE TEXT SEARCH DICTIONARY brain_stop_portuguese (TEMPLATE = pg_catalog.simple, STOPWORDS = portuguese);
@@ -38,8 +37,8 @@ DO $$
 DECLARE
     v_lang text;
 BEGIN
-    FOREACH v_lang IN ARRAY ARRAY['english', 'spanish', 'french', 'portuguese', 'italian',
-                                  'german', 'dutch', 'russian'] LOOP
+    FOREACH v_lang IN ARRAY ARRAY['spanish', 'french', 'portuguese', 'italian', 'german',
+                                  'dutch', 'russian'] LOOP
         EXECUTE format('CREATE TEXT SEARCH CONFIGURATION brain_stop_%s (COPY = pg_catalog.simple)',
                        v_lang);
         EXECUTE format('ALTER TEXT SEARCH CONFIGURATION brain_stop_%s '
@@ -133,22 +132,77 @@ END
 $$;
 
 -- The lexemes (simple form) of segmented text that are function words of its language.
+-- Latin script: each language votes with how many of its most frequent function words the
+-- text holds (cheap); only a language that beats English has its whole PostgreSQL stop
+-- list applied.
 CREATE FUNCTION brain_function_lexemes(p_segmented text) RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT SET search_path = pg_catalog, public
 AS $$
 DECLARE
     v_words text[] := tsvector_to_array(to_tsvector('simple'::regconfig, p_segmented));
-    v_stops text[];
-    v_best regconfig;
-    v_best_count int;
-    v_count int;
-    v_config regconfig;
+    v_stops text[] := '{}';
+    v_best text;
 BEGIN
     IF cardinality(v_words) = 0 THEN
         RETURN '{}';
     END IF;
-    -- Scripts that name their language: Hindi (Devanagari), Arabic, Russian (Cyrillic).
-    v_stops := ARRAY(SELECT w FROM unnest(v_words) w WHERE w = ANY(ARRAY[
+    -- Only a text holding one of the commonest function words of another Latin-script
+    -- language votes (a short constant: this runs on every write and every query).
+    IF v_words && ARRAY['de', 'la', 'el', 'los', 'las', 'que', 'del', 'le', 'les', 'des',
+                        'du', 'et', 'il', 'di', 'che', 'der', 'die', 'das', 'und', 'het',
+                        'een', 'da', 'não', 'em']::text[] THEN
+        -- The language holding most of its words wins; English wins ties.
+        SELECT v.lang INTO v_best FROM (VALUES
+        ('english', ARRAY['the', 'and', 'of', 'to', 'a', 'in', 'is', 'it', 'that', 'was',
+            'for', 'on', 'are', 'with', 'as', 'i', 'his', 'they', 'be', 'at', 'have', 'this',
+            'from', 'or', 'had', 'by', 'but', 'not', 'what', 'all', 'were', 'we', 'when',
+            'your', 'can', 'there', 'an', 'which', 'their', 'if', 'do', 'will', 'my', 'you',
+            'he', 'she', 'me', 'so', 'did', 'been', 'has', 'would', 'how', 'about']::text[]),
+        ('spanish', ARRAY['el', 'la', 'los', 'las', 'de', 'del', 'que', 'y', 'en', 'un', 'una',
+            'es', 'por', 'con', 'para', 'se', 'su', 'al', 'lo', 'como', 'más', 'pero', 'sus',
+            'le', 'ya', 'este', 'porque', 'esta', 'entre', 'cuando', 'muy', 'sin', 'sobre',
+            'también', 'hasta', 'hay', 'donde', 'quien', 'desde', 'nos', 'qué', 'dónde',
+            'cuándo', 'quién', 'está', 'están', 'fue']::text[]),
+        ('french', ARRAY['le', 'la', 'les', 'de', 'des', 'du', 'et', 'en', 'un', 'une', 'est',
+            'que', 'qui', 'dans', 'pour', 'pas', 'sur', 'au', 'aux', 'avec', 'ce', 'il',
+            'elle', 'nous', 'vous', 'ils', 'sont', 'par', 'plus', 'mais', 'ou', 'où', 'son',
+            'sa', 'ses', 'été', 'être', 'était', 'quand', 'comment', 'quel', 'quelle']::text[]),
+        ('portuguese', ARRAY['o', 'a', 'os', 'as', 'de', 'do', 'da', 'dos', 'das', 'em', 'no',
+            'na', 'nos', 'nas', 'um', 'uma', 'que', 'e', 'é', 'para', 'com', 'não', 'por',
+            'se', 'mais', 'ao', 'à', 'foi', 'são', 'seu', 'sua', 'ele', 'ela', 'quando',
+            'onde', 'quem', 'qual', 'está', 'pelo', 'pela']::text[]),
+        ('italian', ARRAY['il', 'lo', 'la', 'i', 'gli', 'le', 'di', 'del', 'della', 'dei',
+            'delle', 'che', 'e', 'è', 'un', 'una', 'per', 'in', 'non', 'con', 'si', 'da', 'al',
+            'alla', 'sono', 'ma', 'come', 'anche', 'nel', 'nella', 'questo', 'quando', 'dove',
+            'chi', 'quale', 'sul', 'sulla']::text[]),
+        ('german', ARRAY['der', 'die', 'das', 'den', 'dem', 'des', 'und', 'ist', 'nicht',
+            'ein', 'eine', 'einen', 'zu', 'mit', 'sich', 'auf', 'für', 'im', 'von', 'wird',
+            'sind', 'auch', 'es', 'an', 'werden', 'aus', 'er', 'sie', 'wir', 'bei', 'wie',
+            'oder', 'wann', 'wo', 'wer', 'ich', 'noch', 'nach', 'zum', 'zur', 'am', 'war']::text[]),
+        ('dutch', ARRAY['de', 'het', 'een', 'en', 'van', 'in', 'is', 'op', 'te', 'dat', 'die',
+            'voor', 'met', 'zijn', 'niet', 'aan', 'er', 'maar', 'om', 'ook', 'als', 'bij',
+            'nog', 'wordt', 'naar', 'wat', 'wanneer', 'waar', 'wie', 'hoe', 'deze', 'dit',
+            'ze', 'we', 'ik', 'heeft', 'worden']::text[])
+        ) AS v(lang, words)
+        ORDER BY (SELECT count(*) FROM unnest(v_words) w WHERE w = ANY(v.words)) DESC,
+                 v.lang = 'english' DESC
+        LIMIT 1;
+    END IF;
+    IF v_best <> 'english' THEN
+        v_stops := ARRAY(
+            SELECT unnest(v_words) EXCEPT SELECT unnest(tsvector_to_array(
+                to_tsvector(('brain_stop_' || v_best)::regconfig, p_segmented))));
+    END IF;
+    IF p_segmented ~ '[\u0400-\u04FF]' THEN  -- Cyrillic: Russian
+        v_stops := v_stops || ARRAY(
+            SELECT unnest(v_words) EXCEPT SELECT unnest(tsvector_to_array(
+                to_tsvector('brain_stop_russian'::regconfig, p_segmented))));
+    END IF;
+    IF p_segmented !~ '[\u0600-\u06FF\u0900-\u097F]' THEN
+        RETURN v_stops;
+    END IF;
+    -- Scripts that name their language: Hindi (Devanagari), Arabic.
+    RETURN v_stops || ARRAY(SELECT w FROM unnest(v_words) w WHERE w = ANY(ARRAY[
         'का', 'के', 'की', 'को', 'में', 'से', 'है', 'हैं', 'था', 'थे', 'थी', 'पर', 'और', 'या',
         'भी', 'तो', 'ही', 'एक', 'यह', 'वह', 'ये', 'वो', 'क्या', 'कब', 'कहाँ', 'कहां', 'कौन',
         'कैसे', 'किस', 'किसने', 'कितने', 'कितना', 'कितनी', 'इस', 'उस', 'इसे', 'उसे', 'हम', 'आप',
@@ -161,28 +215,6 @@ BEGIN
         'ماذا', 'متى', 'أين', 'كيف', 'لماذا', 'هل', 'كم', 'أي', 'و', 'أو', 'ثم', 'قد', 'لا',
         'لم', 'لن', 'إن', 'أن', 'كل', 'بين', 'حتى', 'أيضا', 'فقط', 'لدينا', 'لنا', 'عند'
     ]::text[]));
-    v_stops := v_stops || ARRAY(
-        SELECT w FROM unnest(v_words) w
-        EXCEPT SELECT unnest(tsvector_to_array(to_tsvector('brain_stop_russian', p_segmented))));
-    -- Latin script: the language whose stop list covers most words, if it beats English.
-    v_best_count := cardinality(v_words)
-                    - length(to_tsvector('brain_stop_english', p_segmented));
-    v_best := NULL;
-    FOREACH v_config IN ARRAY ARRAY['brain_stop_spanish', 'brain_stop_french',
-        'brain_stop_portuguese', 'brain_stop_italian', 'brain_stop_german',
-        'brain_stop_dutch']::regconfig[] LOOP
-        v_count := cardinality(v_words) - length(to_tsvector(v_config, p_segmented));
-        IF v_count > v_best_count THEN
-            v_best := v_config;
-            v_best_count := v_count;
-        END IF;
-    END LOOP;
-    IF v_best IS NOT NULL THEN
-        v_stops := v_stops || ARRAY(
-            SELECT w FROM unnest(v_words) w
-            EXCEPT SELECT unnest(tsvector_to_array(to_tsvector(v_best, p_segmented))));
-    END IF;
-    RETURN v_stops;
 END
 $$;
 
