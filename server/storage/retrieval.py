@@ -165,7 +165,8 @@ async def bm25_rows(
             ORDER BY score DESC
             LIMIT {p.add(limit)}
         )
-        SELECT {corpus.columns(v, p)}, s.score
+        SELECT {corpus.columns(v, p)}, s.score,
+               (SELECT sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))) FROM df, corpus c) AS mass
         FROM scored s JOIN {table} m USING (tenant_id, {keys})
         ORDER BY s.score DESC, {m_keys}"""
     return list(await conn.fetch(sql, *p.values))
@@ -219,6 +220,7 @@ class LanePlan:
     weights: tuple[tuple[str, float], ...]
     over_budget: bool = False
     pair: str = ""
+    mass: float = 0.0  # the IDF of every query term, matched or not (see relevance: coverage)
 
 
 async def candidate_rows(

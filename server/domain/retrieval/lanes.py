@@ -133,6 +133,7 @@ class RetrievalParams:
 class LaneHit:
     row: asyncpg.Record
     score: float
+    coverage: float = 0.0  # lexical lanes: score / the query's whole IDF mass, at most 1
 
 
 @dataclass
@@ -145,6 +146,7 @@ class FusedHit:
     semantic_similarity: float = 0.0
     exact_rank: int = 0
     exact_score: float = 0.0
+    coverage: float = 0.0
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
@@ -157,6 +159,7 @@ class FusedHit:
             semantic_similarity=self.semantic_similarity,
             semantic_rank=self.semantic_rank,
             session=self.row.get("valid_from"),
+            coverage=self.coverage,
         )
 
 
@@ -196,7 +199,15 @@ async def bm25_lane(
         rows = await sql.bm25_rows(
             conn, corpus, v, where, query, limit, bm25(params), config, corpus_size
         )
-    return [LaneHit(row=r, score=float(r["score"])) for r in rows]
+    return [
+        LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], r["mass"]))
+        for r in rows
+    ]
+
+
+def share(score: float, mass: float) -> float:
+    """How much of the query's IDF mass a hit's BM25 score covers, 0..1."""
+    return min(1.0, float(score) / float(mass)) if mass and mass > 0 else 0.0
 
 
 def bm25(params: RetrievalParams) -> sql.Bm25:
@@ -249,8 +260,11 @@ async def lexical_lanes(
             alone, _ = await sql.candidate_rows(conn, v, [plan], f, t, limit, bm25(params))
             rows = [r for r in rows if r["lane"] != plan.config] + alone
     lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
+    mass = {plan.config: plan.mass for plan in plans}
     for r in rows:
-        lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
+        lanes[r["lane"]].append(
+            LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], mass[r["lane"]]))
+        )
     # N also when nothing matched: the relevance floor then still applies (issue 34: a
     # query whose words no memory holds used to switch it off). Fusion is unchanged: N
     # only scales lexical scores, and there are none.
@@ -282,11 +296,13 @@ def plan_lane(
     over_budget = bool(terms) and terms[0][0] > budget
     common = over_budget and terms[0][0] * 20 > n
     weights = tuple((lexeme, math.log(1 + (n - df + 0.5) / (df + 0.5))) for df, lexeme in terms)
+    # Every query term's weight, those no row holds at the rarest: what a hit could match.
+    mass = sum(math.log(1 + (n - df + 0.5) / (df + 0.5)) for lexeme, df, _ in stats if lexeme)
     draw = " | ".join(quote_lexeme(lexeme) for lexeme in drawn)
     pair = ""
     if over_budget and not common and len(terms) > 1:
         pair = f"{quote_lexeme(terms[0][1])} & {quote_lexeme(terms[1][1])}"
-    return LanePlan(config, n, avgdl, draw, common, weights, over_budget, pair)
+    return LanePlan(config, n, avgdl, draw, common, weights, over_budget, pair, mass)
 
 
 def quote_lexeme(lexeme: str) -> str:
@@ -419,6 +435,7 @@ def fuse(
             item.score += weight * norm
             if kind == "lexical":
                 item.lexical_rank, item.lexical_score = rank, hit.score
+                item.coverage = hit.coverage
             elif kind == "exact":
                 item.exact_rank, item.exact_score = rank, hit.score
             elif kind == "semantic":

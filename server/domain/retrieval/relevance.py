@@ -53,12 +53,17 @@ FEATURES = (
     "semantic_gap",  # the query's best similarity minus this one
     "session",  # share of the query's other hits that come from the same session
     "session_lexical",  # the best 1 / lexical rank among the other hits of that session
+    # The share of the query's lexical weight the hit matched (0..1): BM25 (english) over
+    # the sum of every query term's IDF, terms no row holds counted at the rarest IDF. A
+    # hit sharing one word of a four-word question ("the office wifi password") is weak
+    # evidence however rare that word (issue 34).
+    "coverage",
 )
 # `lexical` = best - gap, and the best is the same for every hit of a query: it would only
 # shift all of a query's scores, so the order leaves it out. The relevance reads each hit's
 # own strength only.
 ORDER_FEATURES = tuple(f for f in FEATURES if f != "lexical")
-RELEVANCE_FEATURES = ("lexical", "exact", "semantic")
+RELEVANCE_FEATURES = ("lexical", "exact", "semantic", "coverage")
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class LaneView:
     semantic_similarity: float
     semantic_rank: int
     session: Any  # hits with equal values come from one session (their valid_from)
+    coverage: float = 0.0  # see FEATURES
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,7 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
                 top_similarity - h.semantic_similarity if h.semantic_rank else 0.0,
                 (len(sessions[h.session]) - 1) / others,
                 neighbour,
+                h.coverage,
             )
         )
     return np.asarray(rows, dtype=np.float64)
@@ -217,14 +224,14 @@ def fit_relevance(
 # "fitted on all conversations". The README's cross-validated figures refit on four
 # conversations at a time and score the fifth.
 LEXICAL_MODEL = RelevanceModel(
-    order=(0.0, 1.8166, -1.5705, 0.2556, 0.4062, 0.0, 0.0, 0.0, 1.2421, 2.1408),
-    weights=(2.0403, 0.0, 0.0, 0.0335, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    order=(0.0, 1.8166, -1.5705, 0.2556, 0.4062, 0.0, 0.0, 0.0, 1.2421, 2.1408, 0.0),
+    weights=(2.0403, 0.0, 0.0, 0.0335, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
     bias=-5.996,
     floor=0.0138,
 )
 HYBRID_MODEL = RelevanceModel(
-    order=(0.0, 1.3929, -1.1094, 0.2171, 0.3532, 2.4055, 0.5035, -0.6997, 0.5677, 1.9388),
-    weights=(1.5113, 0.0, 0.0, 0.0635, 0.0, 3.2009, 0.0, 0.0, 0.0, 0.0),
+    order=(0.0, 1.3929, -1.1094, 0.2171, 0.3532, 2.4055, 0.5035, -0.6997, 0.5677, 1.9388, 0.0),
+    weights=(1.5113, 0.0, 0.0, 0.0635, 0.0, 3.2009, 0.0, 0.0, 0.0, 0.0, 0.0),
     bias=-6.8324,
     floor=0.024,
 )
