@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (full-width punctuation: the texts are Chinese and Japanese)
 """Every script matches lexically, function words weigh nothing, and the relevance floor
 holds when the lexical lanes find nothing (issue 34).
 
@@ -7,17 +8,20 @@ exactly; where a semantic lane takes part, the stored vectors are set by the tes
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import grpc
+import pytest
 
 from brain.server.domain.retrieval.relevance import HYBRID_MODEL
+from brain.server.domain.retrieval.routing import parse_tenant_embedders
 from brain.server.measure import multilingual
 from brain.v1 import memory_pb2
 
-from .conftest import BrainServer, unique
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .helpers import Api
-from .test_knowledge import found_paths, put
+from .test_knowledge import found_paths, put, session_filler_held
 from .test_search_scale import term_counts
 
 LEXICAL = memory_pb2.SEARCH_MODE_LEXICAL
@@ -66,7 +70,9 @@ def test_function_words_weigh_nothing_in_their_language_only(brain_server: Brain
     english = lexemes(brain_server, "simple", "My son will die laughing at the hat")
     assert {"son", "die", "hat", "laughing"} <= english
     # German stop words go when the text is German ("die" among them).
-    assert "die" not in lexemes(brain_server, "simple", "Die Besprechung ist am Montag und nicht am")
+    assert "die" not in lexemes(
+        brain_server, "simple", "Die Besprechung ist am Montag und nicht am"
+    )
 
 
 async def test_every_language_of_the_set_is_found_lexically_in_one_namespace(
@@ -193,3 +199,61 @@ async def test_the_floor_holds_when_the_lexical_lanes_match_nothing(
         metadata=api.md,
     )
     assert found.hits and found.hits[0].lexical_rank == 1 and found.below_floor == 0
+
+
+async def test_a_tenant_configured_for_the_multilingual_embedder_stores_its_vectors(
+    pg_cluster: PgCluster, loop_thread: LoopThread, brain_server: BrainServer
+) -> None:
+    """With --tenant-embedder A=multilingual, A's memories and chunks are embedded by the
+    multilingual model while B (the server's default) keeps the local one; a backfill
+    with --reembed moves B's vectors to the multilingual model. Which model made a vector
+    is read from the rows, not from what the models think."""
+    a, b = unique("ta"), unique("tb")
+    a_key = brain_server.mint_key(a, "alice", permissions=KB)
+    b_key = brain_server.mint_key(b, "bob", permissions=KB)
+    def models(tenant: str, table: str) -> set[str | None]:
+        rows = brain_server.sql(
+            f"""SELECT DISTINCT m.embedding_model FROM {table} m JOIN tenants t USING (tenant_id)
+                WHERE t.name = $1 AND m.retired_at IS NULL""",
+            tenant,
+        )
+        return {r["embedding_model"] for r in rows}
+
+    multilingual_model = "multilingual:multilingual-e5-small-q4"
+    server = BrainServer(
+        cluster=pg_cluster, loop=loop_thread,
+        settings=server_settings(pg_cluster, tenant_embedders=f"{a}=multilingual"),
+    )  # fmt: skip
+    with session_filler_held(brain_server):  # only this server's filler fills A's chunks
+        server.start()
+        try:
+            async with server.channel() as ch:
+                alice, bob = Api(ch, a_key), Api(ch, b_key)
+                await alice.save("会议改到下午三点")
+                await bob.save("The meeting moved to 3 pm")
+                await put(alice, "a.md", "# 部署\n\n测试服务器放在上海机房。\n")
+                assert await alice.search("会议", mode=LEXICAL)  # the tenant is served
+            # The filler embeds in the background: wait for it, as long as it takes.
+            while models(a, "document_chunks") != {multilingual_model}:
+                assert models(a, "document_chunks") <= {None, multilingual_model}
+                await asyncio.sleep(0.2)
+        finally:
+            server.stop()
+    assert models(a, "memories") == {multilingual_model}
+    assert models(b, "memories") == {"local"}
+    done = brain_server.admin(
+        "embeddings", "backfill", "--tenant", b, "--embedder", "multilingual", "--reembed"
+    )
+    assert "backfilled 1 memories" in done.stdout, done.stdout
+    assert models(b, "memories") == {multilingual_model}
+    assert models(a, "memories") == {multilingual_model}  # untouched
+
+
+def test_tenant_embedders_parse_and_name_a_bad_item() -> None:
+    assert parse_tenant_embedders("acme=multilingual, globex=local,") == {
+        "acme": "multilingual", "globex": "local"
+    }  # fmt: skip
+    assert parse_tenant_embedders(None) == {}
+    for bad in ("acme", "=local", "acme="):
+        with pytest.raises(ValueError, match="TENANT=EMBEDDER"):
+            parse_tenant_embedders(bad)

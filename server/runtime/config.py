@@ -34,6 +34,7 @@ class Settings:
     grace_seconds: float = 10.0
     health_interval_seconds: float = 2.0
     embedder: str = "local"
+    tenant_embedders: str | None = None  # "acme=multilingual,globex=local"
     openai_url: str | None = None
     openai_model: str | None = None
     openai_api_key: str | None = None
@@ -175,6 +176,14 @@ def add_embedder_arguments(parser: argparse.ArgumentParser) -> None:
         "(multilingual-e5-small on CPU, about 100 languages) | openai (BRAIN_EMBEDDER)",
     )
     parser.add_argument(
+        "--tenant-embedder",
+        action="append",
+        metavar="TENANT=EMBEDDER",
+        default=None,
+        help="this tenant embeds with another of the embedders above, e.g. "
+        "acme=multilingual (repeatable; BRAIN_TENANT_EMBEDDERS=acme=multilingual,...)",
+    )
+    parser.add_argument(
         "--openai-url",
         default=_env("OPENAI_URL"),
         help="OpenAI-compatible endpoint, e.g. http://localhost:11434 (BRAIN_OPENAI_URL)",
@@ -192,6 +201,9 @@ def embedder_settings(args: argparse.Namespace) -> dict[str, object]:
     """The Settings fields for the embedder; the API key comes only from the environment."""
     return {
         "embedder": args.embedder,
+        "tenant_embedders": ",".join(args.tenant_embedder)
+        if args.tenant_embedder
+        else _env("TENANT_EMBEDDERS"),
         "openai_url": args.openai_url,
         "openai_model": args.openai_model,
         "openai_api_key": _env("OPENAI_API_KEY"),

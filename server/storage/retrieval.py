@@ -1,7 +1,8 @@
 """The SQL of the retrieval lanes: BM25 over a tsvector, the lexical lanes' term
 statistics and candidates, nearest neighbours over the HNSW index, and the counts they
 need. Queries are read by the same pipeline as stored text, ``brain_tsv`` (migration
-0050: unspaced scripts as character bigrams, each language's function words removed). The domain (``domain/retrieval/lanes.py``) decides what to read and how to rank it;
+0050: unspaced scripts as character bigrams, each language's function words removed).
+The domain (``domain/retrieval/lanes.py``) decides what to read and how to rank it;
 every statement here puts the caller's visibility, status and time predicates inside it,
 before its LIMIT, so a crowded bucket cannot starve a lane.
 """

@@ -57,8 +57,11 @@ class EmbedderError(Exception):
 class Embedder(Protocol):
     """Turns texts into unit-length vectors of `dimension` floats, one per text, in order."""
 
-    name: str
-    dimension: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 

@@ -200,8 +200,7 @@ async def bm25_lane(
             conn, corpus, v, where, query, limit, bm25(params), config, corpus_size
         )
     return [
-        LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], r["mass"]))
-        for r in rows
+        LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], r["mass"])) for r in rows
     ]
 
 

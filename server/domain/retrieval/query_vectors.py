@@ -38,6 +38,10 @@ class QueryVectors:
         if cached is not None:
             self._cache.move_to_end(key)
             return list(cached)
+        # A per-tenant embedder is resolved here, in the caller's request: the batch
+        # drains in a task of its own.
+        resolve = getattr(embedder, "resolve", None)
+        embedder = resolve() if resolve is not None else embedder
         batcher = self._batchers.get(id(embedder))
         if batcher is None or batcher.embedder is not embedder:
             batcher = self._batchers[id(embedder)] = _Batcher(embedder, self.max_batch)
