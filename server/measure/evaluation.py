@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         "hand-weighted grid, leaving one conversation out at a time (private server only; "
         "asks every question once per grid candidate)",
     )
+    p.add_argument(
+        "--learned-folds",
+        action="store_true",
+        help="--folds for the learned fusion only (refits its models; skips asking the "
+        "hand-weighted grid, about a third of the time)",
+    )
     knowledge_eval.add_parser(commands)
     multilingual.add_parser(commands)
     return parser
@@ -130,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail("--target needs --api-key (or BRAIN_API_KEY): a key with memories:read,write", 2)
     if args.target is not None and args.embedder is not None:
         _fail("--embedder configures the private server; a --target uses its own", 2)
-    if args.target is not None and args.folds:
+    if args.target is not None and (args.folds or args.learned_folds):
         _fail("--folds needs the private server; a --target keeps its own parameters", 2)
     args.embedder = args.embedder or args.server_default_embedder
     options = embedder_settings(args) | reranker_settings(args) | graph_extract_settings(args)
@@ -149,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
                 k=args.k,
                 concurrency=args.concurrency,
                 progress=Progress(sys.stderr),
-                folds=args.folds,
+                folds=args.folds or args.learned_folds,
+                learned_only=args.learned_folds,
                 graph=args.graph,
             )
         )

@@ -38,6 +38,7 @@ import numpy as np
 from brain.server.domain.graph.assertions import query_names
 from brain.server.domain.retrieval.relevance import (
     HYBRID_MODEL,
+    HYBRID_MODELS,
     LEXICAL_MODEL,
     LaneView,
     RelevanceModel,
@@ -74,6 +75,7 @@ __all__ = [
     "feedback_vector",
     "fuse",
     "graph_lane",
+    "hybrid_model",
     "lexical_lane",
     "lexical_lanes",
     "memory_where",
@@ -127,6 +129,15 @@ class RetrievalParams:
     # that all say "alpha", "alpha" is common yet every note is relevant): the default
     # floor is off there. LoCoMo's buckets (about 550 turns) are well above it.
     floor_min_rows: int = 50
+
+
+def hybrid_model(params: RetrievalParams, embedding_model: str | None) -> RelevanceModel:
+    """The hybrid relevance model for vectors of ``embedding_model`` (``name:model``): the
+    one fitted with that embedder, unless ``params`` carry a model of their own."""
+    embedder = (embedding_model or "").split(":", 1)[0]
+    if params.hybrid_model is HYBRID_MODEL and embedder in HYBRID_MODELS:
+        return HYBRID_MODELS[embedder]
+    return params.hybrid_model
 
 
 @dataclass
