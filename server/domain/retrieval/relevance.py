@@ -33,8 +33,8 @@ __all__ = [
     "FEATURES",
     "HYBRID_MODEL",
     "HYBRID_MODELS",
-    "MULTILINGUAL_MODEL",
     "LEXICAL_MODEL",
+    "MULTILINGUAL_MODEL",
     "ORDER_FEATURES",
     "RELEVANCE_FEATURES",
     "LaneView",
@@ -239,7 +239,8 @@ HYBRID_MODEL = RelevanceModel(
 )
 # The hybrid model with the multilingual embedder (multilingual-e5-small: its cosines sit
 # higher, about 0.75-0.95 for any two texts), fitted the same way with
-#   .venv/bin/brain-eval locomo --data ../shared/data/locomo_dev.json --embedder multilingual --folds
+#   .venv/bin/brain-eval locomo --data ../shared/data/locomo_dev.json \
+#       --embedder multilingual --learned-folds
 MULTILINGUAL_MODEL = RelevanceModel(
     order=(0.0, 1.1513, -1.3372, -0.0305, 0.5421, 1.1448, 1.257, -0.3722, 0.0437, 1.9953, 0.0),
     weights=(2.005, 0.0, 0.0, -0.246, 0.0, 1.7491, 0.0, 0.0, 0.0, 0.0, 0.0),
