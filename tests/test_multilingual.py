@@ -211,6 +211,7 @@ async def test_a_tenant_configured_for_the_multilingual_embedder_stores_its_vect
     a, b = unique("ta"), unique("tb")
     a_key = brain_server.mint_key(a, "alice", permissions=KB)
     b_key = brain_server.mint_key(b, "bob", permissions=KB)
+
     def models(tenant: str, table: str) -> set[str | None]:
         rows = brain_server.sql(
             f"""SELECT DISTINCT m.embedding_model FROM {table} m JOIN tenants t USING (tenant_id)
