@@ -120,6 +120,21 @@ async def test_a_mixed_namespace_gives_spanish_and_hindi_function_words_no_weigh
     assert await api.search("उस की बात", mode=LEXICAL) == [hindi_filler]
 
 
+async def test_a_small_bucket_answers_no_stop_word_match(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Under floor_min_rows (the default floor is off there), a question sharing only
+    function words with a memory ("with", "my"; "de", "la") still finds nothing; its
+    content word finds it (the control)."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice"), namespace=unique("s"))
+    coffee = (await api.save("Had coffee with Alex")).memory.id
+    reunion = (await api.save("La reunión de la mañana")).memory.id
+    assert await api.search("wake me up with my recent important memories", mode=LEXICAL) == []
+    assert await api.search("¿Qué es de la vida?", mode=LEXICAL) == []
+    assert await api.search("coffee", mode=LEXICAL) == [coffee]
+    assert await api.search("¿Cuándo es la reunión?", mode=LEXICAL) == [reunion]
+
+
 async def test_term_statistics_of_segmented_text_match_a_recount(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:

@@ -106,7 +106,7 @@ BEGIN
         FOR v_piece IN SELECT regexp_split_to_table(v_part[1],
             '的|了|吗|呢|吧|啊|呀|嘛|是|は|が|を|に|の|で|と|も|へ|や|か|ね|よ|'
             'ที่ไหน|ที่|และ|ของ|เป็น|แล้ว|อยู่|อะไร|เมื่อไหร่|เมื่อไร|อย่างไร|ยังไง|ครับ|ค่ะ|คะ|'
-            'ไหม|หรือ|ใน|ได้|ไม่|ให้|กับ|คือ')
+            'ไหม|ไหน|ใคร|ทำไม|หรือ|ใน|ได้|ไม่|ให้|กับ|คือ')
         LOOP
             -- Units: a letter with the Thai vowel and tone marks around it, else one character.
             v_units := ARRAY(SELECT (regexp_matches(v_piece,
