@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -65,28 +66,23 @@ def plain_bigrams(text: str) -> list[str]:
 
 
 def segmenters() -> dict[str, tuple[str, Reader]]:
-    """language -> (package, words of a text), for the segmenters installed here."""
+    """language -> (package, words of a text), for the segmenters installed here (imported
+    by name: none is a dependency)."""
     found: dict[str, tuple[str, Reader]] = {}
-    if importlib.util.find_spec("jieba"):
-        import jieba  # type: ignore[import-not-found,unused-ignore]
 
+    def load(module: str) -> Any:
+        return importlib.import_module(module) if importlib.util.find_spec(module) else None
+
+    if (jieba := load("jieba")) is not None:
         jieba.setLogLevel(60)
         found["zh"] = ("jieba", lambda text: list(jieba.cut(text)))
-    if importlib.util.find_spec("janome"):
-        from janome.tokenizer import Tokenizer  # type: ignore[import-not-found,unused-ignore]
-
-        janome = Tokenizer()
-        found["ja"] = ("janome", lambda text: [t.surface for t in janome.tokenize(text)])
-    if importlib.util.find_spec("pythainlp"):
-        from pythainlp.tokenize import (  # type: ignore[import-not-found,unused-ignore]
-            word_tokenize,
-        )
-
-        found["th"] = ("pythainlp", lambda text: list(word_tokenize(text)))
-    if importlib.util.find_spec("kiwipiepy"):
-        from kiwipiepy import Kiwi  # type: ignore[import-not-found,unused-ignore]
-
-        kiwi = Kiwi()
+    if (janome := load("janome.tokenizer")) is not None:
+        tokenizer = janome.Tokenizer()
+        found["ja"] = ("janome", lambda text: [t.surface for t in tokenizer.tokenize(text)])
+    if (thai := load("pythainlp.tokenize")) is not None:
+        found["th"] = ("pythainlp", lambda text: list(thai.word_tokenize(text)))
+    if (kiwipiepy := load("kiwipiepy")) is not None:
+        kiwi = kiwipiepy.Kiwi()
         found["ko"] = ("kiwipiepy", lambda text: [t.form for t in kiwi.tokenize(text)])
     return found
 
