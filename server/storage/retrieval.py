@@ -167,7 +167,8 @@ async def bm25_rows(
             LIMIT {p.add(limit)}
         )
         SELECT {corpus.columns(v, p)}, s.score,
-               (SELECT sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))) FROM df, corpus c) AS mass
+               (SELECT sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))) FROM df, corpus c) AS mass,
+               (SELECT c.n FROM corpus c) AS n
         FROM scored s JOIN {table} m USING (tenant_id, {keys})
         ORDER BY s.score DESC, {m_keys}"""
     return list(await conn.fetch(sql, *p.values))

@@ -211,13 +211,17 @@ async def bm25_lane(
             conn, corpus, v, where, query, limit, bm25(params), config, corpus_size
         )
     return [
-        LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], r["mass"])) for r in rows
+        LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], r["mass"], r["n"]))
+        for r in rows
     ]
 
 
-def share(score: float, mass: float) -> float:
-    """How much of the query's IDF mass a hit's BM25 score covers, 0..1."""
-    return min(1.0, float(score) / float(mass)) if mass and mass > 0 else 0.0
+def share(score: float, mass: float, n: float) -> float:
+    """How much of the query's IDF mass a hit's BM25 score covers, 0..1; the mass counts
+    as at least one rare term's weight (a term in one row of ``n``), so a query of common
+    words alone covers little however many of them a hit holds."""
+    rare = math.log1p((max(float(n), 1.0) - 0.5) / 1.5)
+    return min(1.0, float(score) / max(float(mass or 0.0), rare)) if rare > 0 else 0.0
 
 
 def bm25(params: RetrievalParams) -> sql.Bm25:
@@ -270,10 +274,11 @@ async def lexical_lanes(
             alone, _ = await sql.candidate_rows(conn, v, [plan], f, t, limit, bm25(params))
             rows = [r for r in rows if r["lane"] != plan.config] + alone
     lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
-    mass = {plan.config: plan.mass for plan in plans}
+    plan_of = {plan.config: plan for plan in plans}
     for r in rows:
+        plan = plan_of[r["lane"]]
         lanes[r["lane"]].append(
-            LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], mass[r["lane"]]))
+            LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], plan.mass, plan.n))
         )
     # N also when nothing matched: the relevance floor then still applies (issue 34: a
     # query whose words no memory holds used to switch it off). Fusion is unchanged: N
