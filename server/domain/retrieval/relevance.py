@@ -227,15 +227,15 @@ def fit_relevance(
 # "fitted on all conversations". The README's cross-validated figures refit on four
 # conversations at a time and score the fifth.
 LEXICAL_MODEL = RelevanceModel(
-    order=(0.0, 1.3783, -1.1279, 0.0976, 0.7328, 0.0, 0.0, 0.0, -0.5376, 2.0989, 1.7782),
-    weights=(1.089, 0.0, 0.0, 0.0817, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 3.4899),
-    bias=-6.2422,
+    order=(0.0, 1.3485, -1.1268, 0.1353, 0.6527, 0.0, 0.0, 0.0, -0.5366, 2.1134, 1.857),
+    weights=(0.927, 0.0, 0.0, 0.0771, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0484),
+    bias=-6.2476,
     floor=0.0138,
 )
 HYBRID_MODEL = RelevanceModel(
-    order=(0.0, 1.0294, -1.0724, -0.0726, 0.6369, 2.3298, 0.4581, -0.8311, 0.2342, 1.956, 1.1046),
-    weights=(0.9308, 0.0, 0.0, -0.076, 0.0, 2.8928, 0.0, 0.0, 0.0, 0.0, 2.8843),
-    bias=-6.9428,
+    order=(0.0, 1.0461, -1.064, -0.1031, 0.699, 2.332, 0.4402, -0.8358, 0.248, 1.9467, 1.1257),
+    weights=(0.8033, 0.0, 0.0, -0.0792, 0.0, 2.8724, 0.0, 0.0, 0.0, 0.0, 3.333),
+    bias=-6.9376,
     floor=0.0209,
 )
 # The hybrid model with the multilingual embedder (multilingual-e5-small: its cosines sit
@@ -243,10 +243,10 @@ HYBRID_MODEL = RelevanceModel(
 #   .venv/bin/brain-eval locomo --data ../shared/data/locomo_dev.json \
 #       --embedder multilingual --learned-folds
 MULTILINGUAL_MODEL = RelevanceModel(
-    order=(0.0, 1.1513, -1.3372, -0.0305, 0.5421, 1.1448, 1.257, -0.3722, 0.0437, 1.9953, 0.0),
-    weights=(2.005, 0.0, 0.0, -0.246, 0.0, 1.7491, 0.0, 0.0, 0.0, 0.0, 0.0),
-    bias=-6.786,
-    floor=0.0209,
+    order=(0.0, 0.9638, -0.9571, 0.0105, 0.5106, 1.1044, 1.2409, -0.3068, 0.0819, 1.979, 1.3948),
+    weights=(0.8695, 0.0, 0.0, -0.0371, 0.0, 1.5994, 0.0, 0.0, 0.0, 0.0, 3.6723),
+    bias=-6.9517,
+    floor=0.0182,
 )
 # Embedder name -> its hybrid model, for embedders other than the default `local`.
 HYBRID_MODELS = {"multilingual": MULTILINGUAL_MODEL}
