@@ -5,8 +5,9 @@ team memories in four look-alike pairs (two meetings, two servers, two people, t
 deadlines: the same words around different facts), seven reworded questions that each
 name their answer, and two questions nothing stored answers. By default every language's
 memories go into ONE namespace of a private server (a mixed-language team, 64 memories);
-``--layout per-language`` gives each language its own namespace (8 memories: the small
-buckets under the floor's ``floor_min_rows``). Each question is one SearchMemories call
+``--layout per-language`` gives each language its own namespace (8 memories: small
+buckets; ``--small-buckets floor-off`` measures the earlier rule, no default floor under
+50 rows, against the shipped one, BM25 counting at least 50 rows). Each question is one SearchMemories call
 (limit 5, default floor). Reported per language and overall:
 
 - hit@1 / hit@5 (= recall@5: one answer per question) and MRR over answerable questions;
@@ -212,10 +213,11 @@ def add_parser(commands: Any) -> None:
         help="one namespace for every language (default), or one per language",
     )
     p.add_argument(
-        "--floor-min-rows",
-        type=int,
-        metavar="N",
-        help="the private server's floor_min_rows (default: the server's own)",
+        "--small-buckets",
+        choices=["prior", "floor-off"],
+        default="prior",
+        help="prior: BM25 counts at least 50 rows and the floor always applies (shipped); "
+        "floor-off: the earlier rule, no default floor under 50 rows",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
 
@@ -225,8 +227,8 @@ async def run(args: argparse.Namespace) -> MultilingualResult:
 
     languages = load(args.data)
     async with private_brain(args.embedder) as brain:
-        if args.floor_min_rows is not None:
-            brain.use(replace(brain.memories.params, floor_min_rows=args.floor_min_rows))
+        if args.small_buckets == "floor-off":
+            brain.use(replace(brain.memories.params, prior_rows=0, floor_min_rows=50))
         bucket = await brain.bucket("multilingual")
         return await evaluate(
             brain.address, bucket.api_key, languages, layout=args.layout, embedder=args.embedder

@@ -125,10 +125,17 @@ class RetrievalParams:
     # returns only hits at or above the model's floor unless the request sets its own.
     lexical_model: RelevanceModel = LEXICAL_MODEL
     hybrid_model: RelevanceModel = HYBRID_MODEL
-    # Below this many rows in view a term's rarity says little (in a bucket of three notes
-    # that all say "alpha", "alpha" is common yet every note is relevant): the default
-    # floor is off there. LoCoMo's buckets (about 550 turns) are well above it.
-    floor_min_rows: int = 50
+    # The default floor applies once the lexical lanes ran over this many rows: 1, so
+    # always, except for a semantic-only search (no lexical lane: it keeps its similarity
+    # floor). Small buckets are handled by `prior_rows` instead (measured in docs,
+    # Retrieval, Languages: with the floor off under 50 rows, 0-6% of unanswerable
+    # questions stayed silent in buckets of eight).
+    floor_min_rows: int = 1
+    # BM25 counts at least this many rows (N in the IDF and in the features' rare-term
+    # unit): in a bucket of three notes that all say "alpha", "alpha" is not common, just
+    # unseen elsewhere yet, so every note is found. LoCoMo's buckets (about 550 turns) are
+    # well above it.
+    prior_rows: int = 50
 
 
 def hybrid_model(params: RetrievalParams, embedding_model: str | None) -> RelevanceModel:
@@ -298,8 +305,9 @@ def plan_lane(
 ) -> LanePlan:
     """The lane's plan from (lexeme, df, total length) of each query term in the cells the
     caller may see, lexeme '' giving the row count and total length."""
-    n, total = next(((df, length) for lexeme, df, length in stats if lexeme == ""), (0.0, 0.0))
-    avgdl = total / n if n > 0 else 1.0
+    rows, total = next(((df, length) for lexeme, df, length in stats if lexeme == ""), (0.0, 0.0))
+    avgdl = total / rows if rows > 0 else 1.0
+    n = max(rows, float(params.prior_rows)) if rows > 0 else 0.0
     terms = sorted((df, lexeme) for lexeme, df, _ in stats if lexeme and df > 0)
     budget = params.lexical_df_cap
     drawn: list[str] = []
@@ -325,9 +333,18 @@ def quote_lexeme(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
-    """How many memories the search runs over: N in BM25's inverse document frequency."""
-    return await rows_in(conn, MEMORIES, memory_where(v, f, t))
+async def corpus_size(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    f: RowFilter,
+    t: TimeCoords,
+    params: RetrievalParams | None = None,
+) -> int:
+    """N in BM25's inverse document frequency: how many memories the search runs over, at
+    least ``prior_rows`` (when any)."""
+    rows = await rows_in(conn, MEMORIES, memory_where(v, f, t))
+    prior = (params or RetrievalParams()).prior_rows
+    return max(rows, prior) if rows else 0
 
 
 async def semantic_lane(
