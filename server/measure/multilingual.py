@@ -7,8 +7,8 @@ name their answer, and two questions nothing stored answers. By default every la
 memories go into ONE namespace of a private server (a mixed-language team, 64 memories);
 ``--layout per-language`` gives each language its own namespace (8 memories: small
 buckets; ``--small-buckets floor-off`` measures the earlier rule, no default floor under
-50 rows, against the shipped one, BM25 counting at least 50 rows). Each question is one SearchMemories call
-(limit 5, default floor). Reported per language and overall:
+50 rows, against the shipped one, BM25 counting at least 50 rows). Each question is one
+SearchMemories call (limit 5, default floor). Reported per language and overall:
 
 - hit@1 / hit@5 (= recall@5: one answer per question) and MRR over answerable questions;
 - ``unrelated@1``: answerable questions whose first hit is neither the answer nor its
