@@ -14,6 +14,7 @@ import math
 import grpc
 import pytest
 
+from brain.server.domain.retrieval.lanes import RetrievalParams, plan_lane, share
 from brain.server.domain.retrieval.relevance import HYBRID_MODEL
 from brain.server.domain.retrieval.routing import parse_tenant_embedders
 from brain.server.measure import multilingual
@@ -273,3 +274,20 @@ def test_tenant_embedders_parse_and_name_a_bad_item() -> None:
     for bad in ("acme", "=local", "acme="):
         with pytest.raises(ValueError, match="TENANT=EMBEDDER"):
             parse_tenant_embedders(bad)
+
+
+def test_bm25_counts_at_least_prior_rows_and_coverage_at_least_one_rare_term() -> None:
+    """In a bucket of three rows a term in all three is weighed as in a bucket of 50 (so
+    it still counts as rare), the average length stays the real one; coverage divides by
+    the query's IDF mass, or one rare term's weight when the mass is smaller."""
+    params = RetrievalParams()
+    plan = plan_lane("english", [("", 3.0, 12.0), ("alpha", 3.0, 0.0), ("zulu", 0.0, 0.0)], params)
+    assert plan.n == params.prior_rows == 50 and plan.avgdl == 4.0
+    alpha = math.log(1 + (50 - 3 + 0.5) / 3.5)
+    assert dict(plan.weights) == {"alpha": pytest.approx(alpha)}
+    assert plan.mass == pytest.approx(alpha + math.log(1 + 50.5 / 0.5))  # unseen: rarest
+    assert plan_lane("english", [("", 0.0, 0.0), ("alpha", 0.0, 0.0)], params).n == 0
+    rare = math.log1p(49.5 / 1.5)
+    assert share(alpha, plan.mass, 50) == pytest.approx(alpha / plan.mass)
+    assert share(0.1, 0.2, 50) == pytest.approx(0.1 / rare)  # common words only: little
+    assert share(9.0, 3.0, 50) == 1.0
