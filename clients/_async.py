@@ -32,6 +32,7 @@ from brain.clients._base import (
     failed,
     is_position_marker,
 )
+from brain.clients._conflicts import AsyncConflictMethods
 from brain.clients._requests import (
     Decision,
     DraftFields,
@@ -56,7 +57,7 @@ from brain.v1 import (
 )
 
 
-class AsyncBrainClient(ClientBase):
+class AsyncBrainClient(AsyncConflictMethods, ClientBase):
     """The asyncio twin of `BrainClient`: same constructor, same methods, awaited.
 
     Paginated and streaming methods return async iterators. Create it inside the event loop
@@ -529,10 +530,13 @@ class AsyncBrainClient(ClientBase):
         limit: int = 0,
         collections: Iterable[str] = (),
         lexical_only: bool = False,
+        min_relevance: float | None = None,
         timeout: float | None = None,
     ) -> knowledge_pb2.SearchKnowledgeResponse:
-        """Chunks of documents, best first, each with its source (document, headings, lines)."""
-        request = self._requests.search_knowledge(query, limit, collections, lexical_only)
+        """Document chunks, best first; none below ``min_relevance`` (default: server's floor)."""
+        request = self._requests.search_knowledge(
+            query, limit, collections, lexical_only, min_relevance
+        )
         return await self._unary(
             "SearchKnowledge", self._knowledge.SearchKnowledge, request, idempotent=True,
             timeout=timeout,

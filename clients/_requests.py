@@ -221,6 +221,31 @@ class Requests:
             readmit_tombstoned=readmit_tombstoned,
         )
 
+    def list_conflicts(
+        self, memory_id: str, states: Iterable[common_pb2.ConflictState.ValueType], page_size: int
+    ) -> review_pb2.ListConflictsRequest:
+        return review_pb2.ListConflictsRequest(
+            scope=self.scope, memory_id=memory_id, states=list(states), page_size=page_size
+        )
+
+    def resolve_conflict(
+        self, id: str, decision: Decision, reason: str
+    ) -> review_pb2.ResolveConflictRequest:
+        value = _DECISIONS[decision] if isinstance(decision, str) else decision
+        return review_pb2.ResolveConflictRequest(
+            scope=self.scope, id=id, decision=value, reason=reason
+        )
+
+    def consolidate(
+        self, min_overlap: float | None, max_clusters: int, dry_run: bool, reason: str
+    ) -> review_pb2.ConsolidateMemoriesRequest:
+        request = review_pb2.ConsolidateMemoriesRequest(
+            scope=self.scope, max_clusters=max_clusters, dry_run=dry_run, reason=reason
+        )
+        if min_overlap is not None:
+            request.min_overlap = min_overlap
+        return request
+
     def audit(
         self, memory_id: str, principal: str, since: TimestampLike | None, page_size: int
     ) -> audit_pb2.ListAuditEventsRequest:
@@ -375,7 +400,12 @@ class Requests:
         return knowledge_pb2.DeleteDocumentRequest(scope=self.scope, id=id)
 
     def search_knowledge(
-        self, query: str, limit: int, collections: Iterable[str], lexical_only: bool
+        self,
+        query: str,
+        limit: int,
+        collections: Iterable[str],
+        lexical_only: bool,
+        min_relevance: float | None = None,
     ) -> knowledge_pb2.SearchKnowledgeRequest:
         return knowledge_pb2.SearchKnowledgeRequest(
             scope=self.scope,
@@ -383,4 +413,5 @@ class Requests:
             limit=limit,
             collections=list(collections),
             lexical_only=lexical_only,
+            min_relevance=min_relevance,
         )

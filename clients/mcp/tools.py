@@ -47,6 +47,7 @@ from brain.clients.mcp._schemas import (
     _SCORE,
     _SOURCE_SCHEMA,
     _STRINGS,
+    CONFLICTS,
     _memories,
     _output,
     _schema,
@@ -134,7 +135,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         _MEMORY + "SaveMemory",
         "Save a durable fact, preference or decision to the shared long-term memory. Write one "
         "self-contained statement. To correct an older memory, pass its id in `supersedes`. "
-        "The result includes the new memory id.",
+        "The result includes the new memory id, and `conflicts`: older memories this one "
+        "seems to update or restate (pending a reviewer's decision).",
         _schema(_DRAFT_PROPERTIES, ["content"]),
         _output(
             {
@@ -144,6 +146,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "description": "created, deduplicated, proposed (awaits review) or replayed",
                 },
                 "memory": _MEMORY_SCHEMA,
+                "conflicts": CONFLICTS,
             }
         ),
         _remember,
@@ -190,6 +193,11 @@ TOOLS: tuple[ToolSpec, ...] = (
                                 "description": "The reranker's score, when it ordered the hits.",
                             },
                             "memory": _MEMORY_SCHEMA,
+                            "conflicts": {
+                                **CONFLICTS,
+                                "description": "Open conflicts: when this memory is the "
+                                "older_id, it may be outdated.",
+                            },
                         },
                         "required": ["id", "score", "matched_by", "memory"],
                     },
@@ -386,6 +394,11 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "query": {"type": "string", "description": "What to look for, in plain words."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
                 "collections": {**_STRINGS, "description": "Only these collections."},
+                "min_score": {
+                    **_SCORE,
+                    "description": "Answer only if the best passage reaches this relevance "
+                    "(default: the server's floor; 0 shows every match).",
+                },
             },
             ["query"],
         ),
@@ -402,7 +415,15 @@ TOOLS: tuple[ToolSpec, ...] = (
                         },
                         "required": ["score", "source", "content"],
                     },
-                }
+                },
+                "silenced": {
+                    "type": "boolean",
+                    "description": "True when passages matched but none reached the floor.",
+                },
+                "below_floor": {
+                    "type": "integer",
+                    "description": "How many passages the relevance floor held back.",
+                },
             }
         ),
         _search_knowledge,

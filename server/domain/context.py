@@ -3,17 +3,24 @@
 Memories and knowledge chunks (for keys holding ``knowledge:read``) are interleaved by
 their fused score — each normalised within its own search, so the best of each leads —
 and every item says what it is and where it comes from, so an agent can cite it.
+
+A chosen chunk is shown with its neighbours in the document (`Neighbours`: the chunks
+next to it, of its own section) when the budget allows: a chunk cut from a long section
+then reads with what comes before and after it. Neighbours use only budget that every
+chosen hit left over, so they never push a hit out (docs: Knowledge base, for how that
+choice was measured).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from brain.server.domain import convert
 from brain.server.errors import InvalidArgument
-from brain.v1 import memory_pb2
+from brain.v1 import common_pb2, memory_pb2
 
 if TYPE_CHECKING:
     from brain.server.domain.retrieval.lanes import FusedHit as Hit
@@ -37,22 +44,67 @@ def _when(value: datetime | None) -> str:
     return value.date().isoformat() if value is not None else "open"
 
 
-def line_for(hit: Hit) -> str:
+def line_for(hit: Hit, conflicts: Sequence[common_pb2.Conflict] = ()) -> str:
     row = hit.row
     return (
         f"- [{row['memory_id']}] ({_when(row['valid_from'])} to {_when(row['valid_to'])}, "
-        f"{row['status']}, {hit.score:.3f}) {row['content']}"
+        f"{row['status']}, {hit.score:.3f}) {row['content']}{conflict_note(row, conflicts)}"
     )
 
 
-def chunk_line(hit: Hit) -> str:
+def conflict_note(row: Any, conflicts: Sequence[common_pb2.Conflict]) -> str:
+    """ " [may be outdated: ...]" for the older memory of an open conflict, " [conflicts
+    with ...]" for the newer: what a reader sees instead of a silent stale answer."""
+    me = str(row["memory_id"])
+    newer = [c.newer_id for c in conflicts if c.older_id == me]
+    older = [c.older_id for c in conflicts if c.newer_id == me]
+    note = ""
+    if newer:
+        note += f" [may be outdated: {', '.join(newer)} may replace it, pending review]"
+    if older:
+        note += f" [conflicts with {', '.join(older)}, pending review]"
+    return note
+
+
+@dataclass(frozen=True)
+class Passage:
+    """What a knowledge item shows: a chunk, or a chunk with its neighbours."""
+
+    content: str
+    line_start: int
+    line_end: int
+
+
+# The chunks next to each chosen chunk, by chunk id, in document order.
+Neighbours = Mapping[Any, Sequence[Any]]
+
+
+def passage(hit: Any, around: Sequence[Any] = ()) -> Passage:
+    """The hit's text with its neighbours, in line order; lines two chunks share (code
+    windows overlap) are shown once. Chunks that cover the same line with different text
+    (a long line cut at characters) are joined whole."""
+    rows = sorted([hit, *around], key=lambda r: (r["line_start"], r["line_end"], r["chunk_no"]))
+    lines: list[str] = []
+    end = 0  # the last line shown
+    for row in rows:
+        text = row["content"].split("\n")
+        shared = min(max(0, end - row["line_start"] + 1), len(text))
+        if shared and lines[-shared:] == text[:shared]:
+            text = text[shared:]
+        lines += text
+        end = max(end, row["line_end"])
+    return Passage("\n".join(lines), rows[0]["line_start"], end)
+
+
+def chunk_line(hit: Hit, shown: Passage | None = None) -> str:
     row = hit.row
+    shown = shown or Passage(row["content"], row["line_start"], row["line_end"])
     where = f"{row['collection']}/{row['path']}"
     if row["heading_path"]:
         where += " § " + " > ".join(row["heading_path"])
     return (
-        f"- [doc {where}, lines {row['line_start']}-{row['line_end']}] ({hit.score:.3f}) "
-        f"{row['content']}"
+        f"- [doc {where}, lines {shown.line_start}-{shown.line_end}] ({hit.score:.3f}) "
+        f"{shown.content}"
     )
 
 
@@ -67,23 +119,50 @@ def budget(req: memory_pb2.BuildContextRequest) -> tuple[int, int]:
 
 
 def pack(
-    hits: Sequence[Hit], token_budget: int, chunks: Sequence[Hit] = ()
+    hits: Sequence[Hit],
+    token_budget: int,
+    chunks: Sequence[Hit] = (),
+    conflicts: Mapping[Any, Sequence[common_pb2.Conflict]] | None = None,
+    around: Neighbours | None = None,
 ) -> memory_pb2.BuildContextResponse:
-    """Greedy in score order: take each hit whose line still fits the budget."""
+    """Greedy in score order: take each hit whose line still fits the budget; then show
+    chosen chunks with their neighbours while the budget allows (see the module)."""
+    around = around or {}
     header = MIXED_HEADER if chunks else HEADER
     used = estimate_tokens(header)
-    lines: list[str] = []
-    items: list[memory_pb2.ContextItem] = []
+    taken: list[tuple[Hit, bool, str, Passage | None, Sequence[common_pb2.Conflict]]] = []
     tagged = [(h, False) for h in hits] + [(h, True) for h in chunks]
     tagged.sort(key=lambda pair: -pair[0].score)  # stable: memories first on ties
+    marks = conflicts or {}
     for hit, is_chunk in tagged:
-        line = chunk_line(hit) if is_chunk else line_for(hit)
+        found = () if is_chunk else marks.get(hit.row["memory_id"], ())
+        line = chunk_line(hit) if is_chunk else line_for(hit, found)
         cost = estimate_tokens(line)
         if used + cost > token_budget:
             continue
         used += cost
-        lines.append(line)
-        items.append(_chunk_item(hit, cost) if is_chunk else _memory_item(hit, cost))
+        taken.append((hit, is_chunk, line, None, found))
+    chosen = {hit.row["chunk_id"] for hit, is_chunk, *_ in taken if is_chunk}
+    for i, (hit, is_chunk, line, _, found) in enumerate(taken):
+        if not is_chunk:
+            continue
+        # Best first; a neighbour that is an item of its own is not shown twice.
+        near = [r for r in around.get(hit.row["chunk_id"], ()) if r["chunk_id"] not in chosen]
+        if not near:
+            continue
+        shown = passage(hit.row, near)
+        wider = chunk_line(hit, shown)
+        extra = estimate_tokens(wider) - estimate_tokens(line)
+        if used + extra <= token_budget:
+            used += extra
+            taken[i] = (hit, True, wider, shown, found)
+    lines = [line for _, _, line, *_ in taken]
+    items = [
+        _chunk_item(hit, estimate_tokens(line), shown)
+        if is_chunk
+        else _memory_item(hit, estimate_tokens(line), found)
+        for hit, is_chunk, line, shown, found in taken
+    ]
     context = "\n".join([header, *lines]) if lines else ""
     return memory_pb2.BuildContextResponse(
         context=context,
@@ -93,7 +172,9 @@ def pack(
     )
 
 
-def _memory_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
+def _memory_item(
+    hit: Hit, cost: int, conflicts: Sequence[common_pb2.Conflict] = ()
+) -> memory_pb2.ContextItem:
     item = memory_pb2.ContextItem(
         id=str(hit.row["memory_id"]),
         score=hit.score,
@@ -101,6 +182,7 @@ def _memory_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
         tokens=cost,
         content=hit.row["content"],
         kind=memory_pb2.CONTEXT_ITEM_KIND_MEMORY,
+        conflicts=conflicts,
     )
     for name in ("valid_from", "valid_to"):
         stamp = convert.ts(hit.row[name])
@@ -109,13 +191,16 @@ def _memory_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
     return item
 
 
-def _chunk_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
+def _chunk_item(hit: Hit, cost: int, shown: Passage | None) -> memory_pb2.ContextItem:
     row = hit.row
+    source = convert.chunk_source(row)
+    if shown is not None:  # the lines shown, the chunk's neighbours included
+        source.line_start, source.line_end = shown.line_start, shown.line_end
     return memory_pb2.ContextItem(
         id=str(row["chunk_id"]),
         score=hit.score,
         tokens=cost,
-        content=row["content"],
+        content=shown.content if shown is not None else row["content"],
         kind=memory_pb2.CONTEXT_ITEM_KIND_KNOWLEDGE,
-        source=convert.chunk_source(row),
+        source=source,
     )
