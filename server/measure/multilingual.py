@@ -228,7 +228,7 @@ async def run(args: argparse.Namespace) -> MultilingualResult:
     languages = load(args.data)
     async with private_brain(args.embedder) as brain:
         if args.small_buckets == "floor-off":
-            brain.use(replace(brain.memories.params, prior_rows=0, floor_min_rows=50))
+            brain.use(replace(brain.memories.params, prior_rows=0))
         bucket = await brain.bucket("multilingual")
         return await evaluate(
             brain.address, bucket.api_key, languages, layout=args.layout, embedder=args.embedder

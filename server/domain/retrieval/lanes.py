@@ -125,12 +125,13 @@ class RetrievalParams:
     # returns only hits at or above the model's floor unless the request sets its own.
     lexical_model: RelevanceModel = LEXICAL_MODEL
     hybrid_model: RelevanceModel = HYBRID_MODEL
-    # The default floor applies once the lexical lanes ran over this many rows: 1, so
-    # always, except for a semantic-only search (no lexical lane: it keeps its similarity
-    # floor). Small buckets are handled by `prior_rows` instead (measured in docs,
-    # Retrieval, Languages: with the floor off under 50 rows, 0-6% of unanswerable
-    # questions stayed silent in buckets of eight).
-    floor_min_rows: int = 1
+    # The default floor applies once the lexical lanes ran over this many rows. A memory
+    # search's N counts at least `prior_rows`, so it always applies there, except to a
+    # semantic-only search (no lexical lane: it keeps its similarity floor); knowledge
+    # search counts its chunks as they are. Measured in docs (Retrieval, Languages): the
+    # floor off under 50 memories left 0-6% of unanswerable questions silent in buckets
+    # of eight.
+    floor_min_rows: int = 50
     # BM25 counts at least this many rows (N in the IDF and in the features' rare-term
     # unit): in a bucket of three notes that all say "alpha", "alpha" is not common, just
     # unseen elsewhere yet, so every note is found. LoCoMo's buckets (about 550 turns) are
