@@ -33,13 +33,15 @@ NOTED = common_pb2.CONFLICT_STATE_NOTED
 @pytest.mark.parametrize(
     ("older", "newer", "rule"),
     [
-        (OLD, NEW, Rule.VALUE_UPDATE),
+        ("The staging database listens on port 5433",
+         "The staging database listens on port 5434", Rule.VALUE_UPDATE),
+        (OLD, NEW, Rule.CORRECTION),  # "now": correction language, and a changed value
         ("The team meeting is at 2pm on Friday", "The team meeting moved to 3pm on Friday",
          Rule.CORRECTION),
-        ("Priya leads the payments team", "Sam is now the payments team lead",
+        ("Priya leads the payments team", "Sam is the payments team lead",
          Rule.VALUE_UPDATE),
         ("The API rate limit is 100 requests per minute",
-         "The API rate limit was raised to 500 requests per minute", Rule.VALUE_UPDATE),
+         "The API rate limit was raised to 500 requests per minute", Rule.CORRECTION),
         ("Priya leads payments", "Priya no longer leads payments", Rule.CORRECTION),
         ("Alice likes coffee", "Alice really likes coffee", Rule.RESTATEMENT),
     ],
@@ -106,7 +108,7 @@ async def test_an_update_is_proposed_never_applied_and_a_reviewer_decides(
         (old, saved.memory.id, OPEN)
     ]
     found = saved.conflicts[0]
-    assert found.rule == common_pb2.CONFLICT_RULE_VALUE_UPDATE and "5433" in found.detail
+    assert found.rule == common_pb2.CONFLICT_RULE_CORRECTION and "5433" in found.detail
     assert found.id and found.detected_by == "agent:writer"
     # Nothing changed by itself.
     assert (await writer.get(old)).status == common_pb2.MEMORY_STATUS_ACTIVE

@@ -135,11 +135,8 @@ class Detection:
             if finding is not None:
                 found[peer["memory_id"]] = (peer, finding)
         if slots and not proposal:
+            # The graph's word is the strongest: it names the attribute and both values.
             for peer in await sql.slot_peers(conn, vis, written["memory_id"]):
-                if peer["memory_id"] in found and found[peer["memory_id"]][1].rule != (
-                    Rule.RESTATEMENT
-                ):
-                    continue
                 detail = (
                     f"{peer['subject']} {peer['predicate']}: {peer['old_object']} -> "
                     f"{peer['new_object']}"
