@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from brain.server.storage import setlocal
+
 
 @dataclass(frozen=True)
 class MemoryQuota:
@@ -18,7 +20,10 @@ async def reserve_memories(conn: asyncpg.Connection) -> MemoryQuota | None:
 
     With a quota set this holds the tenant's quota lock until the transaction ends, so
     the count stays true until this write commits (see migration 0009)."""
-    row = await conn.fetchrow("SELECT max_memories, used FROM brain_reserve_memories()")
+    row = await conn.fetchrow(
+        "SELECT max_memories, used FROM brain_reserve_memories($1::uuid)",
+        await setlocal.current_tenant(conn),
+    )
     if row is None:
         return None
     return MemoryQuota(limit=row["max_memories"], used=row["used"])
