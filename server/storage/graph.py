@@ -206,10 +206,12 @@ async def close_predecessors(
         return 0
     # The ids travel as an array of known length, so the rows are found by primary key
     # (an UPDATE joined to a CTE may scan the tenant's relations, each checked by RLS).
+    # Same transaction; a row another write retired meanwhile is skipped, copy and all.
     rows = await conn.fetch(
         """WITH retired AS (
                 UPDATE graph_relations o SET retired_at = $2
                 WHERE o.tenant_id = $3::uuid AND o.relation_id = ANY ($4::uuid[])
+                  AND o.retired_at IS NULL AND NOT o.pending
                 RETURNING o.*)
             INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id,
                                          predicate, object_id, cardinality, valid_from,
