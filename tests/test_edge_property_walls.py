@@ -152,7 +152,10 @@ class Checks:
         listed = await api.list_all(page_size=100)
         assert {m.id for m in listed} == active, (name, "list")
         found = await api.memories.SearchMemories(
-            memory_pb2.SearchMemoriesRequest(scope=api.scope(), query="zebra", limit=100),
+            # Every memory holds the word: the walls, not the relevance floor, are tested.
+            memory_pb2.SearchMemoriesRequest(
+                scope=api.scope(), query="zebra", limit=100, min_relevance=0
+            ),
             metadata=api.md,
         )
         assert {h.memory.id for h in found.hits} == active, (name, "search")
