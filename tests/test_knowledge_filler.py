@@ -254,7 +254,8 @@ async def test_two_fillers_never_embed_one_chunk_twice(
     pg_cluster: PgCluster, loop_thread: LoopThread, quiet: None
 ) -> None:
     """Two servers on one database (as two workers are) fill 24 pending chunks together:
-    each chunk text reaches the embedder exactly once and every chunk gets its vector."""
+    each chunk reaches the embedder exactly once, as its heading path then its text, and
+    every chunk gets its vector."""
     with serving(Embeddings()) as embeddings:
         async with (
             toy_server(pg_cluster, loop_thread, embeddings) as one,
@@ -271,8 +272,15 @@ async def test_two_fillers_never_embed_one_chunk_twice(
                     (await put(api, f"d{n}.md", f"# D{n}\n\nfirst {n}\n\n## S\n\nsecond {n}\n"))
                     for n in range(12)
                 ]
-                texts = {c for d in docs for _, _, c in vectors(one, d.document.id)}
-                assert len(texts) == 24
+                texts = {
+                    f"{' > '.join(r['heading_path'])}\n{r['content']}"
+                    for d in docs
+                    for r in one.sql(
+                        "SELECT heading_path, content FROM document_chunks WHERE document_id = $1",
+                        d.document.id,
+                    )
+                }
+                assert len(texts) == 24 and "D3 > S\n## S\n\nsecond 3" in texts
                 for filler in fillers:
                     loop_thread.loop.call_soon_threadsafe(filler.start)
 

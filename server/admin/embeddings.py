@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import operator
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +14,7 @@ import asyncpg
 from pgvector.asyncpg import register_vector
 
 from brain.server.admin.registry import Context, UsageError, command, output
+from brain.server.domain.knowledge.measures import embedding_text
 from brain.server.domain.memories import model_id
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError, build_embedder
 from brain.server.runtime.config import add_embedder_arguments, embedder_settings
@@ -140,6 +143,9 @@ class _Vectors:
     key: tuple[str, ...]
     pending: str
     noun: str
+    # The columns a vector is made from, and how (a chunk's: its heading path and text).
+    columns: str = "m.content"
+    text: Callable[[asyncpg.Record], str] = operator.itemgetter("content")
 
 
 _MEMORY_VECTORS = _Vectors("memories", ("memory_id", "version"), _PENDING, "memories")
@@ -148,6 +154,8 @@ _CHUNK_VECTORS = _Vectors(
     ("chunk_id",),
     "m.embedding IS NULL AND m.retired_at IS NULL AND m.content <> ''",
     "document chunks",
+    "m.content, m.heading_path",
+    lambda r: embedding_text(r["heading_path"], r["content"]),
 )
 
 
@@ -169,7 +177,7 @@ async def _backfill(
     after = ("00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
     while True:
         rows = await conn.fetch(
-            f"""SELECT m.tenant_id, {", ".join(f"m.{c}" for c in rows_of.key)}, m.content
+            f"""SELECT m.tenant_id, {", ".join(f"m.{c}" for c in rows_of.key)}, {rows_of.columns}
                 FROM {table} m
                 WHERE {rows_of.pending} AND {where}
                   AND (m.tenant_id, m.{page_key}) > (${n + 1}::uuid, ${n + 2}::uuid)
@@ -181,7 +189,7 @@ async def _backfill(
         if not rows:
             return done
         try:
-            vectors = await embedder.embed([r["content"] for r in rows])
+            vectors = await embedder.embed([rows_of.text(r) for r in rows])
         except EmbedderError as exc:
             raise UsageError(f"embedder failed after {done} {rows_of.noun}: {exc}") from exc
         await conn.executemany(

@@ -1,7 +1,8 @@
 """SQL of the chunk-vector filler: claim pending chunks, store their vectors, release them.
 
 The filler serves every tenant of the database, so it goes through the three narrow
-``SECURITY DEFINER`` functions of migrations 0032 and 0035, never past row-level security itself.
+``SECURITY DEFINER`` functions of migrations 0032, 0035 and 0040, never past row-level
+security itself.
 Each call is its own short transaction.
 """
 
@@ -17,11 +18,13 @@ import asyncpg
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A pending chunk leased to this filler, with the text its vector must be made from."""
+    """A pending chunk leased to this filler: its text (which the store checks is still
+    there) and heading path, from which its vector is made."""
 
     tenant_id: uuid.UUID
     chunk_id: uuid.UUID
     content: str
+    heading_path: tuple[str, ...]
     attempts: int
 
 
@@ -36,7 +39,11 @@ async def claim(
             "SELECT * FROM brain_claim_chunk_embeddings($1, $2, $3, $4)",
             limit, lease_seconds, quiet_seconds, yield_seconds,
         )  # fmt: skip
-    return [Claimed(r["tenant_id"], r["chunk_id"], r["content"], r["embed_attempts"]) for r in rows]
+    return [
+        Claimed(r["tenant_id"], r["chunk_id"], r["content"], tuple(r["heading_path"]),
+                r["embed_attempts"])
+        for r in rows
+    ]  # fmt: skip
 
 
 async def store(

@@ -10,6 +10,7 @@ power follows write scope.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import uuid
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ import structlog
 from brain.authz import Caller, Permission
 from brain.server.domain import convert, cursors
 from brain.server.domain import validation as check
-from brain.server.domain.knowledge import chunking
+from brain.server.domain.knowledge import chunking, measures
 from brain.server.domain.memories import DEFAULT_PAGE_SIZE, DEFAULT_SEARCH_LIMIT, Memories
 from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
@@ -167,15 +168,22 @@ class Knowledge:
         memories.knowledge = self
         # Set by the server: embeds the chunks a put stores (none: they stay pending).
         self.filler: Poke | None = None
+        # Chunk sizes follow the embedder's window, in its own tokens where it has them.
+        self.measure = measures.measure_for(memories.embedder)
 
     async def chunked(self, content: str, fmt: str) -> list[chunking.Chunk]:
         """The document's chunks, cut on a chunking thread (never on the event loop);
         INVALID_ARGUMENT naming ``content`` when its structure exceeds the limits."""
         loop = asyncio.get_running_loop()
+        cut = functools.partial(chunking.chunk, content, fmt, measure=self.measure)
         try:
-            return await loop.run_in_executor(_chunkers, chunking.chunk, content, fmt)
+            return await loop.run_in_executor(_chunkers, cut)
         except chunking.TooComplex as exc:
             raise InvalidArgument("content", str(exc)) from exc
+        except EmbedderError as exc:  # the tokenizer cannot load: nor can the model
+            _log.warning("cannot count tokens; chunks sized in characters", error=str(exc))
+            self.measure = measures.Characters()
+            return await self.chunked(content, fmt)
 
     async def refuse_unreviewed(
         self, conn: asyncpg.Connection, caller: Caller, namespace: str

