@@ -290,9 +290,16 @@ class Requests:
         )
 
     def watch(
-        self, filter: common_pb2.MemoryFilter | None, cursor: str
+        self,
+        filter: common_pb2.MemoryFilter | None,
+        cursor: str,
+        include_documents: bool = False,
+        document_collections: Iterable[str] = (),
     ) -> memory_pb2.WatchMemoriesRequest:
-        return memory_pb2.WatchMemoriesRequest(scope=self.scope, filter=filter, cursor=cursor)
+        return memory_pb2.WatchMemoriesRequest(
+            scope=self.scope, filter=filter, cursor=cursor, include_documents=include_documents,
+            document_collections=list(document_collections),
+        )  # fmt: skip
 
     def build_context(
         self,
@@ -349,6 +356,7 @@ class Requests:
         content: str,
         format: knowledge_pb2.DocumentFormat.ValueType,
         labels: Iterable[str],
+        readmit_tombstoned: bool = False,
     ) -> knowledge_pb2.PutDocumentRequest:
         return knowledge_pb2.PutDocumentRequest(
             scope=self.scope,
@@ -357,6 +365,7 @@ class Requests:
             content=content,
             format=format,
             labels=list(labels),
+            readmit_tombstoned=readmit_tombstoned,
         )
 
     def get_document(

@@ -354,10 +354,12 @@ class BrainClient(ClientBase):
         *,
         filter: common_pb2.MemoryFilter | None = None,
         cursor: str = "",
+        include_documents: bool = False,
+        document_collections: Iterable[str] = (),
         timeout: float | None = None,
     ) -> Iterator[memory_pb2.WatchMemoriesResponse]:
         """Stream changes as they happen (from now, or after `cursor`); close it to stop."""
-        request = self._requests.watch(filter, cursor)
+        request = self._requests.watch(filter, cursor, include_documents, document_collections)
         return self._stream("WatchMemories", self._memory.WatchMemories, request, timeout)
 
     def build_context(
@@ -466,11 +468,13 @@ class BrainClient(ClientBase):
         *,
         format: knowledge_pb2.DocumentFormat.ValueType = knowledge_pb2.DOCUMENT_FORMAT_UNSPECIFIED,
         labels: Iterable[str] = (),
+        readmit_tombstoned: bool = False,
         timeout: float | None = None,
     ) -> knowledge_pb2.PutDocumentResponse:
-        """Store a document or its next version; the same content again is a no-op (so a
-        retry is safe)."""
-        request = self._requests.put_document(collection, path, content, format, labels)
+        """Store a document or its next version; the same content again is a safe no-op."""
+        request = self._requests.put_document(
+            collection, path, content, format, labels, readmit_tombstoned
+        )
         return self._unary(
             "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
         )

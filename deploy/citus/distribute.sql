@@ -33,7 +33,8 @@ SELECT create_distributed_table('memories', 'tenant_id');
 SELECT create_distributed_table(t, 'tenant_id', colocate_with => 'memories')
 FROM unnest(ARRAY['api_keys', 'tombstones', 'idempotency_keys', 'namespace_policies',
                   'audit_events', 'audit_heads', 'tenant_quotas', 'lexical_cells',
-                  'lexical_terms', 'documents', 'document_chunks', 'graph_entities',
+                  'lexical_terms', 'documents', 'document_chunks', 'document_tombstones',
+                  'graph_entities',
                   'graph_mentions', 'graph_relations']) AS t
 WHERE to_regclass(t) IS NOT NULL;
 DO $$

@@ -47,14 +47,16 @@ async def cmd_tenants_list(ctx: Context) -> None:
                 "tenant_id": r["tenant_id"],
                 "name": r["name"],
                 "created_at": r["created_at"],
-                "quotas": {"memories": r["max_memories"]},
-                "usage": {"memories": r["memories"]},
+                "quotas": {name: r[column] for name, column in store.QUOTA_COLUMNS.items()},
+                "usage": {name: r[name] for name in store.QUOTA_COLUMNS},
             }
             for r in rows
         ],
         "\n".join(
             f"{r['name']}\t{r['tenant_id']}\t{r['created_at']:%Y-%m-%d}\t"
-            f"memories {r['memories']}/{_limit_text(r['max_memories'])}"
+            f"memories {r['memories']}/{_limit_text(r['max_memories'])}\t"
+            f"documents {r['documents']}/{_limit_text(r['max_documents'])}\t"
+            f"document bytes {r['document_bytes']}/{_limit_text(r['max_document_bytes'])}"
             for r in rows
         ),
     )
@@ -62,6 +64,9 @@ async def cmd_tenants_list(ctx: Context) -> None:
 
 def _limit_text(limit: int | None) -> str:
     return "unlimited" if limit is None else str(limit)
+
+
+_UNCHANGED: Any = object()  # a quota flag not given: that limit stays as it is
 
 
 def _quota(text: str) -> int | None:
@@ -79,12 +84,20 @@ def _quota(text: str) -> int | None:
 
 async def cmd_tenants_set_quota(ctx: Context) -> None:
     args = ctx.args
+    asked = {
+        name: getattr(args, name)
+        for name in store.QUOTA_COLUMNS
+        if getattr(args, name) is not _UNCHANGED
+    }
+    if not asked:
+        raise UsageError("name at least one of --memories, --documents, --document-bytes")
     async with ctx.connect() as conn:
-        tenant_id = await store.set_memory_quota(conn, args.tenant, args.memories)
+        tenant_id, limits = await store.set_quotas(conn, args.tenant, asked)
     output(
         args,
-        {"tenant_id": tenant_id, "name": args.tenant, "quotas": {"memories": args.memories}},
-        f"tenant {args.tenant}: memories quota {_limit_text(args.memories)}",
+        {"tenant_id": tenant_id, "name": args.tenant, "quotas": limits},
+        f"tenant {args.tenant}: "
+        + ", ".join(f"{n.replace('_', ' ')} quota {_limit_text(v)}" for n, v in limits.items()),
     )
 
 
@@ -342,8 +355,20 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--memories",
         type=_quota,
-        required=True,
+        default=_UNCHANGED,
         help="most stored (active or candidate) memories; 'none' lifts the limit",
+    )
+    p.add_argument(
+        "--documents",
+        type=_quota,
+        default=_UNCHANGED,
+        help="most current knowledge documents; 'none' lifts the limit",
+    )
+    p.add_argument(
+        "--document-bytes",
+        type=_quota,
+        default=_UNCHANGED,
+        help="most bytes of content in current knowledge documents; 'none' lifts the limit",
     )
 
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="sub", required=True)

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import asyncpg
 
+from brain.server.storage.knowledge import DOCUMENT_COLUMNS
 from brain.server.storage.memories import RowFilter, filter_predicate, memory_columns
 from brain.server.storage.visibility import (
     Params,
@@ -118,6 +119,36 @@ async def changed_memories(
                   ORDER BY v.version DESC LIMIT 1) m
               WHERE e.tenant_id = $1::uuid AND e.seq > $2 AND e.seq <= $3
                 AND {visibility_predicate(v, p)} AND {filter_predicate(f, p)}
+              ORDER BY e.seq, u.ord"""
+    return list(await conn.fetch(sql, *p.values))
+
+
+async def changed_documents(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    collections: list[str],
+    after_seq: int,
+    upto_seq: int,
+) -> list[asyncpg.Record]:
+    """For each event in (after_seq, upto_seq] about knowledge documents, each document it
+    touched as that event left it (the version recorded by then), with the event's
+    ``outcome`` — only where that row passes the visibility predicate (a document's rows
+    all carry its scope and labels) and is in ``collections`` (all when empty)."""
+    p = Params(v.tenant_id, after_seq, upto_seq)
+    where = [object_visibility(v, p, "d")]
+    if collections:
+        where.append(f"d.collection = ANY({p.add(collections)}::text[])")
+    sql = f"""SELECT e.seq AS audit_seq, e.at AS changed_at, e.outcome AS event_outcome,
+                     {DOCUMENT_COLUMNS}
+              FROM audit_events e
+              CROSS JOIN LATERAL unnest(e.memory_ids) WITH ORDINALITY AS u (document_id, ord)
+              CROSS JOIN LATERAL (
+                  SELECT * FROM documents r
+                  WHERE r.tenant_id = e.tenant_id AND r.document_id = u.document_id
+                    AND r.recorded_at <= e.at
+                  ORDER BY r.version DESC LIMIT 1) d
+              WHERE e.tenant_id = $1::uuid AND e.seq > $2 AND e.seq <= $3
+                AND e.outcome LIKE '%document.%' AND {" AND ".join(where)}
               ORDER BY e.seq, u.ord"""
     return list(await conn.fetch(sql, *p.values))
 

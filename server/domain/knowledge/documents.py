@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import hmac
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ import asyncpg
 import structlog
 
 from brain.authz import Caller, Permission
-from brain.server.domain import convert, cursors
+from brain.server.domain import convert, cursors, quotas
 from brain.server.domain import validation as check
 from brain.server.domain.knowledge import chunking, measures
 from brain.server.domain.memories import DEFAULT_PAGE_SIZE, DEFAULT_SEARCH_LIMIT, Memories
@@ -30,6 +31,7 @@ from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import Corpus, FusedHit
 from brain.server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from brain.server.storage import document_tombstones as tombstones
 from brain.server.storage import knowledge as sql
 from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, knowledge_pb2
@@ -58,6 +60,15 @@ STATUS_TO_PROTO = {
 }
 
 _log = structlog.get_logger("brain.knowledge")
+
+
+def content_fingerprint(pepper: bytes, content: str) -> bytes:
+    """Keyed hash of a document's normalised content (NFKC, case-folded, whitespace
+    collapsed, as memory fingerprints), for tombstones: never the text or a plain hash."""
+    # ASCII is its own NFKC form and lower() is its case fold: skip the slow path.
+    folded = content.lower() if content.isascii() else check.normalise(content)
+    normalised = " ".join(folded.split()) if content.isascii() else folded
+    return hmac.new(pepper, b"document:" + normalised.encode(), hashlib.sha256).digest()
 
 
 def document_not_found() -> NotFound:
@@ -185,6 +196,39 @@ class Knowledge:
             self.measure = measures.Characters()
             return await self.chunked(content, fmt)
 
+    async def prepared(self, content: str, fmt: str) -> tuple[list[chunking.Chunk], bytes]:
+        """The document's chunks and its content's fingerprint, both made on a chunking
+        thread (a megabyte of text is normalised and hashed there, not on the event loop)."""
+        pieces = await self.chunked(content, fmt)
+        loop = asyncio.get_running_loop()
+        pepper = self.memories.pepper
+        return pieces, await loop.run_in_executor(_chunkers, content_fingerprint, pepper, content)
+
+    async def refuse_tombstoned(
+        self,
+        conn: asyncpg.Connection,
+        caller: Caller,
+        where: tuple[str, str, str, str],
+        fingerprint: bytes,
+        *,
+        readmit: bool,
+    ) -> None:
+        """FAILED_PRECONDITION when a tombstone that binds the caller holds this content in
+        this collection of the bucket (``where``), unless the put says ``readmit_tombstoned``:
+        then the put lifts it. A tombstone binds only callers who could see the deleted
+        document; to others the content was never there."""
+        await tombstones.lock_contents(conn, caller.tenant_id, where, [fingerprint])
+        held = await tombstones.live(conn, self.memories.visibility(caller), where, fingerprint)
+        if not held:
+            return
+        if not readmit:
+            raise FailedPrecondition(
+                f"content: a document with this content was deleted from collection "
+                f"{where[3]} in this bucket (tombstone {held[0]}); to put it back, set "
+                "readmit_tombstoned on the put (brain ingest --readmit-tombstoned)"
+            )
+        await tombstones.readmit(conn, self.memories.visibility(caller), held, caller.principal)
+
     async def refuse_unreviewed(
         self, conn: asyncpg.Connection, caller: Caller, namespace: str
     ) -> None:
@@ -222,7 +266,7 @@ class Knowledge:
         bucket = (namespace, scope.user_id, scope.session_id, collection, path)
         # A key that may not read gets no content oracle: its put always writes a version.
         reader = caller.has(Permission.KNOWLEDGE_READ.value)
-        pieces = await self.chunked(content, fmt)
+        pieces, fingerprint = await self.prepared(content, fmt)
         # Chunks are stored without vectors: the filler embeds them once this commits.
         chunks = [
             sql.NewChunk(c.content, list(c.heading_path), c.line_start, c.line_end) for c in pieces
@@ -241,6 +285,14 @@ class Knowledge:
                 return knowledge_pb2.PutDocumentResponse(
                     document=document_message(current), outcome=knowledge_pb2.PUT_OUTCOME_UNCHANGED
                 )
+            await self.refuse_tombstoned(
+                conn, caller, bucket[:4], fingerprint, readmit=req.readmit_tombstoned
+            )
+            await quotas.reserve_documents(
+                conn,
+                adding=1 if current is None else 0,
+                adding_bytes=len(content.encode()) - (current["size_bytes"] if current else 0),
+            )
             at = await sql.clock(conn)
             if current is None:
                 doc_id, version, created_by = cursors.uuid7(), 1, caller.principal
@@ -361,11 +413,22 @@ class Knowledge:
                 )
             if current["status"] == "deleted":  # deleting twice is a no-op
                 return knowledge_pb2.DeleteDocumentResponse(id=req.id, version=current["version"])
+            # Each content the document ever had stays out of its collection (tombstones).
+            texts = await tombstones.contents(conn, current["tenant_id"], doc_id)
+            loop, pepper = asyncio.get_running_loop(), self.memories.pepper
+            fingerprints = [
+                await loop.run_in_executor(_chunkers, content_fingerprint, pepper, text)
+                for text in texts
+            ]
+            where = (current["namespace"], current["user_id"], current["session_id"],
+                     current["collection"])  # fmt: skip
+            await tombstones.lock_contents(conn, current["tenant_id"], where, fingerprints)
             await sql.erase(conn, current["tenant_id"], doc_id)
             at = await sql.clock(conn)
             version = await sql.insert_deletion(
                 conn, current, at, caller.principal, caller.key.key_id
             )
+            await tombstones.add(conn, current, fingerprints, caller.principal)
         return knowledge_pb2.DeleteDocumentResponse(id=req.id, version=version)
 
     async def search(
