@@ -12,6 +12,7 @@ measures wall-clock time.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -237,6 +238,12 @@ async def test_failing_embedder_leaves_chunks_pending_then_fills_every_one(
             assert down.hits and down.hits[0].source.path == "doc3.md"
             status = server.admin("embeddings", "status", "--tenant", tenant).stdout
             assert "0 document chunks embedded, 10 pending (10 after a failed" in status
+            assert "one failed" in status and "the oldest pending chunk has waited" in status
+            report = json.loads(
+                server.admin("embeddings", "status", "--tenant", tenant, "--json").stdout
+            )
+            assert report["chunks_pending"] == report["chunks_retrying"] == 10
+            assert report["chunks_most_failed_attempts"] >= 2
             embeddings.down = False
 
             async def all_embedded() -> bool:
@@ -246,6 +253,7 @@ async def test_failing_embedder_leaves_chunks_pending_then_fills_every_one(
             await until(all_embedded, "every chunk's vector lands")
             status = server.admin("embeddings", "status", "--tenant", tenant).stdout
             assert "10 document chunks embedded, 0 pending" in status
+            assert "oldest" not in status  # nothing waits: nothing to report (control)
             up = await search(api, "note 3")
             assert up.lanes == knowledge_pb2.KNOWLEDGE_LANES_HYBRID
 

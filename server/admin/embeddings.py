@@ -72,7 +72,11 @@ async def cmd_status(ctx: Context) -> None:
             f"""SELECT count(*) FILTER (WHERE m.embedding IS NOT NULL) AS embedded,
                        count(*) FILTER (WHERE {_CHUNK_VECTORS.pending}) AS pending,
                        count(*) FILTER (WHERE {_CHUNK_VECTORS.pending}
-                                          AND m.embed_attempts > 0) AS retrying
+                                          AND m.embed_attempts > 0) AS retrying,
+                       COALESCE(max(m.embed_attempts) FILTER (
+                           WHERE {_CHUNK_VECTORS.pending}), 0) AS most_attempts,
+                       COALESCE(extract(epoch FROM clock_timestamp() - min(m.recorded_at)
+                           FILTER (WHERE {_CHUNK_VECTORS.pending})), 0)::bigint AS oldest
                 FROM document_chunks m WHERE m.retired_at IS NULL AND {where}""",
             *args,
         )
@@ -86,7 +90,14 @@ async def cmd_status(ctx: Context) -> None:
         "chunks_embedded": chunks["embedded"],
         "chunks_pending": chunks["pending"],
         "chunks_retrying": chunks["retrying"],
+        "chunks_most_failed_attempts": chunks["most_attempts"],
+        "chunks_oldest_pending_seconds": chunks["oldest"],
     }
+    waiting = ""
+    if chunks["pending"]:
+        waiting = f"; the oldest pending chunk has waited {chunks['oldest']} s" + (
+            f", one failed {chunks['most_attempts']} times" if chunks["most_attempts"] else ""
+        )
 
     output(
         ctx.args,
@@ -94,7 +105,7 @@ async def cmd_status(ctx: Context) -> None:
         f"dimension {dimension}: {row['embedded']} memories embedded "
         f"({', '.join(data['models']) or 'no model yet'}), {row['pending']} waiting for a vector; "
         f"{chunks['embedded']} document chunks embedded, {chunks['pending']} pending "
-        f"({chunks['retrying']} after a failed embedding, retried with backoff)",
+        f"({chunks['retrying']} after a failed embedding, retried with backoff){waiting}",
     )
 
 
