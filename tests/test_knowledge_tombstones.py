@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 
 import asyncpg
 import grpc
@@ -222,3 +223,43 @@ async def test_a_put_racing_a_delete_of_the_same_content_never_slips_past_it(
                 copied.document.id,
             )[0]["seq"]
             assert put_at < deleted_at
+
+
+async def test_brain_admin_lists_document_tombstones_and_readmits_one(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """`brain-admin tombstones list` shows a deleted document's tombstones (kind, document,
+    collection; no fingerprint, path or text) beside memory ones; `readmit` lifts one, and
+    that content is stored again while the other stays held (control)."""
+    tenant = unique("tomb")
+    api = Api(channel, brain_server.mint_key(tenant, "w", permissions=KB))
+    doc = (await put(api, "h.md", HANDBOOK)).document
+    await put(api, "h.md", REVISED)
+    await delete_call(api, doc.id)
+    listed = json.loads(
+        brain_server.admin("tombstones", "list", "--tenant", tenant, "--json").stdout
+    )
+    assert [(t["kind"], t["document_id"], t["collection"]) for t in listed] == [
+        ("document", doc.id, "docs")
+    ] * 2
+    assert not any("fingerprint" in t or "path" in t for t in listed)
+    first = listed[0]["tombstone_id"]
+    lifted = brain_server.sql(
+        "SELECT fingerprint FROM document_tombstones WHERE tombstone_id = $1", first
+    )[0]["fingerprint"]
+    brain_server.admin("tombstones", "readmit", first, "--tenant", tenant)
+    freed, held = [], []
+    for n, text in enumerate((HANDBOOK, REVISED)):
+        try:
+            await put(api, f"again{n}.md", text)
+            freed.append(text)
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+            held.append(text)
+    assert len(freed) == len(held) == 1
+    remaining = brain_server.sql(
+        "SELECT fingerprint FROM document_tombstones WHERE document_id = $1"
+        " AND readmitted_at IS NULL",
+        doc.id,
+    )
+    assert [r["fingerprint"] for r in remaining] != [lifted]

@@ -210,12 +210,23 @@ async def cmd_namespaces_list(ctx: Context) -> None:
 
 
 async def cmd_tombstones_list(ctx: Context) -> None:
+    """A tenant's tombstones: memories' (forget, reject), then documents' (delete)."""
     async with ctx.connect() as conn:
         tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
         rows = await conn.fetch(
-            """SELECT tombstone_id, namespace, user_id, session_id, memory_id, cause,
-                      created_at, created_by, readmitted_at, readmitted_by
+            """SELECT tombstone_id, 'memory' AS kind, namespace, user_id, session_id,
+                      memory_id, cause, created_at, created_by, readmitted_at, readmitted_by
                FROM tombstones WHERE tenant_id = $1::uuid
+                 AND ($2::text IS NULL OR namespace = $2)
+               ORDER BY created_at""",
+            tenant_id,
+            ctx.args.namespace,
+        )
+        documents = await conn.fetch(
+            """SELECT tombstone_id, 'document' AS kind, namespace, user_id, session_id,
+                      collection, document_id, 'delete' AS cause, created_at, created_by,
+                      readmitted_at, readmitted_by
+               FROM document_tombstones WHERE tenant_id = $1::uuid
                  AND ($2::text IS NULL OR namespace = $2)
                ORDER BY created_at""",
             tenant_id,
@@ -223,31 +234,40 @@ async def cmd_tombstones_list(ctx: Context) -> None:
         )
     output(
         ctx.args,
-        [dict(r) for r in rows],
+        [dict(r) for r in [*rows, *documents]],
         "\n".join(
             f"{r['tombstone_id']}\t{r['namespace']}\tuser={r['user_id'] or '*'}\t"
-            f"{r['cause']} of {r['memory_id']} by {r['created_by']}\t"
+            + (
+                f"{r['cause']} of {r['memory_id']}"
+                if r["kind"] == "memory"
+                else f"delete of document {r['document_id']} in collection {r['collection']}"
+            )
+            + f" by {r['created_by']}\t"
             f"{'readmitted by ' + r['readmitted_by'] if r['readmitted_at'] else 'live'}"
-            for r in rows
+            for r in [*rows, *documents]
         )
         or "no tombstones",
     )
 
 
 async def cmd_tombstones_readmit(ctx: Context) -> None:
-    """Lift a tombstone so its value may be saved again in its bucket."""
+    """Lift a tombstone (of a memory's value or a deleted document's content) so that it
+    may be stored again in its bucket (and collection)."""
     import getpass
 
     async with ctx.connect() as conn:
         tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
-        status = await conn.execute(
-            """UPDATE tombstones SET readmitted_at = now(), readmitted_by = $3
-               WHERE tenant_id = $1::uuid AND tombstone_id::text = $2
-                 AND readmitted_at IS NULL""",
-            tenant_id,
-            ctx.args.tombstone_id,
-            f"admin:{getpass.getuser()}",
-        )
+        for table in ("tombstones", "document_tombstones"):
+            status = await conn.execute(
+                f"""UPDATE {table} SET readmitted_at = now(), readmitted_by = $3
+                    WHERE tenant_id = $1::uuid AND tombstone_id::text = $2
+                      AND readmitted_at IS NULL""",
+                tenant_id,
+                ctx.args.tombstone_id,
+                f"admin:{getpass.getuser()}",
+            )
+            if status != "UPDATE 0":
+                break
     if status == "UPDATE 0":
         raise UsageError(f"no live tombstone {ctx.args.tombstone_id} in tenant {ctx.args.tenant}")
     output(ctx.args, {"readmitted": ctx.args.tombstone_id}, f"readmitted {ctx.args.tombstone_id}")
@@ -409,7 +429,7 @@ def register(sub: Any) -> None:
     p.add_argument("--tenant")
 
     tombstones = sub.add_parser(
-        "tombstones", help="values kept from coming back after forget or reject"
+        "tombstones", help="values kept from coming back after forget, reject or delete"
     ).add_subparsers(dest="sub", required=True)
     p = command(tombstones, "list", cmd_tombstones_list, "list a tenant's tombstones")
     p.add_argument("--tenant", required=True)
