@@ -73,6 +73,11 @@ METHOD_CLASSES: dict[str, MethodClass] = {
     "/brain.v1.ReviewService/ListCandidates": MethodClass.READ,
     "/brain.v1.ReviewService/ReviewCandidate": MethodClass.REVIEW,
     "/brain.v1.ReviewService/WithdrawCandidate": MethodClass.PROPOSE,
+    # Conflicts are read out of the memories they join (both must be visible), so listing
+    # them is reading memories; deciding one, or proposing consolidations, is review.
+    "/brain.v1.ReviewService/ListConflicts": MethodClass.READ,
+    "/brain.v1.ReviewService/ResolveConflict": MethodClass.REVIEW,
+    "/brain.v1.ReviewService/ConsolidateMemories": MethodClass.REVIEW,
     "/brain.v1.AuditService/ListAuditEvents": MethodClass.AUDIT,
     "/brain.v1.IdentityService/WhoAmI": MethodClass.ROWLESS,
     # The graph is read out of memories (visible exactly when an asserting memory is), so

@@ -32,6 +32,7 @@ from brain.clients._base import (
     failed,
     is_position_marker,
 )
+from brain.clients._conflicts import AsyncConflictMethods
 from brain.clients._requests import (
     Decision,
     DraftFields,
@@ -56,7 +57,7 @@ from brain.v1 import (
 )
 
 
-class AsyncBrainClient(ClientBase):
+class AsyncBrainClient(AsyncConflictMethods, ClientBase):
     """The asyncio twin of `BrainClient`: same constructor, same methods, awaited.
 
     Paginated and streaming methods return async iterators. Create it inside the event loop
@@ -486,9 +487,8 @@ class AsyncBrainClient(ClientBase):
         timeout: float | None = None,
     ) -> knowledge_pb2.PutDocumentResponse:
         """Store a document or its next version; the same content again is a safe no-op."""
-        request = self._requests.put_document(
-            collection, path, content, format, labels, readmit_tombstoned
-        )
+        request = self._requests.put_document(collection, path, content, format, labels)
+        request.readmit_tombstoned = readmit_tombstoned
         return await self._unary(
             "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
         )

@@ -221,6 +221,31 @@ class Requests:
             readmit_tombstoned=readmit_tombstoned,
         )
 
+    def list_conflicts(
+        self, memory_id: str, states: Iterable[common_pb2.ConflictState.ValueType], page_size: int
+    ) -> review_pb2.ListConflictsRequest:
+        return review_pb2.ListConflictsRequest(
+            scope=self.scope, memory_id=memory_id, states=list(states), page_size=page_size
+        )
+
+    def resolve_conflict(
+        self, id: str, decision: Decision, reason: str
+    ) -> review_pb2.ResolveConflictRequest:
+        value = _DECISIONS[decision] if isinstance(decision, str) else decision
+        return review_pb2.ResolveConflictRequest(
+            scope=self.scope, id=id, decision=value, reason=reason
+        )
+
+    def consolidate(
+        self, min_overlap: float | None, max_clusters: int, dry_run: bool, reason: str
+    ) -> review_pb2.ConsolidateMemoriesRequest:
+        request = review_pb2.ConsolidateMemoriesRequest(
+            scope=self.scope, max_clusters=max_clusters, dry_run=dry_run, reason=reason
+        )
+        if min_overlap is not None:
+            request.min_overlap = min_overlap
+        return request
+
     def audit(
         self, memory_id: str, principal: str, since: TimestampLike | None, page_size: int
     ) -> audit_pb2.ListAuditEventsRequest:
@@ -356,7 +381,6 @@ class Requests:
         content: str,
         format: knowledge_pb2.DocumentFormat.ValueType,
         labels: Iterable[str],
-        readmit_tombstoned: bool = False,
     ) -> knowledge_pb2.PutDocumentRequest:
         return knowledge_pb2.PutDocumentRequest(
             scope=self.scope,
@@ -365,7 +389,6 @@ class Requests:
             content=content,
             format=format,
             labels=list(labels),
-            readmit_tombstoned=readmit_tombstoned,
         )
 
     def get_document(

@@ -28,6 +28,7 @@ from brain.clients._base import (
     failed,
     is_position_marker,
 )
+from brain.clients._conflicts import ConflictMethods
 from brain.clients._exit import closed_at_exit
 from brain.clients._requests import (
     Decision,
@@ -53,7 +54,7 @@ from brain.v1 import (
 )
 
 
-class BrainClient(ClientBase):
+class BrainClient(ConflictMethods, ClientBase):
     """Blocking client; see the module docstring for scope, results, deadlines and retries.
 
     Use as a context manager, or call `close()`. `interceptors` are gRPC client interceptors
@@ -97,7 +98,7 @@ class BrainClient(ClientBase):
         closed_at_exit(self, self._channel)
         channel = grpc.intercept_channel(self._channel, *interceptors)
         self._memory = memory_pb2_grpc.MemoryServiceStub(channel)
-        self._review = review_pb2_grpc.ReviewServiceStub(channel)
+        self._review: review_pb2_grpc.ReviewServiceStub = review_pb2_grpc.ReviewServiceStub(channel)
         self._audit = audit_pb2_grpc.AuditServiceStub(channel)
         self._identity = identity_pb2_grpc.IdentityServiceStub(channel)
         self._graph = graph_pb2_grpc.GraphServiceStub(channel)
@@ -472,9 +473,8 @@ class BrainClient(ClientBase):
         timeout: float | None = None,
     ) -> knowledge_pb2.PutDocumentResponse:
         """Store a document or its next version; the same content again is a safe no-op."""
-        request = self._requests.put_document(
-            collection, path, content, format, labels, readmit_tombstoned
-        )
+        request = self._requests.put_document(collection, path, content, format, labels)
+        request.readmit_tombstoned = readmit_tombstoned
         return self._unary(
             "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
         )

@@ -382,7 +382,8 @@ async def test_each_lifecycle_rpc_is_one_event_naming_every_memory_it_changed(
         (service + "SaveMemory", [old], "save"),
         (service + "SaveMemory", [new, old], "save,supersede"),
         (service + "UpdateMemory", [new], "update"),
-        (service + "ForgetMemory", [new], "erase,forget"),
+        # Forgetting the replacement reopens what it replaced for review (issue 30).
+        (service + "ForgetMemory", [new, old], "erase,forget,reopen"),
     ]
-    assert (await list_events(channel, key, memory_id=old)).events[-1].seq == events[1].seq
+    assert (await list_events(channel, key, memory_id=old)).events[-1].seq == events[3].seq
     assert verify(brain_server, tenant)[0] == 0

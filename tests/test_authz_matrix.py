@@ -181,6 +181,14 @@ class Call:
         )  # fmt: skip
         return put.document.id
 
+    async def fresh_conflict(self, by: Api) -> str:
+        """An open conflict between two of alice's memories, found by ``by``'s write."""
+        scope = common_pb2.Scope(namespace=NS, user_id="alice")
+        subject = f"matrix service {secrets.token_hex(4)}"
+        await by.save(f"The {subject} listens on port 7001", scope=scope)
+        saved = await by.save(f"The {subject} now listens on port 7002", scope=scope)
+        return saved.conflicts[0].id
+
     async def fresh_candidate(self, by: Api) -> str:
         response = await by.review.ProposeMemory(
             review_pb2.ProposeMemoryRequest(
@@ -301,6 +309,21 @@ async def run_rpc(method: str, call: Call) -> tuple[grpc.StatusCode, list[str] |
                 target = await call.fresh_candidate(by)
                 await rev.WithdrawCandidate(
                     review_pb2.WithdrawCandidateRequest(scope=scope, id=target), metadata=md
+                )
+            case "ListConflicts":
+                await rev.ListConflicts(review_pb2.ListConflictsRequest(scope=scope), metadata=md)
+            case "ResolveConflict":
+                target = await call.fresh_conflict(call.world.proposer)
+                await rev.ResolveConflict(
+                    review_pb2.ResolveConflictRequest(
+                        scope=scope, id=target, decision=review_pb2.REVIEW_DECISION_REJECT,
+                        reason="ok",
+                    ),
+                    metadata=md,
+                )  # fmt: skip
+            case "ConsolidateMemories":
+                await rev.ConsolidateMemories(
+                    review_pb2.ConsolidateMemoriesRequest(scope=scope, dry_run=True), metadata=md
                 )
             case "ListAuditEvents":
                 await api.audit.ListAuditEvents(

@@ -57,8 +57,11 @@ async def test_a_save_past_the_quota_is_refused_naming_it_and_admin_shows_usage(
     await api.save("quota first fact")
     replacement = await api.save("quota first fact, corrected", supersedes=[first.memory.id])
     assert stored(brain_server, tenant) == 2
-    # Forgetting frees room; a tenant without a quota is not limited.
+    # Forgetting the replacement reopens what it replaced for review, which still counts;
+    # forgetting that too frees room. A tenant without a quota is not limited.
     await api.forget(replacement.memory.id)
+    assert stored(brain_server, tenant) == 2
+    await api.forget(first.memory.id)
     await api.save("quota third fact")
     for i in range(3):
         await free.save(f"unlimited fact {i}")

@@ -211,7 +211,8 @@ async def test_watch_reports_each_lifecycle_change_with_its_kind(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
     """Save, supersede, update and forget arrive as their change kinds, in order, with the
-    memory version each change wrote (a forgotten one without content)."""
+    memory version each change wrote (a forgotten one without content); forgetting the
+    replacement reopens what it replaced as a candidate for review (issue 30)."""
     key = brain_server.mint_key(
         unique("t"), "alice", permissions="memories:read,memories:write,memories:forget"
     )
@@ -221,7 +222,7 @@ async def test_watch_reports_each_lifecycle_change_with_its_kind(
         new = (await api.save("Deploys happen on Thursday", supersedes=[old])).memory.id
         await api.update(new, ["importance"], importance=0.9)
         await api.forget(new)
-        got = [await w.next() for _ in range(5)]
+        got = [await w.next() for _ in range(6)]
         assert await w.nothing_within(0.5)
     assert [(g.memory.id, g.kind) for g in got] == [
         (old, memory_pb2.CHANGE_KIND_CREATED),
@@ -229,7 +230,9 @@ async def test_watch_reports_each_lifecycle_change_with_its_kind(
         (old, memory_pb2.CHANGE_KIND_SUPERSEDED),
         (new, memory_pb2.CHANGE_KIND_UPDATED),
         (new, memory_pb2.CHANGE_KIND_FORGOTTEN),
+        (old, memory_pb2.CHANGE_KIND_PROPOSED),
     ]
+    assert got[5].memory.status == common_pb2.MEMORY_STATUS_CANDIDATE
     assert got[3].memory.importance == pytest.approx(0.9)
     assert got[4].memory.content == ""
     assert got[4].memory.status == common_pb2.MEMORY_STATUS_RETRACTED

@@ -27,6 +27,8 @@ from brain.clients.mcp._results import (
     _line,
     _source_json,
     _status,
+    conflict_json,
+    conflict_line,
     entity_json,
     memory_json,
     relation_json,
@@ -48,7 +50,10 @@ async def _remember(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOu
         "deduplicated": f"An identical memory already existed; its id is {m.id}.",
         "proposed": f"Stored as candidate {m.id}; it awaits human review before it is recalled.",
     }.get(outcome, f"Remembered as {m.id}.")
-    return says, {"id": m.id, "outcome": outcome, "memory": memory_json(m)}
+    conflicts = [conflict_json(c) for c in response.conflicts]
+    for c in response.conflicts:
+        says += f"\n{conflict_line(c, m.id)}"
+    return says, {"id": m.id, "outcome": outcome, "memory": memory_json(m), "conflicts": conflicts}
 
 
 async def _recall(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
@@ -74,6 +79,8 @@ async def _recall(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutp
         }
         if reranked and h.rerank_score:
             hit["rerank_score"] = round(h.rerank_score, 4)
+        if h.conflicts:
+            hit["conflicts"] = [conflict_json(c) for c in h.conflicts]
         hits.append(hit)
     silenced = not hits and response.below_floor > 0
     structured = {
@@ -99,6 +106,7 @@ async def _recall(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutp
     for i, (h, shown) in enumerate(zip(response.hits, hits, strict=True), 1):
         extra = f", rerank {shown['rerank_score']:.3f}" if "rerank_score" in shown else ""
         lines.append(f"{i}. score {shown['score']:.2f}{extra} {_line(h.memory)}")
+        lines += [f"   {conflict_line(c, h.memory.id)}" for c in h.conflicts]
     return "\n".join(lines), structured
 
 

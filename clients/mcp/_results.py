@@ -126,3 +126,36 @@ def _fact(r: graph_pb2.Relation) -> str:
         f"{r.subject.name} -{r.predicate}-> {r.object.name} "
         f"(from {_iso(r.valid_from)}{until}; memory {r.memory_id})"
     )
+
+
+_RULES = {
+    common_pb2.CONFLICT_RULE_VALUE_UPDATE: "value update",
+    common_pb2.CONFLICT_RULE_CORRECTION: "correction",
+    common_pb2.CONFLICT_RULE_SLOT: "single-valued relation",
+    common_pb2.CONFLICT_RULE_RESTATEMENT: "restatement",
+}
+
+
+def conflict_json(c: common_pb2.Conflict) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "newer_id": c.newer_id,
+        "older_id": c.older_id,
+        "rule": _RULES.get(c.rule, "unknown"),
+        "state": common_pb2.ConflictState.Name(c.state).removeprefix("CONFLICT_STATE_").lower(),
+        "detail": c.detail,
+    }
+
+
+def conflict_line(c: common_pb2.Conflict, me: str) -> str:
+    """What an agent reads about one conflict of memory ``me``."""
+    rule = _RULES.get(c.rule, "conflict")
+    state = common_pb2.ConflictState.Name(c.state).removeprefix("CONFLICT_STATE_").lower()
+    pending = {
+        "open": "pending review",
+        "applied": "superseded now",
+        "noted": "not proposed: name it in supersedes to replace it",
+    }.get(state, state)
+    if c.older_id == me:
+        return f"! may be outdated: {c.newer_id} may replace it ({rule}: {c.detail}; {pending})"
+    return f"! conflicts with {c.older_id} ({rule}: {c.detail}; {pending})"

@@ -138,6 +138,21 @@ _RELATION_SCHEMA: dict[str, Any] = {
     },
     "required": ["id", "subject", "predicate", "object", "valid_from", "memory_id"],
 }
+_CONFLICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Two memories that disagree: the newer may replace the older once a "
+    "reviewer approves (state open), or was not proposed (noted).",
+    "properties": {
+        "id": {"type": "string"},
+        "newer_id": {"type": "string"},
+        "older_id": {"type": "string"},
+        "rule": {"type": "string"},
+        "state": {"type": "string"},
+        "detail": {"type": "string"},
+    },
+    "required": ["newer_id", "older_id", "rule", "state"],
+}
+CONFLICTS = {"type": "array", "items": _CONFLICT_SCHEMA}
 _HISTORY_OUTPUT = _output({"versions": {"type": "array", "items": _MEMORY_SCHEMA}})
 _FILTERS: dict[str, Any] = {
     "kind": {"type": "string", "description": "Only memories of this kind."},

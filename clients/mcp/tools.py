@@ -47,6 +47,7 @@ from brain.clients.mcp._schemas import (
     _SCORE,
     _SOURCE_SCHEMA,
     _STRINGS,
+    CONFLICTS,
     _memories,
     _output,
     _schema,
@@ -134,7 +135,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         _MEMORY + "SaveMemory",
         "Save a durable fact, preference or decision to the shared long-term memory. Write one "
         "self-contained statement. To correct an older memory, pass its id in `supersedes`. "
-        "The result includes the new memory id.",
+        "The result includes the new memory id, and `conflicts`: older memories this one "
+        "seems to update or restate (pending a reviewer's decision).",
         _schema(_DRAFT_PROPERTIES, ["content"]),
         _output(
             {
@@ -144,6 +146,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "description": "created, deduplicated, proposed (awaits review) or replayed",
                 },
                 "memory": _MEMORY_SCHEMA,
+                "conflicts": CONFLICTS,
             }
         ),
         _remember,
@@ -190,6 +193,11 @@ TOOLS: tuple[ToolSpec, ...] = (
                                 "description": "The reranker's score, when it ordered the hits.",
                             },
                             "memory": _MEMORY_SCHEMA,
+                            "conflicts": {
+                                **CONFLICTS,
+                                "description": "Open conflicts: when this memory is the "
+                                "older_id, it may be outdated.",
+                            },
                         },
                         "required": ["id", "score", "matched_by", "memory"],
                     },

@@ -59,6 +59,90 @@ MEMORY_STATUS_WITHDRAWN: MemoryStatus.ValueType  # 6
 """A candidate its proposer withdrew, or that expired unreviewed."""
 Global___MemoryStatus: _TypeAlias = MemoryStatus  # noqa: Y015
 
+class _ConflictRule:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConflictRuleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConflictRule.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONFLICT_RULE_UNSPECIFIED: _ConflictRule.ValueType  # 0
+    CONFLICT_RULE_VALUE_UPDATE: _ConflictRule.ValueType  # 1
+    """The same statement with a changed value: a number, time, date, version, amount, name
+    or place ("meeting at 2pm on Friday" / "meeting at 3pm on Friday").
+    """
+    CONFLICT_RULE_CORRECTION: _ConflictRule.ValueType  # 2
+    """The newer statement corrects the older one in words ("no longer", "moved to", "now")."""
+    CONFLICT_RULE_SLOT: _ConflictRule.ValueType  # 3
+    """Graph relations: same subject and single-valued predicate, another object, and
+    overlapping valid time.
+    """
+    CONFLICT_RULE_RESTATEMENT: _ConflictRule.ValueType  # 4
+    """The same fact in other words: proposed as a merge (the newer wording stays)."""
+
+class ConflictRule(_ConflictRule, metaclass=_ConflictRuleEnumTypeWrapper):
+    """How a conflict between two memories was found (issue 30). Each rule is deterministic;
+    the thresholds are stated in docs/concepts/conflicts.md.
+    """
+
+CONFLICT_RULE_UNSPECIFIED: ConflictRule.ValueType  # 0
+CONFLICT_RULE_VALUE_UPDATE: ConflictRule.ValueType  # 1
+"""The same statement with a changed value: a number, time, date, version, amount, name
+or place ("meeting at 2pm on Friday" / "meeting at 3pm on Friday").
+"""
+CONFLICT_RULE_CORRECTION: ConflictRule.ValueType  # 2
+"""The newer statement corrects the older one in words ("no longer", "moved to", "now")."""
+CONFLICT_RULE_SLOT: ConflictRule.ValueType  # 3
+"""Graph relations: same subject and single-valued predicate, another object, and
+overlapping valid time.
+"""
+CONFLICT_RULE_RESTATEMENT: ConflictRule.ValueType  # 4
+"""The same fact in other words: proposed as a merge (the newer wording stays)."""
+Global___ConflictRule: _TypeAlias = ConflictRule  # noqa: Y015
+
+class _ConflictState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConflictStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConflictState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONFLICT_STATE_UNSPECIFIED: _ConflictState.ValueType  # 0
+    CONFLICT_STATE_OPEN: _ConflictState.ValueType  # 1
+    """Proposed for review: both memories stay ACTIVE until a reviewer decides."""
+    CONFLICT_STATE_RESOLVED: _ConflictState.ValueType  # 2
+    """A reviewer approved it: the older memory is superseded by the newer one."""
+    CONFLICT_STATE_DISMISSED: _ConflictState.ValueType  # 3
+    """A reviewer rejected it: both memories stand and the pair is not proposed again."""
+    CONFLICT_STATE_APPLIED: _ConflictState.ValueType  # 4
+    """The namespace's policy let the writer's own supersede happen at once (same user,
+    session and labels, and the writer could have superseded it by hand).
+    """
+    CONFLICT_STATE_NOTED: _ConflictState.ValueType  # 5
+    """Found but not recorded: the newer memory would not reach every reader of the older
+    one (a narrower user, session or labels), or the write was itself a proposal (name
+    the older memory in `supersedes` to replace it), or the namespace turned proposals off.
+    """
+
+class ConflictState(_ConflictState, metaclass=_ConflictStateEnumTypeWrapper):
+    """Where a conflict stands. A detected conflict never changes a memory by itself."""
+
+CONFLICT_STATE_UNSPECIFIED: ConflictState.ValueType  # 0
+CONFLICT_STATE_OPEN: ConflictState.ValueType  # 1
+"""Proposed for review: both memories stay ACTIVE until a reviewer decides."""
+CONFLICT_STATE_RESOLVED: ConflictState.ValueType  # 2
+"""A reviewer approved it: the older memory is superseded by the newer one."""
+CONFLICT_STATE_DISMISSED: ConflictState.ValueType  # 3
+"""A reviewer rejected it: both memories stand and the pair is not proposed again."""
+CONFLICT_STATE_APPLIED: ConflictState.ValueType  # 4
+"""The namespace's policy let the writer's own supersede happen at once (same user,
+session and labels, and the writer could have superseded it by hand).
+"""
+CONFLICT_STATE_NOTED: ConflictState.ValueType  # 5
+"""Found but not recorded: the newer memory would not reach every reader of the older
+one (a narrower user, session or labels), or the write was itself a proposal (name
+the older memory in `supersedes` to replace it), or the namespace turned proposals off.
+"""
+Global___ConflictState: _TypeAlias = ConflictState  # noqa: Y015
+
 @_typing.final
 class Scope(_message.Message):
     """Scope names the bucket a request acts in. Every request message carries it as
@@ -478,3 +562,76 @@ class ChunkSource(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ChunkSource: _TypeAlias = ChunkSource  # noqa: Y015
+
+@_typing.final
+class Conflict(_message.Message):
+    """A conflict between two memories the caller can both see. Nothing here is ever shown
+    about a memory outside the caller's scope: such a conflict is not listed at all.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NEWER_ID_FIELD_NUMBER: _builtins.int
+    OLDER_ID_FIELD_NUMBER: _builtins.int
+    RULE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    OVERLAP_FIELD_NUMBER: _builtins.int
+    SEMANTIC_SIMILARITY_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    JUDGE_FIELD_NUMBER: _builtins.int
+    DETECTED_BY_FIELD_NUMBER: _builtins.int
+    DETECTED_AT_FIELD_NUMBER: _builtins.int
+    RESOLVED_BY_FIELD_NUMBER: _builtins.int
+    RESOLVED_AT_FIELD_NUMBER: _builtins.int
+    RESOLVE_REASON_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Pass to ResolveConflict; empty when the conflict was not recorded (NOTED)."""
+    newer_id: _builtins.str
+    """The memory that would replace the other, and the one it would replace."""
+    older_id: _builtins.str
+    rule: Global___ConflictRule.ValueType
+    state: Global___ConflictState.ValueType
+    overlap: _builtins.float
+    """Content-word overlap of the two statements (Jaccard), 0..1."""
+    semantic_similarity: _builtins.float
+    """Cosine similarity of their embeddings; 0 when either has none."""
+    detail: _builtins.str
+    """What the rule saw, e.g. "value 5433 -> 5434" or "correction: moved to"."""
+    judge: _builtins.str
+    """A configured model judge's advice ("confirmed by <model>: <reason>" or "rejected by
+    ..."); empty when none was asked. It decides nothing; a rejected conflict marks no hit.
+    """
+    detected_by: _builtins.str
+    """Principal whose write found it, and when."""
+    resolved_by: _builtins.str
+    resolve_reason: _builtins.str
+    @_builtins.property
+    def detected_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def resolved_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        newer_id: _builtins.str = ...,
+        older_id: _builtins.str = ...,
+        rule: Global___ConflictRule.ValueType = ...,
+        state: Global___ConflictState.ValueType = ...,
+        overlap: _builtins.float = ...,
+        semantic_similarity: _builtins.float = ...,
+        detail: _builtins.str = ...,
+        judge: _builtins.str = ...,
+        detected_by: _builtins.str = ...,
+        detected_at: _timestamp_pb2.Timestamp | None = ...,
+        resolved_by: _builtins.str = ...,
+        resolved_at: _timestamp_pb2.Timestamp | None = ...,
+        resolve_reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["detected_at", b"detected_at", "resolved_at", b"resolved_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "detected_at", b"detected_at", "detected_by", b"detected_by", "id", b"id", "judge", b"judge", "newer_id", b"newer_id", "older_id", b"older_id", "overlap", b"overlap", "resolve_reason", b"resolve_reason", "resolved_at", b"resolved_at", "resolved_by", b"resolved_by", "rule", b"rule", "semantic_similarity", b"semantic_similarity", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Conflict: _TypeAlias = Conflict  # noqa: Y015

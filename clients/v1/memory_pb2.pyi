@@ -214,18 +214,24 @@ class SaveMemoryResponse(_message.Message):
 
     MEMORY_FIELD_NUMBER: _builtins.int
     OUTCOME_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     outcome: Global___SaveOutcome.ValueType
     @_builtins.property
     def memory(self) -> _common_pb2.Memory: ...
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Conflict]:
+        """Active memories this one conflicts with, among those the caller can see (issue 30)."""
+
     def __init__(
         self,
         *,
         memory: _common_pb2.Memory | None = ...,
         outcome: Global___SaveOutcome.ValueType = ...,
+        conflicts: _abc.Iterable[_common_pb2.Conflict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "outcome", b"outcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflicts", b"conflicts", "memory", b"memory", "outcome", b"outcome"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -331,16 +337,22 @@ class UpdateMemoryResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEMORY_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def memory(self) -> _common_pb2.Memory: ...
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Conflict]:
+        """Active memories the new content conflicts with, among those the caller can see."""
+
     def __init__(
         self,
         *,
         memory: _common_pb2.Memory | None = ...,
+        conflicts: _abc.Iterable[_common_pb2.Conflict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflicts", b"conflicts", "memory", b"memory"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -462,6 +474,7 @@ class SearchHit(_message.Message):
     EXACT_RANK_FIELD_NUMBER: _builtins.int
     EXACT_SCORE_FIELD_NUMBER: _builtins.int
     RELEVANCE_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """Fused score; higher is better."""
     lexical_rank: _builtins.int
@@ -480,6 +493,12 @@ class SearchHit(_message.Message):
     """
     @_builtins.property
     def memory(self) -> _common_pb2.Memory: ...
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Conflict]:
+        """Open conflicts of this memory with another the caller can see: "this may be outdated"
+        when the hit is the older memory (older_id).
+        """
+
     def __init__(
         self,
         *,
@@ -493,10 +512,11 @@ class SearchHit(_message.Message):
         exact_rank: _builtins.int = ...,
         exact_score: _builtins.float = ...,
         relevance: _builtins.float = ...,
+        conflicts: _abc.Iterable[_common_pb2.Conflict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["exact_rank", b"exact_rank", "exact_score", b"exact_score", "lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "memory", b"memory", "relevance", b"relevance", "rerank_score", b"rerank_score", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflicts", b"conflicts", "exact_rank", b"exact_rank", "exact_score", b"exact_score", "lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "memory", b"memory", "relevance", b"relevance", "rerank_score", b"rerank_score", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -842,6 +862,7 @@ class ContextItem(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     score: _builtins.float
     status: _common_pb2.MemoryStatus.ValueType
@@ -856,6 +877,10 @@ class ContextItem(_message.Message):
     def source(self) -> _common_pb2.ChunkSource:
         """Set for knowledge items: the document, version, heading path and lines to cite."""
 
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Conflict]:
+        """Memory items: open conflicts with other memories the caller can see."""
+
     def __init__(
         self,
         *,
@@ -868,10 +893,11 @@ class ContextItem(_message.Message):
         content: _builtins.str = ...,
         kind: Global___ContextItemKind.ValueType = ...,
         source: _common_pb2.ChunkSource | None = ...,
+        conflicts: _abc.Iterable[_common_pb2.Conflict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["source", b"source", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "id", b"id", "kind", b"kind", "score", b"score", "source", b"source", "status", b"status", "tokens", b"tokens", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflicts", b"conflicts", "content", b"content", "id", b"id", "kind", b"kind", "score", b"score", "source", b"source", "status", b"status", "tokens", b"tokens", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

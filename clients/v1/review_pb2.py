@@ -28,31 +28,45 @@ from . import graph_pb2 as brain_dot_v1_dot_graph__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rain/v1/review.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x14\x62rain/v1/graph.proto\x1a\x1egoogle/protobuf/duration.proto\"\xf1\x01\n\x14ProposeMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12%\n\x06memory\x18\x02 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12\x12\n\nsupersedes\x18\x03 \x03(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x30\n\rreview_within\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"<\n\x15ProposeMemoryResponse\x12#\n\tcandidate\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"s\n\x15ListCandidatesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x13\n\x0bproposed_by\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"W\n\x16ListCandidatesResponse\x12$\n\ncandidates\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x01\n\x16ReviewCandidateRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12*\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x18.brain.v1.ReviewDecision\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x1a\n\x12readmit_tombstoned\x18\x05 \x01(\x08\";\n\x17ReviewCandidateResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"V\n\x18WithdrawCandidateRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"=\n\x19WithdrawCandidateResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory*j\n\x0eReviewDecision\x12\x1f\n\x1bREVIEW_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n\x17REVIEW_DECISION_APPROVE\x10\x01\x12\x1a\n\x16REVIEW_DECISION_REJECT\x10\x02\x32\xec\x02\n\rReviewService\x12P\n\rProposeMemory\x12\x1e.brain.v1.ProposeMemoryRequest\x1a\x1f.brain.v1.ProposeMemoryResponse\x12S\n\x0eListCandidates\x12\x1f.brain.v1.ListCandidatesRequest\x1a .brain.v1.ListCandidatesResponse\x12V\n\x0fReviewCandidate\x12 .brain.v1.ReviewCandidateRequest\x1a!.brain.v1.ReviewCandidateResponse\x12\\\n\x11WithdrawCandidate\x12\".brain.v1.WithdrawCandidateRequest\x1a#.brain.v1.WithdrawCandidateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rain/v1/review.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x14\x62rain/v1/graph.proto\x1a\x1egoogle/protobuf/duration.proto\"\xf1\x01\n\x14ProposeMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12%\n\x06memory\x18\x02 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12\x12\n\nsupersedes\x18\x03 \x03(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x30\n\rreview_within\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"c\n\x15ProposeMemoryResponse\x12#\n\tcandidate\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12%\n\tconflicts\x18\x02 \x03(\x0b\x32\x12.brain.v1.Conflict\"s\n\x15ListCandidatesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x13\n\x0bproposed_by\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"W\n\x16ListCandidatesResponse\x12$\n\ncandidates\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x01\n\x16ReviewCandidateRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12*\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x18.brain.v1.ReviewDecision\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x1a\n\x12readmit_tombstoned\x18\x05 \x01(\x08\"b\n\x17ReviewCandidateResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12%\n\tconflicts\x18\x02 \x03(\x0b\x32\x12.brain.v1.Conflict\"V\n\x18WithdrawCandidateRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"=\n\x19WithdrawCandidateResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"\x99\x01\n\x14ListConflictsRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\'\n\x06states\x18\x02 \x03(\x0e\x32\x17.brain.v1.ConflictState\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"W\n\x15ListConflictsResponse\x12%\n\tconflicts\x18\x01 \x03(\x0b\x32\x12.brain.v1.Conflict\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x01\n\x16ResolveConflictRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12*\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x18.brain.v1.ReviewDecision\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x81\x01\n\x17ResolveConflictResponse\x12$\n\x08\x63onflict\x18\x01 \x01(\x0b\x32\x12.brain.v1.Conflict\x12\x1f\n\x05newer\x18\x02 \x01(\x0b\x32\x10.brain.v1.Memory\x12\x1f\n\x05older\x18\x03 \x01(\x0b\x32\x10.brain.v1.Memory\"\x9d\x01\n\x1a\x43onsolidateMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x18\n\x0bmin_overlap\x18\x02 \x01(\x02H\x00\x88\x01\x01\x12\x14\n\x0cmax_clusters\x18\x03 \x01(\x05\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\tB\x0e\n\x0c_min_overlap\"p\n\rConsolidation\x12#\n\tcandidate\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\x12\n\nsource_ids\x18\x02 \x03(\t\x12\x11\n\tchosen_id\x18\x03 \x01(\t\x12\x13\n\x0bmin_overlap\x18\x04 \x01(\x02\"N\n\x1b\x43onsolidateMemoriesResponse\x12/\n\x0e\x63onsolidations\x18\x01 \x03(\x0b\x32\x17.brain.v1.Consolidation*j\n\x0eReviewDecision\x12\x1f\n\x1bREVIEW_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n\x17REVIEW_DECISION_APPROVE\x10\x01\x12\x1a\n\x16REVIEW_DECISION_REJECT\x10\x02\x32\xfa\x04\n\rReviewService\x12P\n\rProposeMemory\x12\x1e.brain.v1.ProposeMemoryRequest\x1a\x1f.brain.v1.ProposeMemoryResponse\x12S\n\x0eListCandidates\x12\x1f.brain.v1.ListCandidatesRequest\x1a .brain.v1.ListCandidatesResponse\x12V\n\x0fReviewCandidate\x12 .brain.v1.ReviewCandidateRequest\x1a!.brain.v1.ReviewCandidateResponse\x12\\\n\x11WithdrawCandidate\x12\".brain.v1.WithdrawCandidateRequest\x1a#.brain.v1.WithdrawCandidateResponse\x12P\n\rListConflicts\x12\x1e.brain.v1.ListConflictsRequest\x1a\x1f.brain.v1.ListConflictsResponse\x12V\n\x0fResolveConflict\x12 .brain.v1.ResolveConflictRequest\x1a!.brain.v1.ResolveConflictResponse\x12\x62\n\x13\x43onsolidateMemories\x12$.brain.v1.ConsolidateMemoriesRequest\x1a%.brain.v1.ConsolidateMemoriesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'brain.v1.review_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REVIEWDECISION']._serialized_start=995
-  _globals['_REVIEWDECISION']._serialized_end=1101
+  _globals['_REVIEWDECISION']._serialized_start=1935
+  _globals['_REVIEWDECISION']._serialized_end=2041
   _globals['_PROPOSEMEMORYREQUEST']._serialized_start=113
   _globals['_PROPOSEMEMORYREQUEST']._serialized_end=354
   _globals['_PROPOSEMEMORYRESPONSE']._serialized_start=356
-  _globals['_PROPOSEMEMORYRESPONSE']._serialized_end=416
-  _globals['_LISTCANDIDATESREQUEST']._serialized_start=418
-  _globals['_LISTCANDIDATESREQUEST']._serialized_end=533
-  _globals['_LISTCANDIDATESRESPONSE']._serialized_start=535
-  _globals['_LISTCANDIDATESRESPONSE']._serialized_end=622
-  _globals['_REVIEWCANDIDATEREQUEST']._serialized_start=625
-  _globals['_REVIEWCANDIDATEREQUEST']._serialized_end=781
-  _globals['_REVIEWCANDIDATERESPONSE']._serialized_start=783
-  _globals['_REVIEWCANDIDATERESPONSE']._serialized_end=842
-  _globals['_WITHDRAWCANDIDATEREQUEST']._serialized_start=844
-  _globals['_WITHDRAWCANDIDATEREQUEST']._serialized_end=930
-  _globals['_WITHDRAWCANDIDATERESPONSE']._serialized_start=932
-  _globals['_WITHDRAWCANDIDATERESPONSE']._serialized_end=993
-  _globals['_REVIEWSERVICE']._serialized_start=1104
-  _globals['_REVIEWSERVICE']._serialized_end=1468
+  _globals['_PROPOSEMEMORYRESPONSE']._serialized_end=455
+  _globals['_LISTCANDIDATESREQUEST']._serialized_start=457
+  _globals['_LISTCANDIDATESREQUEST']._serialized_end=572
+  _globals['_LISTCANDIDATESRESPONSE']._serialized_start=574
+  _globals['_LISTCANDIDATESRESPONSE']._serialized_end=661
+  _globals['_REVIEWCANDIDATEREQUEST']._serialized_start=664
+  _globals['_REVIEWCANDIDATEREQUEST']._serialized_end=820
+  _globals['_REVIEWCANDIDATERESPONSE']._serialized_start=822
+  _globals['_REVIEWCANDIDATERESPONSE']._serialized_end=920
+  _globals['_WITHDRAWCANDIDATEREQUEST']._serialized_start=922
+  _globals['_WITHDRAWCANDIDATEREQUEST']._serialized_end=1008
+  _globals['_WITHDRAWCANDIDATERESPONSE']._serialized_start=1010
+  _globals['_WITHDRAWCANDIDATERESPONSE']._serialized_end=1071
+  _globals['_LISTCONFLICTSREQUEST']._serialized_start=1074
+  _globals['_LISTCONFLICTSREQUEST']._serialized_end=1227
+  _globals['_LISTCONFLICTSRESPONSE']._serialized_start=1229
+  _globals['_LISTCONFLICTSRESPONSE']._serialized_end=1316
+  _globals['_RESOLVECONFLICTREQUEST']._serialized_start=1319
+  _globals['_RESOLVECONFLICTREQUEST']._serialized_end=1447
+  _globals['_RESOLVECONFLICTRESPONSE']._serialized_start=1450
+  _globals['_RESOLVECONFLICTRESPONSE']._serialized_end=1579
+  _globals['_CONSOLIDATEMEMORIESREQUEST']._serialized_start=1582
+  _globals['_CONSOLIDATEMEMORIESREQUEST']._serialized_end=1739
+  _globals['_CONSOLIDATION']._serialized_start=1741
+  _globals['_CONSOLIDATION']._serialized_end=1853
+  _globals['_CONSOLIDATEMEMORIESRESPONSE']._serialized_start=1855
+  _globals['_CONSOLIDATEMEMORIESRESPONSE']._serialized_end=1933
+  _globals['_REVIEWSERVICE']._serialized_start=2044
+  _globals['_REVIEWSERVICE']._serialized_end=2678
 # @@protoc_insertion_point(module_scope)

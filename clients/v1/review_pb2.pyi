@@ -92,16 +92,24 @@ class ProposeMemoryResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CANDIDATE_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def candidate(self) -> _common_pb2.Memory: ...
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Conflict]:
+        """Active memories the proposal conflicts with, among those the caller can see: name
+        them in `supersedes` to propose replacing them.
+        """
+
     def __init__(
         self,
         *,
         candidate: _common_pb2.Memory | None = ...,
+        conflicts: _abc.Iterable[_common_pb2.Conflict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["candidate", b"candidate"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate", b"candidate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate", b"candidate", "conflicts", b"conflicts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -199,16 +207,24 @@ class ReviewCandidateResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEMORY_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def memory(self) -> _common_pb2.Memory: ...
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Conflict]:
+        """On approval: active memories the approved one conflicts with, among those the
+        reviewer can see (recorded for review like a save's).
+        """
+
     def __init__(
         self,
         *,
         memory: _common_pb2.Memory | None = ...,
+        conflicts: _abc.Iterable[_common_pb2.Conflict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflicts", b"conflicts", "memory", b"memory"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -259,3 +275,225 @@ class WithdrawCandidateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WithdrawCandidateResponse: _TypeAlias = WithdrawCandidateResponse  # noqa: Y015
+
+@_typing.final
+class ListConflictsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    STATES_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    memory_id: _builtins.str
+    """Only conflicts that involve this memory."""
+    page_size: _builtins.int
+    page_token: _builtins.str
+    @_builtins.property
+    def scope(self) -> _common_pb2.Scope: ...
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.ConflictState.ValueType]:
+        """Default: OPEN only."""
+
+    def __init__(
+        self,
+        *,
+        scope: _common_pb2.Scope | None = ...,
+        states: _abc.Iterable[_common_pb2.ConflictState.ValueType] | None = ...,
+        memory_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_id", b"memory_id", "page_size", b"page_size", "page_token", b"page_token", "scope", b"scope", "states", b"states"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConflictsRequest: _TypeAlias = ListConflictsRequest  # noqa: Y015
+
+@_typing.final
+class ListConflictsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFLICTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Conflict]: ...
+    def __init__(
+        self,
+        *,
+        conflicts: _abc.Iterable[_common_pb2.Conflict] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflicts", b"conflicts", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConflictsResponse: _TypeAlias = ListConflictsResponse  # noqa: Y015
+
+@_typing.final
+class ResolveConflictRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    decision: Global___ReviewDecision.ValueType
+    """APPROVE: the older memory is superseded by the newer. REJECT: both stand."""
+    reason: _builtins.str
+    """Required."""
+    @_builtins.property
+    def scope(self) -> _common_pb2.Scope: ...
+    def __init__(
+        self,
+        *,
+        scope: _common_pb2.Scope | None = ...,
+        id: _builtins.str = ...,
+        decision: Global___ReviewDecision.ValueType = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "id", b"id", "reason", b"reason", "scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveConflictRequest: _TypeAlias = ResolveConflictRequest  # noqa: Y015
+
+@_typing.final
+class ResolveConflictResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFLICT_FIELD_NUMBER: _builtins.int
+    NEWER_FIELD_NUMBER: _builtins.int
+    OLDER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def conflict(self) -> _common_pb2.Conflict: ...
+    @_builtins.property
+    def newer(self) -> _common_pb2.Memory:
+        """Both memories as they are after the decision."""
+
+    @_builtins.property
+    def older(self) -> _common_pb2.Memory: ...
+    def __init__(
+        self,
+        *,
+        conflict: _common_pb2.Conflict | None = ...,
+        newer: _common_pb2.Memory | None = ...,
+        older: _common_pb2.Memory | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["conflict", b"conflict", "newer", b"newer", "older", b"older"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflict", b"conflict", "newer", b"newer", "older", b"older"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveConflictResponse: _TypeAlias = ResolveConflictResponse  # noqa: Y015
+
+@_typing.final
+class ConsolidateMemoriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    MIN_OVERLAP_FIELD_NUMBER: _builtins.int
+    MAX_CLUSTERS_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    min_overlap: _builtins.float
+    """Restatements are clustered when their content-word overlap reaches this (0..1).
+    Unset: the server's restatement threshold.
+    """
+    max_clusters: _builtins.int
+    """At most this many clusters are proposed. Default 20, at most 100."""
+    dry_run: _builtins.bool
+    """List the clusters without proposing anything."""
+    reason: _builtins.str
+    """Why; kept as the candidates' proposal reason. Default: "consolidation"."""
+    @_builtins.property
+    def scope(self) -> _common_pb2.Scope: ...
+    def __init__(
+        self,
+        *,
+        scope: _common_pb2.Scope | None = ...,
+        min_overlap: _builtins.float | None = ...,
+        max_clusters: _builtins.int = ...,
+        dry_run: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_overlap", b"_min_overlap", "min_overlap", b"min_overlap", "scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_overlap", b"_min_overlap", "dry_run", b"dry_run", "max_clusters", b"max_clusters", "min_overlap", b"min_overlap", "reason", b"reason", "scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__min_overlap: _TypeAlias = _typing.Literal["min_overlap"]  # noqa: Y015
+    _WhichOneofArgType__min_overlap: _TypeAlias = _typing.Literal["_min_overlap", b"_min_overlap"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_overlap) -> _WhichOneofReturnType__min_overlap | None: ...
+
+Global___ConsolidateMemoriesRequest: _TypeAlias = ConsolidateMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class Consolidation(_message.Message):
+    """One cluster of restatements and what was proposed for it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CANDIDATE_FIELD_NUMBER: _builtins.int
+    SOURCE_IDS_FIELD_NUMBER: _builtins.int
+    CHOSEN_ID_FIELD_NUMBER: _builtins.int
+    MIN_OVERLAP_FIELD_NUMBER: _builtins.int
+    chosen_id: _builtins.str
+    """The source whose text the candidate carries (deterministic: the most complete, then
+    the most recent), or the model's merge when an endpoint is configured.
+    """
+    min_overlap: _builtins.float
+    """The lowest pairwise overlap inside the cluster."""
+    @_builtins.property
+    def candidate(self) -> _common_pb2.Memory:
+        """The consolidated memory, as a candidate (empty on a dry run). It lives in the cell of
+        its sources (same namespace, user, session and labels) and supersedes them on approval.
+        """
+
+    @_builtins.property
+    def source_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The sources, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        candidate: _common_pb2.Memory | None = ...,
+        source_ids: _abc.Iterable[_builtins.str] | None = ...,
+        chosen_id: _builtins.str = ...,
+        min_overlap: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["candidate", b"candidate"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate", b"candidate", "chosen_id", b"chosen_id", "min_overlap", b"min_overlap", "source_ids", b"source_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Consolidation: _TypeAlias = Consolidation  # noqa: Y015
+
+@_typing.final
+class ConsolidateMemoriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSOLIDATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def consolidations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Consolidation]: ...
+    def __init__(
+        self,
+        *,
+        consolidations: _abc.Iterable[Global___Consolidation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consolidations", b"consolidations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsolidateMemoriesResponse: _TypeAlias = ConsolidateMemoriesResponse  # noqa: Y015

@@ -57,6 +57,21 @@ class ReviewServiceStub:
                 request_serializer=brain_dot_v1_dot_review__pb2.WithdrawCandidateRequest.SerializeToString,
                 response_deserializer=brain_dot_v1_dot_review__pb2.WithdrawCandidateResponse.FromString,
                 _registered_method=True)
+        self.ListConflicts = channel.unary_unary(
+                '/brain.v1.ReviewService/ListConflicts',
+                request_serializer=brain_dot_v1_dot_review__pb2.ListConflictsRequest.SerializeToString,
+                response_deserializer=brain_dot_v1_dot_review__pb2.ListConflictsResponse.FromString,
+                _registered_method=True)
+        self.ResolveConflict = channel.unary_unary(
+                '/brain.v1.ReviewService/ResolveConflict',
+                request_serializer=brain_dot_v1_dot_review__pb2.ResolveConflictRequest.SerializeToString,
+                response_deserializer=brain_dot_v1_dot_review__pb2.ResolveConflictResponse.FromString,
+                _registered_method=True)
+        self.ConsolidateMemories = channel.unary_unary(
+                '/brain.v1.ReviewService/ConsolidateMemories',
+                request_serializer=brain_dot_v1_dot_review__pb2.ConsolidateMemoriesRequest.SerializeToString,
+                response_deserializer=brain_dot_v1_dot_review__pb2.ConsolidateMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class ReviewServiceServicer:
@@ -92,6 +107,29 @@ class ReviewServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListConflicts(self, request, context):
+        """Conflicts between memories the key can see both of (issue 30), newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveConflict(self, request, context):
+        """Approve a conflict (the older memory is superseded by the newer) or reject it (both
+        stand). Needs memories:review and another principal than the one whose write found it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsolidateMemories(self, request, context):
+        """Cluster restatements in the scope's namespace and propose one consolidated memory per
+        cluster, as a candidate that supersedes its sources on approval.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReviewServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -114,6 +152,21 @@ def add_ReviewServiceServicer_to_server(servicer, server):
                     servicer.WithdrawCandidate,
                     request_deserializer=brain_dot_v1_dot_review__pb2.WithdrawCandidateRequest.FromString,
                     response_serializer=brain_dot_v1_dot_review__pb2.WithdrawCandidateResponse.SerializeToString,
+            ),
+            'ListConflicts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConflicts,
+                    request_deserializer=brain_dot_v1_dot_review__pb2.ListConflictsRequest.FromString,
+                    response_serializer=brain_dot_v1_dot_review__pb2.ListConflictsResponse.SerializeToString,
+            ),
+            'ResolveConflict': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveConflict,
+                    request_deserializer=brain_dot_v1_dot_review__pb2.ResolveConflictRequest.FromString,
+                    response_serializer=brain_dot_v1_dot_review__pb2.ResolveConflictResponse.SerializeToString,
+            ),
+            'ConsolidateMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsolidateMemories,
+                    request_deserializer=brain_dot_v1_dot_review__pb2.ConsolidateMemoriesRequest.FromString,
+                    response_serializer=brain_dot_v1_dot_review__pb2.ConsolidateMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -226,6 +279,87 @@ class ReviewService:
             '/brain.v1.ReviewService/WithdrawCandidate',
             brain_dot_v1_dot_review__pb2.WithdrawCandidateRequest.SerializeToString,
             brain_dot_v1_dot_review__pb2.WithdrawCandidateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConflicts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brain.v1.ReviewService/ListConflicts',
+            brain_dot_v1_dot_review__pb2.ListConflictsRequest.SerializeToString,
+            brain_dot_v1_dot_review__pb2.ListConflictsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveConflict(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brain.v1.ReviewService/ResolveConflict',
+            brain_dot_v1_dot_review__pb2.ResolveConflictRequest.SerializeToString,
+            brain_dot_v1_dot_review__pb2.ResolveConflictResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsolidateMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brain.v1.ReviewService/ConsolidateMemories',
+            brain_dot_v1_dot_review__pb2.ConsolidateMemoriesRequest.SerializeToString,
+            brain_dot_v1_dot_review__pb2.ConsolidateMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

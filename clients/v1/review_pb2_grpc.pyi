@@ -44,6 +44,16 @@ class ReviewServiceStub:
     """Approve or reject a candidate (needs memories:review and another principal)."""
     WithdrawCandidate: _grpc.UnaryUnaryMultiCallable[_review_pb2.WithdrawCandidateRequest, _review_pb2.WithdrawCandidateResponse]
     """The proposer cancels its own pending candidate."""
+    ListConflicts: _grpc.UnaryUnaryMultiCallable[_review_pb2.ListConflictsRequest, _review_pb2.ListConflictsResponse]
+    """Conflicts between memories the key can see both of (issue 30), newest first."""
+    ResolveConflict: _grpc.UnaryUnaryMultiCallable[_review_pb2.ResolveConflictRequest, _review_pb2.ResolveConflictResponse]
+    """Approve a conflict (the older memory is superseded by the newer) or reject it (both
+    stand). Needs memories:review and another principal than the one whose write found it.
+    """
+    ConsolidateMemories: _grpc.UnaryUnaryMultiCallable[_review_pb2.ConsolidateMemoriesRequest, _review_pb2.ConsolidateMemoriesResponse]
+    """Cluster restatements in the scope's namespace and propose one consolidated memory per
+    cluster, as a candidate that supersedes its sources on approval.
+    """
 
 @_typing.type_check_only
 class ReviewServiceAsyncStub(ReviewServiceStub):
@@ -60,6 +70,16 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
     """Approve or reject a candidate (needs memories:review and another principal)."""
     WithdrawCandidate: _aio.UnaryUnaryMultiCallable[_review_pb2.WithdrawCandidateRequest, _review_pb2.WithdrawCandidateResponse]  # type: ignore[assignment]
     """The proposer cancels its own pending candidate."""
+    ListConflicts: _aio.UnaryUnaryMultiCallable[_review_pb2.ListConflictsRequest, _review_pb2.ListConflictsResponse]  # type: ignore[assignment]
+    """Conflicts between memories the key can see both of (issue 30), newest first."""
+    ResolveConflict: _aio.UnaryUnaryMultiCallable[_review_pb2.ResolveConflictRequest, _review_pb2.ResolveConflictResponse]  # type: ignore[assignment]
+    """Approve a conflict (the older memory is superseded by the newer) or reject it (both
+    stand). Needs memories:review and another principal than the one whose write found it.
+    """
+    ConsolidateMemories: _aio.UnaryUnaryMultiCallable[_review_pb2.ConsolidateMemoriesRequest, _review_pb2.ConsolidateMemoriesResponse]  # type: ignore[assignment]
+    """Cluster restatements in the scope's namespace and propose one consolidated memory per
+    cluster, as a candidate that supersedes its sources on approval.
+    """
 
 class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
     """Human review of what agents propose. A reviewer must be a different principal
@@ -97,5 +117,33 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_review_pb2.WithdrawCandidateResponse, _abc.Awaitable[_review_pb2.WithdrawCandidateResponse]]:
         """The proposer cancels its own pending candidate."""
+
+    @_abc_1.abstractmethod
+    def ListConflicts(
+        self,
+        request: _review_pb2.ListConflictsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_review_pb2.ListConflictsResponse, _abc.Awaitable[_review_pb2.ListConflictsResponse]]:
+        """Conflicts between memories the key can see both of (issue 30), newest first."""
+
+    @_abc_1.abstractmethod
+    def ResolveConflict(
+        self,
+        request: _review_pb2.ResolveConflictRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_review_pb2.ResolveConflictResponse, _abc.Awaitable[_review_pb2.ResolveConflictResponse]]:
+        """Approve a conflict (the older memory is superseded by the newer) or reject it (both
+        stand). Needs memories:review and another principal than the one whose write found it.
+        """
+
+    @_abc_1.abstractmethod
+    def ConsolidateMemories(
+        self,
+        request: _review_pb2.ConsolidateMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_review_pb2.ConsolidateMemoriesResponse, _abc.Awaitable[_review_pb2.ConsolidateMemoriesResponse]]:
+        """Cluster restatements in the scope's namespace and propose one consolidated memory per
+        cluster, as a candidate that supersedes its sources on approval.
+        """
 
 def add_ReviewServiceServicer_to_server(servicer: ReviewServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

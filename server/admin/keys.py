@@ -164,27 +164,31 @@ async def cmd_namespaces_set(ctx: Context) -> None:
         tenant_id = await store.tenant_id_by_name(conn, a.tenant)
         row = await conn.fetchrow(
             """INSERT INTO namespace_policies AS p
-                   (tenant_id, namespace, review_required, candidate_ttl, max_pending)
+                   (tenant_id, namespace, review_required, candidate_ttl, max_pending,
+                    conflicts)
                VALUES ($1::uuid, $2, COALESCE($3, false), COALESCE($4, interval '7 days'),
-                       COALESCE($5, 1000))
+                       COALESCE($5, 1000), COALESCE($6, 'propose'))
                ON CONFLICT (tenant_id, namespace) DO UPDATE SET
                    review_required = COALESCE($3, p.review_required),
                    candidate_ttl = COALESCE($4, p.candidate_ttl),
                    max_pending = COALESCE($5, p.max_pending),
+                   conflicts = COALESCE($6, p.conflicts),
                    updated_at = now()
-               RETURNING namespace, review_required, candidate_ttl, max_pending""",
+               RETURNING namespace, review_required, candidate_ttl, max_pending, conflicts""",
             tenant_id,
             a.namespace,
             a.review_required,
             ttl,
             a.max_pending,
+            a.conflicts.replace("-", "_") if a.conflicts else None,
         )
     assert row is not None
     output(
         a,
         dict(row),
         f"{row['namespace']}: review_required={row['review_required']} "
-        f"candidate_ttl={row['candidate_ttl']} max_pending={row['max_pending']}",
+        f"candidate_ttl={row['candidate_ttl']} max_pending={row['max_pending']} "
+        f"conflicts={row['conflicts']}",
     )
 
 
@@ -192,7 +196,7 @@ async def cmd_namespaces_list(ctx: Context) -> None:
     async with ctx.connect() as conn:
         rows = await conn.fetch(
             """SELECT t.name AS tenant, p.namespace, p.review_required, p.candidate_ttl,
-                      p.max_pending
+                      p.max_pending, p.conflicts
                FROM namespace_policies p JOIN tenants t USING (tenant_id)
                WHERE $1::text IS NULL OR t.name = $1 ORDER BY t.name, p.namespace""",
             ctx.args.tenant,
@@ -202,7 +206,8 @@ async def cmd_namespaces_list(ctx: Context) -> None:
         [dict(r) for r in rows],
         "\n".join(
             f"{r['tenant']}\t{r['namespace']}\treview_required={r['review_required']}\t"
-            f"candidate_ttl={r['candidate_ttl']}\tmax_pending={r['max_pending']}"
+            f"candidate_ttl={r['candidate_ttl']}\tmax_pending={r['max_pending']}\t"
+            f"conflicts={r['conflicts']}"
             for r in rows
         )
         or "no namespace policies (every namespace: no review required)",
@@ -425,6 +430,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--candidate-ttl", help="default review window, e.g. 7d")
     p.add_argument("--max-pending", type=int, help="cap on candidates awaiting review")
+    p.add_argument(
+        "--conflicts",
+        choices=["off", "propose", "supersede-own"],
+        help="what writes do with conflicts they find: propose them for review (default), "
+        "turn detection off, or let a writer's own supersede happen at once (same user, "
+        "session and labels)",
+    )
     p = command(namespaces, "list", cmd_namespaces_list, "list namespace policies")
     p.add_argument("--tenant")
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from brain.authz import CommandParser, add_version_argument
-from brain.server.admin import audit, backup, certs, embeddings, keys
+from brain.server.admin import audit, backup, certs, conflicts, embeddings, keys
 from brain.server.admin.registry import Context, UsageError
 from brain.server.runtime.config import _env, default_data_dir
 from brain.server.runtime.pepper import PepperError
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pepper-file", type=Path, default=_path_or_none(_env("PEPPER_FILE")))
     sub = parser.add_subparsers(dest="command", required=True)
 
-    for module in (keys, certs, backup, embeddings, audit):
+    for module in (keys, certs, backup, embeddings, audit, conflicts):
         module.register(sub)
     return parser
 

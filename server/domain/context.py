@@ -7,13 +7,13 @@ and every item says what it is and where it comes from, so an agent can cite it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from brain.server.domain import convert
 from brain.server.errors import InvalidArgument
-from brain.v1 import memory_pb2
+from brain.v1 import common_pb2, memory_pb2
 
 if TYPE_CHECKING:
     from brain.server.domain.retrieval.lanes import FusedHit as Hit
@@ -37,12 +37,26 @@ def _when(value: datetime | None) -> str:
     return value.date().isoformat() if value is not None else "open"
 
 
-def line_for(hit: Hit) -> str:
+def line_for(hit: Hit, conflicts: Sequence[common_pb2.Conflict] = ()) -> str:
     row = hit.row
     return (
         f"- [{row['memory_id']}] ({_when(row['valid_from'])} to {_when(row['valid_to'])}, "
-        f"{row['status']}, {hit.score:.3f}) {row['content']}"
+        f"{row['status']}, {hit.score:.3f}) {row['content']}{conflict_note(row, conflicts)}"
     )
+
+
+def conflict_note(row: Any, conflicts: Sequence[common_pb2.Conflict]) -> str:
+    """ " [may be outdated: ...]" for the older memory of an open conflict, " [conflicts
+    with ...]" for the newer: what a reader sees instead of a silent stale answer."""
+    me = str(row["memory_id"])
+    newer = [c.newer_id for c in conflicts if c.older_id == me]
+    older = [c.older_id for c in conflicts if c.newer_id == me]
+    note = ""
+    if newer:
+        note += f" [may be outdated: {', '.join(newer)} may replace it, pending review]"
+    if older:
+        note += f" [conflicts with {', '.join(older)}, pending review]"
+    return note
 
 
 def chunk_line(hit: Hit) -> str:
@@ -67,7 +81,10 @@ def budget(req: memory_pb2.BuildContextRequest) -> tuple[int, int]:
 
 
 def pack(
-    hits: Sequence[Hit], token_budget: int, chunks: Sequence[Hit] = ()
+    hits: Sequence[Hit],
+    token_budget: int,
+    chunks: Sequence[Hit] = (),
+    conflicts: Mapping[Any, Sequence[common_pb2.Conflict]] | None = None,
 ) -> memory_pb2.BuildContextResponse:
     """Greedy in score order: take each hit whose line still fits the budget."""
     header = MIXED_HEADER if chunks else HEADER
@@ -76,14 +93,16 @@ def pack(
     items: list[memory_pb2.ContextItem] = []
     tagged = [(h, False) for h in hits] + [(h, True) for h in chunks]
     tagged.sort(key=lambda pair: -pair[0].score)  # stable: memories first on ties
+    marks = conflicts or {}
     for hit, is_chunk in tagged:
-        line = chunk_line(hit) if is_chunk else line_for(hit)
+        found = () if is_chunk else marks.get(hit.row["memory_id"], ())
+        line = chunk_line(hit) if is_chunk else line_for(hit, found)
         cost = estimate_tokens(line)
         if used + cost > token_budget:
             continue
         used += cost
         lines.append(line)
-        items.append(_chunk_item(hit, cost) if is_chunk else _memory_item(hit, cost))
+        items.append(_chunk_item(hit, cost) if is_chunk else _memory_item(hit, cost, found))
     context = "\n".join([header, *lines]) if lines else ""
     return memory_pb2.BuildContextResponse(
         context=context,
@@ -93,7 +112,9 @@ def pack(
     )
 
 
-def _memory_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
+def _memory_item(
+    hit: Hit, cost: int, conflicts: Sequence[common_pb2.Conflict] = ()
+) -> memory_pb2.ContextItem:
     item = memory_pb2.ContextItem(
         id=str(hit.row["memory_id"]),
         score=hit.score,
@@ -101,6 +122,7 @@ def _memory_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
         tokens=cost,
         content=hit.row["content"],
         kind=memory_pb2.CONTEXT_ITEM_KIND_MEMORY,
+        conflicts=conflicts,
     )
     for name in ("valid_from", "valid_to"):
         stamp = convert.ts(hit.row[name])

@@ -26,6 +26,7 @@ from brain.server.errors import (
     memory_not_found,
     supersede_target_not_found,
 )
+from brain.server.storage import conflicts as conflicts_sql
 from brain.server.storage import erasure
 from brain.server.storage import memories as sql
 from brain.server.storage import review as review_sql
@@ -80,7 +81,14 @@ class Review:
         outcome = (
             memory_pb2.SAVE_OUTCOME_PROPOSED if created else memory_pb2.SAVE_OUTCOME_DEDUPLICATED
         )
-        return memory_pb2.SaveMemoryResponse(memory=convert.memory(row), outcome=outcome)
+        found = []
+        if created:
+            found = await self.memories.conflicts_of(
+                conn, caller, row, new.embedding, new.embedding_model, proposal=True
+            )
+        return memory_pb2.SaveMemoryResponse(
+            memory=convert.memory(row), outcome=outcome, conflicts=found
+        )
 
     async def propose_in_tx(
         self,
@@ -244,10 +252,17 @@ class Review:
             replayed = await m.replay(conn, caller, idem, req)
             if replayed is not None:
                 return review_pb2.ProposeMemoryResponse(candidate=replayed)
-            row, _ = await self.propose_in_tx(
+            row, created = await self.propose_in_tx(
                 conn, caller, new, supersedes, review_within, assertions
             )
-            response = review_pb2.ProposeMemoryResponse(candidate=convert.memory(row))
+            found = []
+            if created:  # named to the proposer only: it replaces them by naming them
+                found = await m.conflicts_of(
+                    conn, caller, row, new.embedding, new.embedding_model, proposal=True
+                )
+            response = review_pb2.ProposeMemoryResponse(
+                candidate=convert.memory(row), conflicts=found
+            )
             await m.remember(conn, caller, idem, response.candidate.id)
         return response
 
@@ -362,8 +377,14 @@ class Review:
             )
             await m.mark_superseded(conn, caller, targets, current["memory_id"], at)
             await graph.approve(conn, current["tenant_id"], current["memory_id"], at)
+            # Now ACTIVE: compared with what the reviewer sees, like a save.
+            vector, model = await conflicts_sql.embedding_of(
+                conn, current["tenant_id"], current["memory_id"]
+            )
+            found = await m.conflicts_of(conn, caller, row, vector, model)
+        m.judge_later(caller, found)
         return review_pb2.ReviewCandidateResponse(
-            memory=convert.shown(row, caller.has(Permission.READ.value))
+            memory=convert.shown(row, caller.has(Permission.READ.value)), conflicts=found
         )
 
     async def withdraw(

@@ -47,6 +47,10 @@ CHANGE_KIND = {
     "approve": memory_pb2.CHANGE_KIND_APPROVED,
     "reject": memory_pb2.CHANGE_KIND_REJECTED,
     "withdraw": memory_pb2.CHANGE_KIND_WITHDRAWN,
+    # A candidate for review again (issue 30): reopened when what replaced it was forgotten,
+    # or a consolidation proposed by a reviewer.
+    "reopen": memory_pb2.CHANGE_KIND_PROPOSED,
+    "consolidate": memory_pb2.CHANGE_KIND_PROPOSED,
 }
 BATCH_EVENTS = 100
 MAX_COLLECTIONS = 16

@@ -50,6 +50,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                     exact_rank=h.exact_rank,
                     exact_score=h.exact_score,
                     relevance=h.relevance,
+                    conflicts=found.conflicts.get(h.row["memory_id"], ()),
                 )
                 for h in found.hits
             ],

@@ -1,9 +1,11 @@
-"""ReviewService: propose, list, review and withdraw candidates."""
+"""ReviewService: propose, list, review and withdraw candidates; list and resolve conflicts,
+and propose consolidations."""
 
 from __future__ import annotations
 
 from brain.authz import caller
 from brain.authz._grpc_types import Ctx
+from brain.server.domain.conflicts.review import ConflictReview
 from brain.server.domain.review import Review
 from brain.server.edge.status import timeout_ms, unary
 from brain.v1 import (
@@ -15,6 +17,7 @@ from brain.v1 import (
 class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
     def __init__(self, review: Review) -> None:
         self.review = review
+        self.conflicts = ConflictReview(review.memories)
 
     @unary
     async def ProposeMemory(
@@ -39,3 +42,21 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         self, request: review_pb2.WithdrawCandidateRequest, context: Ctx
     ) -> review_pb2.WithdrawCandidateResponse:
         return await self.review.withdraw(caller(), request, timeout_ms(context))
+
+    @unary
+    async def ListConflicts(
+        self, request: review_pb2.ListConflictsRequest, context: Ctx
+    ) -> review_pb2.ListConflictsResponse:
+        return await self.conflicts.list(caller(), request, timeout_ms(context))
+
+    @unary
+    async def ResolveConflict(
+        self, request: review_pb2.ResolveConflictRequest, context: Ctx
+    ) -> review_pb2.ResolveConflictResponse:
+        return await self.conflicts.resolve(caller(), request, timeout_ms(context))
+
+    @unary
+    async def ConsolidateMemories(
+        self, request: review_pb2.ConsolidateMemoriesRequest, context: Ctx
+    ) -> review_pb2.ConsolidateMemoriesResponse:
+        return await self.conflicts.consolidate(caller(), request, timeout_ms(context))

@@ -20,6 +20,7 @@ from brain.authz import Limiter, RateLimiter, SharedRateLimiter
 from brain.authz.interceptor import AuthorizationInterceptor
 from brain.server.domain import validation
 from brain.server.domain.audit import AuditLog
+from brain.server.domain.conflicts.judge import HttpJudge
 from brain.server.domain.graph.extraction import ExtractorError, build_extractor
 from brain.server.domain.graph.reads import Graph
 from brain.server.domain.knowledge import Knowledge
@@ -261,6 +262,16 @@ async def _serve(
         )
     except ExtractorError as exc:
         raise StartupError(f"graph extraction: {exc}") from exc
+    judge = None
+    if settings.conflict_judge_url:
+        if not settings.conflict_judge_model:
+            raise StartupError("conflict judge: a URL needs a model name (--conflict-judge-model)")
+        judge = HttpJudge(
+            url=settings.conflict_judge_url,
+            model=settings.conflict_judge_model,
+            api_key=settings.conflict_judge_api_key,
+            timeout=settings.graph_extract_timeout_seconds,
+        )
     dimension = await db.embedding_dimension()
     if embedder.dimension not in (0, dimension):
         raise StartupError(
@@ -286,6 +297,7 @@ async def _serve(
         ),
     )
     memories.extractor = extractor
+    memories.judge = judge
     memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(memories), server)
     review = Review(
         memories,

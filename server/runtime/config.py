@@ -48,6 +48,10 @@ class Settings:
     graph_extract_model: str | None = None
     graph_extract_api_key: str | None = None
     graph_extract_timeout_seconds: float = 30.0
+    # An optional model judge of detected conflicts (issue 30): advice only.
+    conflict_judge_url: str | None = None
+    conflict_judge_model: str | None = None
+    conflict_judge_api_key: str | None = None
     # Weight of the entity graph lane in fusion; None: the shipped RetrievalParams value.
     graph_lane_weight: float | None = None
     max_candidate_ttl_days: int = 30
@@ -243,6 +247,18 @@ def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds before extraction of one memory is given up (BRAIN_GRAPH_EXTRACT_TIMEOUT)",
     )
     parser.add_argument(
+        "--conflict-judge-url",
+        default=_env("CONFLICT_JUDGE_URL"),
+        help="OpenAI-compatible chat endpoint root that advises on each detected conflict "
+        "(the verdict is shown to reviewers; it decides nothing); unset: no judge "
+        "(BRAIN_CONFLICT_JUDGE_URL; the key from BRAIN_CONFLICT_JUDGE_API_KEY)",
+    )
+    parser.add_argument(
+        "--conflict-judge-model",
+        default=_env("CONFLICT_JUDGE_MODEL"),
+        help="BRAIN_CONFLICT_JUDGE_MODEL",
+    )
+    parser.add_argument(
         "--graph-lane-weight",
         type=float,
         default=float(_env("GRAPH_LANE_WEIGHT", "-1") or -1),
@@ -258,6 +274,9 @@ def graph_extract_settings(args: argparse.Namespace) -> dict[str, object]:
         "graph_extract_model": args.graph_extract_model,
         "graph_extract_api_key": _env("GRAPH_EXTRACT_API_KEY"),
         "graph_extract_timeout_seconds": args.graph_extract_timeout,
+        "conflict_judge_url": args.conflict_judge_url,
+        "conflict_judge_model": args.conflict_judge_model,
+        "conflict_judge_api_key": _env("CONFLICT_JUDGE_API_KEY"),
     }
 
 

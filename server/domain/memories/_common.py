@@ -8,9 +8,9 @@ import hmac
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 import structlog
@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from brain.authz import Caller
 from brain.server.domain import cursors
 from brain.server.domain import validation as check
+from brain.server.domain.conflicts.judge import Judge
 from brain.server.domain.convert import PROTO_TO_STATUS
 from brain.server.domain.graph.assertions import Assertions
 from brain.server.domain.graph.extraction import Extractor
@@ -77,6 +78,8 @@ class Recalled:
     hits: list[FusedHit]
     ranking: int
     below_floor: int = 0
+    # Open conflicts of the hits with memories the caller sees, by memory id (issue 30).
+    conflicts: dict[Any, list[common_pb2.Conflict]] = field(default_factory=dict)
 
 
 # Sees every fused candidate of a search before the floor and the limit, with the number
@@ -193,6 +196,8 @@ class MemoryBase:
         self.review: ReviewGate | None = None
         # Optional graph extraction (issue 19), run after a save commits.
         self.extractor: Extractor | None = None
+        # Optional model judge of the conflicts a write found (issue 30), after it commits.
+        self.judge: Judge | None = None
         self.background: set[asyncio.Task[None]] = set()
         self.observer: CandidateObserver | None = None  # brain-eval only
         self.query_vectors = QueryVectors()

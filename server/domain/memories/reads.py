@@ -17,6 +17,7 @@ import structlog
 from brain.authz import Caller, Permission
 from brain.server.domain import context, convert, cursors
 from brain.server.domain import validation as check
+from brain.server.domain.conflicts.service import conflict_marks
 from brain.server.domain.memories._common import (
     ALL_STATUSES,
     DEFAULT_PAGE_SIZE,
@@ -179,7 +180,7 @@ class MemoryReads(MemoryBase):
             chunks = await self.knowledge.recall_chunks(
                 caller, query, count, collections, timeout_ms, vector, lexical_only
             )
-        return context.pack(found.hits, token_budget, chunks)
+        return context.pack(found.hits, token_budget, chunks, found.conflicts)
 
     async def recall(
         self,
@@ -254,10 +255,11 @@ class MemoryReads(MemoryBase):
                 depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
                 # The lanes read what ranking needs; the hits shown are read in full here.
                 head = await retrieval.shown(conn, vis, fused[:depth])
+                marks = await conflict_marks(conn, vis, head)
         finally:
             if pending is not None:
                 pending.cancel()  # a no-op once awaited
-        recalled = await self.rerank(query, head, limit)
+        recalled = replace(await self.rerank(query, head, limit), conflicts=marks)
         if t.as_of is None and t.valid_at is None and not t.any_valid_time:
             # A question about now: a newer statement of a changed value ranks first.
             recalled = replace(recalled, hits=current_first(recalled.hits))

@@ -22,6 +22,9 @@ from google.protobuf.message import Message
 from brain.authz import Caller, Permission
 from brain.server.domain import convert, cursors, graph, quotas
 from brain.server.domain import validation as check
+from brain.server.domain.conflicts import consolidation
+from brain.server.domain.conflicts.judge import judge_after_commit
+from brain.server.domain.conflicts.service import Detection
 from brain.server.domain.graph.extraction import ExtractorError
 from brain.server.domain.memories._common import (
     DEFAULT_KIND,
@@ -43,6 +46,7 @@ from brain.server.errors import (
     memory_not_found,
     supersede_target_not_found,
 )
+from brain.server.storage import conflicts as conflicts_sql
 from brain.server.storage import erasure, idempotency
 from brain.server.storage import memories as sql
 from brain.server.storage.visibility import Visibility
@@ -53,6 +57,29 @@ _log = structlog.get_logger("brain.memories")
 
 class MemoryWrites(MemoryBase):
     """Carries out the memory RPCs that change what the brain believes."""
+
+    @property
+    def detection(self) -> Detection:
+        """Conflict detection for writes that make a memory ACTIVE (issue 30)."""
+        return Detection(self.mark_superseded)
+
+    async def conflicts_of(
+        self,
+        conn: asyncpg.Connection,
+        caller: Caller,
+        written: asyncpg.Record,
+        vector: Sequence[float] | None,
+        model: str | None,
+        *,
+        proposal: bool = False,
+    ) -> list[common_pb2.Conflict]:
+        """What ``written`` conflicts with among the memories the caller sees; nothing for
+        a key that may not read (it is told of no other memory)."""
+        if not caller.has(Permission.READ.value):
+            return []
+        return await self.detection.run(
+            conn, caller, self.visibility(caller), written, vector, model, proposal=proposal
+        )
 
     async def replay(
         self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, request: Message
@@ -292,6 +319,7 @@ class MemoryWrites(MemoryBase):
         what it asserted in the graph."""
         for target in targets:
             await graph.retire(conn, target["tenant_id"], target["memory_id"], at)
+            await conflicts_sql.close_open(conn, target["tenant_id"], target["memory_id"])
             await sql.new_version(
                 conn,
                 target,
@@ -345,13 +373,28 @@ class MemoryWrites(MemoryBase):
             else:
                 targets = await self.lock_targets(conn, vis, supersedes, writer=caller)
                 row = await self.insert_new(conn, caller, new, targets, assertions)
+                found = await self.conflicts_of(
+                    conn, caller, row, new.embedding, new.embedding_model
+                )
                 response = memory_pb2.SaveMemoryResponse(
-                    memory=convert.memory(row), outcome=memory_pb2.SAVE_OUTCOME_CREATED
+                    memory=convert.memory(row),
+                    outcome=memory_pb2.SAVE_OUTCOME_CREATED,
+                    conflicts=found,
                 )
             await self.remember(conn, caller, idem, response.memory.id)
         if response.outcome == memory_pb2.SAVE_OUTCOME_CREATED and not assertions:
             self.extract_later(caller, uuid.UUID(response.memory.id), new.content)
+        self.judge_later(caller, response.conflicts)
         return response
+
+    def judge_later(self, caller: Caller, found: Sequence[common_pb2.Conflict]) -> None:
+        """With a judge configured, its advice on the open conflicts a committed write
+        recorded (never in the caller's way)."""
+        if self.judge is None or not any(c.state == common_pb2.CONFLICT_STATE_OPEN for c in found):
+            return
+        task = asyncio.create_task(judge_after_commit(self, self.judge, caller, list(found)))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     def extract_later(self, caller: Caller, memory_id: uuid.UUID, content: str) -> None:
         """With an extractor configured, propose the graph of a memory saved without one,
@@ -468,11 +511,19 @@ class MemoryWrites(MemoryBase):
                 )
             if "labels" in changes or "expires_at" in changes:
                 await graph.rescope(conn, vis, current["memory_id"], at)
+            found: list[common_pb2.Conflict] = []
+            if changes.get("fingerprint", current["fingerprint"]) != current["fingerprint"]:
+                # What it said before no longer holds: compared anew.
+                await conflicts_sql.close_open(conn, current["tenant_id"], current["memory_id"])
+                found = await self.conflicts_of(
+                    conn, caller, row, changes["embedding"], changes["embedding_model"]
+                )
             # The row holds fields this request did not set: a key without read sees a receipt.
             response = memory_pb2.UpdateMemoryResponse(
-                memory=convert.shown(row, caller.has(Permission.READ.value))
+                memory=convert.shown(row, caller.has(Permission.READ.value)), conflicts=found
             )
             await self.remember(conn, caller, idem, response.memory.id)
+        self.judge_later(caller, found)
         return response
 
     async def forget(
@@ -519,11 +570,10 @@ class MemoryWrites(MemoryBase):
                 },
             )
             # The candidates that copied its text (graph extraction) go with it.
-            await erasure.withdraw_copies(
-                conn, current, list(tombstones), at,
-                {"change": "forget", "changed_by": caller.principal,
-                 "changed_by_key": caller.key.key_id},
-                graph.erase,
-            )  # fmt: skip
+            changed = {"change": "forget", "changed_by": caller.principal,
+                       "changed_by_key": caller.key.key_id}  # fmt: skip
+            await erasure.withdraw_copies(conn, current, list(tombstones), at, changed, graph.erase)
+            # Its conflicts, what was consolidated from it, and what it had replaced.
+            await consolidation.after_forget(conn, current, at, changed)
         main = tombstones.get(bytes(current["fingerprint"])) if current["fingerprint"] else None
         return memory_pb2.ForgetMemoryResponse(id=req.id, tombstone_id=str(main or ""))

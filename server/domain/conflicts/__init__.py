@@ -1,0 +1,1 @@
+"""Conflicts between memories and consolidation of restatements (issue 30)."""
