@@ -6,6 +6,7 @@ import asyncpg
 
 from brain.server.errors import ResourceExhausted
 from brain.server.storage import quotas as sql
+from brain.server.storage.quotas import DocumentQuota
 
 
 async def reserve_memories(conn: asyncpg.Connection, adding: int) -> None:
@@ -27,14 +28,12 @@ async def reserve_memories(conn: asyncpg.Connection, adding: int) -> None:
         )
 
 
-async def reserve_documents(conn: asyncpg.Connection, adding: int, adding_bytes: int) -> None:
-    """Refuse a put that would take the tenant past its document quotas: ``adding``
-    documents (1 for a new one, 0 for a new version) and ``adding_bytes`` of content (the
-    new version's size less the old one's). Called as ``reserve_memories`` is, and, like
-    it, names the limit and never how much the tenant stores."""
-    if adding <= 0 and adding_bytes <= 0:
-        return
-    quota = await sql.reserve_documents(conn)
+def refuse_documents(quota: DocumentQuota | None, adding: int, adding_bytes: int) -> None:
+    """Refuse a put that would take the tenant past its document quotas (``quota``, read
+    under the tenant's quota lock in the put's transaction, as ``reserve_memories`` reads
+    its own): ``adding`` documents (1 for a new one, 0 for a new version) and
+    ``adding_bytes`` of content (the new version's size less the old one's). Like the
+    memory refusal it names the limit, never how much the tenant stores."""
     if quota is None:
         return
     limit = quota.max_documents

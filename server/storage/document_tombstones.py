@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from brain.server.storage.quotas import DocumentQuota
 from brain.server.storage.visibility import Params, Visibility, object_visibility
 
 
@@ -29,21 +32,46 @@ async def lock_contents(
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
 
 
-async def live(
+@dataclass(frozen=True, slots=True)
+class BeforePut:
+    """What a put checks before it writes, read in one round trip."""
+
+    held: list[uuid.UUID]  # live tombstones of its content that bind the caller, oldest first
+    quota: DocumentQuota | None  # the tenant's document quotas and usage; None: it has none
+    at: datetime  # the put's transaction time
+
+
+async def before_put(
     conn: asyncpg.Connection, v: Visibility, bucket: tuple[str, str, str, str], fingerprint: bytes
-) -> list[uuid.UUID]:
-    """Live tombstones of this content in this collection of this bucket that bind ``v``
-    (it may see the documents they were left by), oldest first."""
+) -> BeforePut:
+    """Once ``lock_contents`` holds the content: the live tombstones of this content in this
+    collection of this bucket that bind ``v`` (it may see the documents they were left by),
+    the tenant's document quotas (``brain_reserve_documents``, migration 0042: it takes the
+    tenant's quota lock when there is one) and the clock."""
     p = Params(*bucket, fingerprint)
-    rows = await conn.fetch(
-        f"""SELECT t.tombstone_id FROM document_tombstones t
-            WHERE t.namespace = $1 AND t.user_id = $2 AND t.session_id = $3
-              AND t.collection = $4 AND t.fingerprint = $5 AND t.readmitted_at IS NULL
-              AND {object_visibility(v, p, "t")}
-            ORDER BY t.created_at, t.tombstone_id""",
+    row = await conn.fetchrow(
+        f"""SELECT ARRAY(
+                    SELECT t.tombstone_id FROM document_tombstones t
+                    WHERE t.namespace = $1 AND t.user_id = $2 AND t.session_id = $3
+                      AND t.collection = $4 AND t.fingerprint = $5 AND t.readmitted_at IS NULL
+                      AND {object_visibility(v, p, "t")}
+                    ORDER BY t.created_at, t.tombstone_id) AS held,
+                q.*, clock_timestamp() AS at
+            FROM (SELECT 1) one
+            LEFT JOIN LATERAL (SELECT *, true AS quota FROM brain_reserve_documents()) q
+              ON true""",
         *p.values,
     )
-    return [r["tombstone_id"] for r in rows]
+    assert row is not None
+    quota = None
+    if row["quota"]:
+        quota = DocumentQuota(
+            max_documents=row["max_documents"],
+            max_document_bytes=row["max_document_bytes"],
+            documents=row["documents"],
+            document_bytes=row["document_bytes"],
+        )
+    return BeforePut(list(row["held"]), quota, row["at"])
 
 
 async def readmit(conn: asyncpg.Connection, v: Visibility, ids: list[uuid.UUID], by: str) -> None:

@@ -30,18 +30,3 @@ class DocumentQuota:
     max_document_bytes: int | None
     documents: int
     document_bytes: int
-
-
-async def reserve_documents(conn: asyncpg.Connection) -> DocumentQuota | None:
-    """The tenant's document quotas and current usage, or None when it has none; with a
-    quota set, holds the tenant's document quota lock until the transaction ends
-    (migration 0042)."""
-    row = await conn.fetchrow("SELECT * FROM brain_reserve_documents()")
-    if row is None:
-        return None
-    return DocumentQuota(
-        max_documents=row["max_documents"],
-        max_document_bytes=row["max_document_bytes"],
-        documents=row["documents"],
-        document_bytes=row["document_bytes"],
-    )

@@ -10,13 +10,13 @@ power follows write scope.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import hmac
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 import asyncpg
@@ -69,6 +69,13 @@ def content_fingerprint(pepper: bytes, content: str) -> bytes:
     folded = content.lower() if content.isascii() else check.normalise(content)
     normalised = " ".join(folded.split()) if content.isascii() else folded
     return hmac.new(pepper, b"document:" + normalised.encode(), hashlib.sha256).digest()
+
+
+def _prepare(
+    content: str, fmt: str, measure: measures.Measure, pepper: bytes
+) -> tuple[list[chunking.Chunk], bytes]:
+    """A put's CPU work, on a chunking thread: the chunks and the content's fingerprint."""
+    return chunking.chunk(content, fmt, measure=measure), content_fingerprint(pepper, content)
 
 
 def document_not_found() -> NotFound:
@@ -182,52 +189,54 @@ class Knowledge:
         # Chunk sizes follow the embedder's window, in its own tokens where it has them.
         self.measure = measures.measure_for(memories.embedder)
 
-    async def chunked(self, content: str, fmt: str) -> list[chunking.Chunk]:
-        """The document's chunks, cut on a chunking thread (never on the event loop);
-        INVALID_ARGUMENT naming ``content`` when its structure exceeds the limits."""
+    async def prepared(self, content: str, fmt: str) -> tuple[list[chunking.Chunk], bytes]:
+        """The document's chunks and its content's fingerprint, made on a chunking thread
+        (never on the event loop); INVALID_ARGUMENT naming ``content`` when its structure
+        exceeds the limits."""
         loop = asyncio.get_running_loop()
-        cut = functools.partial(chunking.chunk, content, fmt, measure=self.measure)
+        pepper = self.memories.pepper
         try:
-            return await loop.run_in_executor(_chunkers, cut)
+            return await loop.run_in_executor(
+                _chunkers, _prepare, content, fmt, self.measure, pepper
+            )
         except chunking.TooComplex as exc:
             raise InvalidArgument("content", str(exc)) from exc
         except EmbedderError as exc:  # the tokenizer cannot load: nor can the model
             _log.warning("cannot count tokens; chunks sized in characters", error=str(exc))
             self.measure = measures.Characters()
-            return await self.chunked(content, fmt)
+            return await self.prepared(content, fmt)
 
-    async def prepared(self, content: str, fmt: str) -> tuple[list[chunking.Chunk], bytes]:
-        """The document's chunks and its content's fingerprint, both made on a chunking
-        thread (a megabyte of text is normalised and hashed there, not on the event loop)."""
-        pieces = await self.chunked(content, fmt)
-        loop = asyncio.get_running_loop()
-        pepper = self.memories.pepper
-        return pieces, await loop.run_in_executor(_chunkers, content_fingerprint, pepper, content)
-
-    async def refuse_tombstoned(
+    async def checked(
         self,
         conn: asyncpg.Connection,
         caller: Caller,
         where: tuple[str, str, str, str],
         fingerprint: bytes,
-        *,
-        readmit: bool,
-    ) -> None:
-        """FAILED_PRECONDITION when a tombstone that binds the caller holds this content in
-        this collection of the bucket (``where``), unless the put says ``readmit_tombstoned``:
-        then the put lifts it. A tombstone binds only callers who could see the deleted
-        document; to others the content was never there."""
+        req: knowledge_pb2.PutDocumentRequest,
+        current: asyncpg.Record | None,
+    ) -> datetime:
+        """The checks of a put that will write, then its transaction time. FAILED_PRECONDITION
+        when a tombstone that binds the caller holds this content in this collection of the
+        bucket (``where``), unless the put says ``readmit_tombstoned``: then the put lifts
+        it (a tombstone binds only callers who could see the deleted document; to others the
+        content was never there). RESOURCE_EXHAUSTED past the tenant's document quotas."""
         await tombstones.lock_contents(conn, caller.tenant_id, where, [fingerprint])
-        held = await tombstones.live(conn, self.memories.visibility(caller), where, fingerprint)
-        if not held:
-            return
-        if not readmit:
+        vis = self.memories.visibility(caller)
+        found = await tombstones.before_put(conn, vis, where, fingerprint)
+        if found.held and not req.readmit_tombstoned:
             raise FailedPrecondition(
                 f"content: a document with this content was deleted from collection "
-                f"{where[3]} in this bucket (tombstone {held[0]}); to put it back, set "
+                f"{where[3]} in this bucket (tombstone {found.held[0]}); to put it back, set "
                 "readmit_tombstoned on the put (brain ingest --readmit-tombstoned)"
             )
-        await tombstones.readmit(conn, self.memories.visibility(caller), held, caller.principal)
+        quotas.refuse_documents(
+            found.quota,
+            adding=1 if current is None else 0,
+            adding_bytes=len(req.content.encode()) - (current["size_bytes"] if current else 0),
+        )
+        if found.held:
+            await tombstones.readmit(conn, vis, found.held, caller.principal)
+        return found.at
 
     async def refuse_unreviewed(
         self, conn: asyncpg.Connection, caller: Caller, namespace: str
@@ -285,15 +294,7 @@ class Knowledge:
                 return knowledge_pb2.PutDocumentResponse(
                     document=document_message(current), outcome=knowledge_pb2.PUT_OUTCOME_UNCHANGED
                 )
-            await self.refuse_tombstoned(
-                conn, caller, bucket[:4], fingerprint, readmit=req.readmit_tombstoned
-            )
-            await quotas.reserve_documents(
-                conn,
-                adding=1 if current is None else 0,
-                adding_bytes=len(content.encode()) - (current["size_bytes"] if current else 0),
-            )
-            at = await sql.clock(conn)
+            at = await self.checked(conn, caller, bucket[:4], fingerprint, req, current)
             if current is None:
                 doc_id, version, created_by = cursors.uuid7(), 1, caller.principal
             else:
