@@ -122,6 +122,7 @@ def _verified(path: Path, sha256: str) -> Path:
 # What BERT's pre-tokenizer makes of an ASCII line once lowercased: runs of letters and
 # digits, and each punctuation character alone (ASCII 33-47, 58-64, 91-96, 123-126).
 _ASCII_PIECES = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
+_ASCII_PIECES_AND_BREAKS = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]|\n")
 # Lines the shortcut leaves to the tokenizer: control characters (its normaliser drops
 # them) and the text of a special token (read as that one token).
 _TOKENIZER_ONLY = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\[(?:PAD|UNK|CLS|SEP|MASK)\]", re.I)
@@ -163,6 +164,13 @@ class WordPieceCounter:
     def count(self, texts: Sequence[str]) -> list[int]:
         """Tokens of each text, special tokens not counted."""
         tokenizer = self._loaded()
+        joined = "\n".join(texts)
+        if (
+            joined.isascii()
+            and joined.count("\n") == len(texts) - 1
+            and not _TOKENIZER_ONLY.search(joined)
+        ):
+            return self._ascii_lines(tokenizer, joined)
         counts = [0] * len(texts)
         whole: list[int] = []  # texts for the tokenizer itself
         split: list[tuple[int, list[str]]] = []
@@ -171,28 +179,48 @@ class WordPieceCounter:
                 split.append((i, _ASCII_PIECES.findall(text.lower())))
             else:
                 whole.append(i)
-        # A snapshot of the words' counts: another chunking thread may clear the cache.
-        pieces, local = self._pieces, {}
-        missing = []
-        for word in {w for _, words in split for w in words}:
-            n = pieces.get(word)
-            if n is None:
-                missing.append(word)
-            else:
-                local[word] = n
-        if missing:
-            if len(pieces) + len(missing) > _WORD_CACHE_SIZE:
-                pieces.clear()
-            batch = tokenizer.encode_batch_fast(missing, add_special_tokens=False)
-            for word, e in zip(missing, batch, strict=True):
-                local[word] = pieces[word] = len(e)
+        known = self._known(tokenizer, {w for _, words in split for w in words})
         for i, words in split:
-            counts[i] = sum(map(local.__getitem__, words))
+            counts[i] = sum(map(known.__getitem__, words))
         if whole:
             batch = tokenizer.encode_batch_fast([texts[i] for i in whole], add_special_tokens=False)
             for i, e in zip(whole, batch, strict=True):
                 counts[i] = len(e)
         return counts
+
+    def _ascii_lines(self, tokenizer: Any, joined: str) -> list[int]:
+        """The count of each line of ``joined`` (ASCII, no control character or special
+        token text): one split of the whole text, a line break a piece of its own that
+        counts -1, and the sums between breaks taken with numpy."""
+        pieces = _ASCII_PIECES_AND_BREAKS.findall(joined.lower())
+        known = self._known(tokenizer, set(pieces) - {"\n"})
+        known["\n"] = -1
+        counts = np.fromiter(map(known.__getitem__, pieces), dtype=np.int64, count=len(pieces))
+        breaks = np.flatnonzero(counts < 0)
+        sums = np.concatenate(([0], np.cumsum(np.maximum(counts, 0))))
+        starts = np.concatenate(([0], breaks + 1))
+        ends = np.concatenate((breaks, [len(pieces)]))
+        per_line: list[int] = (sums[ends] - sums[starts]).tolist()
+        return per_line
+
+    def _known(self, tokenizer: Any, words: set[str]) -> dict[str, int]:
+        """Each word's count of pieces, from the cache or (once) from the tokenizer; a
+        snapshot, as another chunking thread may clear the cache meanwhile."""
+        cache, known = self._pieces, {}
+        missing = []
+        for word in words:
+            n = cache.get(word)
+            if n is None:
+                missing.append(word)
+            else:
+                known[word] = n
+        if missing:
+            if len(cache) + len(missing) > _WORD_CACHE_SIZE:
+                cache.clear()
+            batch = tokenizer.encode_batch_fast(missing, add_special_tokens=False)
+            for word, e in zip(missing, batch, strict=True):
+                known[word] = cache[word] = len(e)
+        return known
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
         """(start, end) character offsets of each token of ``text``."""
