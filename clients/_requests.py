@@ -407,7 +407,12 @@ class Requests:
         return knowledge_pb2.DeleteDocumentRequest(scope=self.scope, id=id)
 
     def search_knowledge(
-        self, query: str, limit: int, collections: Iterable[str], lexical_only: bool
+        self,
+        query: str,
+        limit: int,
+        collections: Iterable[str],
+        lexical_only: bool,
+        min_relevance: float | None = None,
     ) -> knowledge_pb2.SearchKnowledgeRequest:
         return knowledge_pb2.SearchKnowledgeRequest(
             scope=self.scope,
@@ -415,4 +420,5 @@ class Requests:
             limit=limit,
             collections=list(collections),
             lexical_only=lexical_only,
+            min_relevance=min_relevance,
         )

@@ -17,6 +17,8 @@ from brain.v1 import common_pb2, memory_pb2, review_pb2
 
 from .conftest import BrainServer, unique
 from .edge import outcome
+from .graph_helpers import draft
+from .graph_helpers import save as graph_save
 from .helpers import Api
 
 WRITER = "memories:read,memories:write,memories:forget,memories:propose"
@@ -31,13 +33,15 @@ NOTED = common_pb2.CONFLICT_STATE_NOTED
 @pytest.mark.parametrize(
     ("older", "newer", "rule"),
     [
-        (OLD, NEW, Rule.VALUE_UPDATE),
+        ("The staging database listens on port 5433",
+         "The staging database listens on port 5434", Rule.VALUE_UPDATE),
+        (OLD, NEW, Rule.CORRECTION),  # "now": correction language, and a changed value
         ("The team meeting is at 2pm on Friday", "The team meeting moved to 3pm on Friday",
          Rule.CORRECTION),
-        ("Priya leads the payments team", "Sam is now the payments team lead",
+        ("Priya leads the payments team", "Sam is the payments team lead",
          Rule.VALUE_UPDATE),
         ("The API rate limit is 100 requests per minute",
-         "The API rate limit was raised to 500 requests per minute", Rule.VALUE_UPDATE),
+         "The API rate limit was raised to 500 requests per minute", Rule.CORRECTION),
         ("Priya leads payments", "Priya no longer leads payments", Rule.CORRECTION),
         ("Alice likes coffee", "Alice really likes coffee", Rule.RESTATEMENT),
     ],
@@ -104,7 +108,7 @@ async def test_an_update_is_proposed_never_applied_and_a_reviewer_decides(
         (old, saved.memory.id, OPEN)
     ]
     found = saved.conflicts[0]
-    assert found.rule == common_pb2.CONFLICT_RULE_VALUE_UPDATE and "5433" in found.detail
+    assert found.rule == common_pb2.CONFLICT_RULE_CORRECTION and "5433" in found.detail
     assert found.id and found.detected_by == "agent:writer"
     # Nothing changed by itself.
     assert (await writer.get(old)).status == common_pb2.MEMORY_STATUS_ACTIVE
@@ -401,3 +405,32 @@ async def test_bad_consolidation_requests_name_the_field(
         )
     assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in (failed.value.details() or "")
+
+
+async def test_a_single_valued_relation_with_another_object_is_a_slot_conflict(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Two memories whose words share little, but whose graph says the payments team has
+    one lead and names two: a slot conflict; a many-valued relation is none."""
+    tenant, ns = unique("cf"), unique("ns")
+    writer, _ = keys(brain_server, channel, tenant, ns)
+    first = await graph_save(
+        writer, "Priya heads the payments group",
+        draft(relations=[("Payments", "led_by", "Priya")], one=["led_by"]),
+    )  # fmt: skip
+    second = await graph_save(
+        writer, "Sam took over running payments",
+        draft(relations=[("Payments", "led_by", "Sam")], one=["led_by"]),
+    )  # fmt: skip
+    [found] = second.conflicts
+    assert found.rule == common_pb2.CONFLICT_RULE_SLOT and found.older_id == first.memory.id
+    assert "led_by" in found.detail
+    third = await graph_save(
+        writer, "Payments uses the ledger service",
+        draft(relations=[("Payments", "uses", "Ledger")]),
+    )  # fmt: skip
+    fourth = await graph_save(
+        writer, "Payments relies on the fraud model",
+        draft(relations=[("Payments", "uses", "Fraud Model")]),
+    )  # fmt: skip
+    assert third.conflicts == [] and fourth.conflicts == []

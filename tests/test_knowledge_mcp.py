@@ -14,9 +14,9 @@ KB_READER = "memories:read,memories:write,knowledge:read,knowledge:write"
 
 
 async def test_search_knowledge_tool_cites_its_sources(brain_server: BrainServer) -> None:
-    """A key with knowledge:read gets the tool; hits carry collection, path, headings and
-    lines, and never another tenant's document holding the same words (which that
-    tenant's own key does find)."""
+    """A key with knowledge:read gets the tool; hits carry collection, path, headings,
+    lines and relevance, and never another tenant's document holding the same words (which
+    that tenant's own key does find); min_score holds weak passages back and says so."""
     ns, marker = unique("ns"), word()
     key = brain_server.mint_key(unique("t"), "agent:k", permissions=KB_READER, namespaces=(ns,))
     other = brain_server.mint_key(unique("t"), "agent:o", permissions=KB_READER, namespaces=(ns,))
@@ -37,6 +37,12 @@ async def test_search_knowledge_tool_cites_its_sources(brain_server: BrainServer
         assert hit["source"]["heading_path"] == ["Ops", "Restore"]
         assert (hit["source"]["line_start"], hit["source"]["line_end"]) == (1, 5)
         assert "runbooks/ops.md § Ops > Restore (lines 1-5)" in text_of(found)
+        assert 0 < hit["score"] < 1 and found.structured_content["below_floor"] == 0
+        # No relevance reaches 1: the same search with min_score 1 is held back, and says so.
+        quiet = await call(mine, "search_knowledge", query=f"restore {marker}", min_score=1.0)
+        assert not quiet.is_error and quiet.structured_content["hits"] == []
+        assert quiet.structured_content["silenced"] and quiet.structured_content["below_floor"] == 1
+        assert "Nothing relevant enough" in text_of(quiet)
         bad = await call(mine, "search_knowledge", query="x", namespace="elsewhere")
         assert bad.is_error and "scope" in text_of(bad)
 

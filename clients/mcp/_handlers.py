@@ -211,21 +211,30 @@ async def _search_knowledge(client: AsyncBrainClient, args: Mapping[str, Any]) -
         query,
         limit=_integer(args, "limit", low=1, high=50, default=5),
         collections=_strings(args, "collections"),
+        min_relevance=_number(args, "min_score"),
     )
     hits = [
         {
-            "score": relevance(h.score),
+            "score": relevance(h.relevance),
             "source": _source_json(h.source),
             "content": h.content,
         }
         for h in response.hits
     ]
+    silenced = not hits and response.below_floor > 0
+    structured = {"hits": hits, "silenced": silenced, "below_floor": response.below_floor}
+    if silenced:
+        return (
+            f"Nothing relevant enough: {response.below_floor} weak passages were held back by "
+            "the relevance floor (min_score 0 shows them).",
+            structured,
+        )
     if not hits:
-        return "No documents found.", {"hits": []}
+        return "No documents found.", structured
     lines = [f"{len(hits)} passages, best first (score = relevance 0..1):"]
-    for i, h in enumerate(response.hits, 1):
-        lines.append(f"{i}. score {relevance(h.score):.2f} {_cite(h.source)}\n{h.content}")
-    return "\n".join(lines), {"hits": hits}
+    for i, (h, shown) in enumerate(zip(response.hits, hits, strict=True), 1):
+        lines.append(f"{i}. score {shown['score']:.2f} {_cite(h.source)}\n{h.content}")
+    return "\n".join(lines), structured
 
 
 async def _build_context(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:

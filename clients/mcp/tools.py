@@ -394,6 +394,11 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "query": {"type": "string", "description": "What to look for, in plain words."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
                 "collections": {**_STRINGS, "description": "Only these collections."},
+                "min_score": {
+                    **_SCORE,
+                    "description": "Answer only if the best passage reaches this relevance "
+                    "(default: the server's floor; 0 shows every match).",
+                },
             },
             ["query"],
         ),
@@ -410,7 +415,15 @@ TOOLS: tuple[ToolSpec, ...] = (
                         },
                         "required": ["score", "source", "content"],
                     },
-                }
+                },
+                "silenced": {
+                    "type": "boolean",
+                    "description": "True when passages matched but none reached the floor.",
+                },
+                "below_floor": {
+                    "type": "integer",
+                    "description": "How many passages the relevance floor held back.",
+                },
             }
         ),
         _search_knowledge,

@@ -447,11 +447,16 @@ class SearchKnowledgeRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     COLLECTIONS_FIELD_NUMBER: _builtins.int
     LEXICAL_ONLY_FIELD_NUMBER: _builtins.int
+    MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     limit: _builtins.int
     """Default 10, at most the server's page limit."""
     lexical_only: _builtins.bool
     """Skip the semantic lane."""
+    min_relevance: _builtins.float
+    """The relevance floor (0..1): the search answers only when its best hit's `relevance`
+    reaches it, else it returns no hits. Unset: the server's default floor; 0: no floor.
+    """
     @_builtins.property
     def scope(self) -> _common_pb2.Scope: ...
     @_builtins.property
@@ -466,12 +471,15 @@ class SearchKnowledgeRequest(_message.Message):
         limit: _builtins.int = ...,
         collections: _abc.Iterable[_builtins.str] | None = ...,
         lexical_only: _builtins.bool = ...,
+        min_relevance: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "min_relevance", b"min_relevance", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["collections", b"collections", "lexical_only", b"lexical_only", "limit", b"limit", "query", b"query", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "collections", b"collections", "lexical_only", b"lexical_only", "limit", b"limit", "min_relevance", b"min_relevance", "query", b"query", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__min_relevance: _TypeAlias = _typing.Literal["min_relevance"]  # noqa: Y015
+    _WhichOneofArgType__min_relevance: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_relevance) -> _WhichOneofReturnType__min_relevance | None: ...
 
 Global___SearchKnowledgeRequest: _TypeAlias = SearchKnowledgeRequest  # noqa: Y015
 
@@ -486,6 +494,7 @@ class KnowledgeHit(_message.Message):
     SEMANTIC_RANK_FIELD_NUMBER: _builtins.int
     LEXICAL_SCORE_FIELD_NUMBER: _builtins.int
     SEMANTIC_SIMILARITY_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     score: _builtins.float
     """Fused score; higher is better."""
@@ -494,6 +503,10 @@ class KnowledgeHit(_message.Message):
     semantic_rank: _builtins.int
     lexical_score: _builtins.float
     semantic_similarity: _builtins.float
+    relevance: _builtins.float
+    """Calibrated estimate (0..1) that the chunk answers the query, from its own match
+    strength in the lanes; comparable across queries, and what the floor compares.
+    """
     @_builtins.property
     def source(self) -> _common_pb2.ChunkSource: ...
     def __init__(
@@ -506,10 +519,11 @@ class KnowledgeHit(_message.Message):
         semantic_rank: _builtins.int = ...,
         lexical_score: _builtins.float = ...,
         semantic_similarity: _builtins.float = ...,
+        relevance: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "relevance", b"relevance", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -521,7 +535,12 @@ class SearchKnowledgeResponse(_message.Message):
 
     HITS_FIELD_NUMBER: _builtins.int
     LANES_FIELD_NUMBER: _builtins.int
+    BELOW_FLOOR_FIELD_NUMBER: _builtins.int
     lanes: Global___KnowledgeLanes.ValueType
+    below_floor: _builtins.int
+    """Chunks withheld because no hit reached the relevance floor (at most `limit`). No hits
+    with below_floor > 0 means: something matched, but nothing relevant enough.
+    """
     @_builtins.property
     def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___KnowledgeHit]: ...
     def __init__(
@@ -529,10 +548,11 @@ class SearchKnowledgeResponse(_message.Message):
         *,
         hits: _abc.Iterable[Global___KnowledgeHit] | None = ...,
         lanes: Global___KnowledgeLanes.ValueType = ...,
+        below_floor: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits", "lanes", b"lanes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["below_floor", b"below_floor", "hits", b"hits", "lanes", b"lanes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

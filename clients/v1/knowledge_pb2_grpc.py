@@ -107,7 +107,8 @@ class KnowledgeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SearchKnowledge(self, request, context):
-        """Hybrid (lexical + semantic) search over the chunks of current documents.
+        """Hybrid (lexical + semantic) search over the chunks of current documents. Answers only
+        when its best chunk's relevance reaches the floor, else no hits (see below_floor).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

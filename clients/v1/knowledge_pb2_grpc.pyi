@@ -55,7 +55,9 @@ class KnowledgeServiceStub:
     unnoticed (PutDocumentRequest.readmit_tombstoned).
     """
     SearchKnowledge: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.SearchKnowledgeRequest, _knowledge_pb2.SearchKnowledgeResponse]
-    """Hybrid (lexical + semantic) search over the chunks of current documents."""
+    """Hybrid (lexical + semantic) search over the chunks of current documents. Answers only
+    when its best chunk's relevance reaches the floor, else no hits (see below_floor).
+    """
 
 @_typing.type_check_only
 class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
@@ -83,7 +85,9 @@ class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
     unnoticed (PutDocumentRequest.readmit_tombstoned).
     """
     SearchKnowledge: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.SearchKnowledgeRequest, _knowledge_pb2.SearchKnowledgeResponse]  # type: ignore[assignment]
-    """Hybrid (lexical + semantic) search over the chunks of current documents."""
+    """Hybrid (lexical + semantic) search over the chunks of current documents. Answers only
+    when its best chunk's relevance reaches the floor, else no hits (see below_floor).
+    """
 
 class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
     """Documents (runbooks, notes, code) a team's agents search beside their memories, under
@@ -138,6 +142,8 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _knowledge_pb2.SearchKnowledgeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_knowledge_pb2.SearchKnowledgeResponse, _abc.Awaitable[_knowledge_pb2.SearchKnowledgeResponse]]:
-        """Hybrid (lexical + semantic) search over the chunks of current documents."""
+        """Hybrid (lexical + semantic) search over the chunks of current documents. Answers only
+        when its best chunk's relevance reaches the floor, else no hits (see below_floor).
+        """
 
 def add_KnowledgeServiceServicer_to_server(servicer: KnowledgeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

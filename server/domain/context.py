@@ -3,11 +3,18 @@
 Memories and knowledge chunks (for keys holding ``knowledge:read``) are interleaved by
 their fused score — each normalised within its own search, so the best of each leads —
 and every item says what it is and where it comes from, so an agent can cite it.
+
+A chosen chunk is shown with its neighbours in the document (`Neighbours`: the chunks
+next to it, of its own section) when the budget allows: a chunk cut from a long section
+then reads with what comes before and after it. Neighbours use only budget that every
+chosen hit left over, so they never push a hit out (docs: Knowledge base, for how that
+choice was measured).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -59,14 +66,45 @@ def conflict_note(row: Any, conflicts: Sequence[common_pb2.Conflict]) -> str:
     return note
 
 
-def chunk_line(hit: Hit) -> str:
+@dataclass(frozen=True)
+class Passage:
+    """What a knowledge item shows: a chunk, or a chunk with its neighbours."""
+
+    content: str
+    line_start: int
+    line_end: int
+
+
+# The chunks next to each chosen chunk, by chunk id, in document order.
+Neighbours = Mapping[Any, Sequence[Any]]
+
+
+def passage(hit: Any, around: Sequence[Any] = ()) -> Passage:
+    """The hit's text with its neighbours, in line order; lines two chunks share (code
+    windows overlap) are shown once. Chunks that cover the same line with different text
+    (a long line cut at characters) are joined whole."""
+    rows = sorted([hit, *around], key=lambda r: (r["line_start"], r["line_end"], r["chunk_no"]))
+    lines: list[str] = []
+    end = 0  # the last line shown
+    for row in rows:
+        text = row["content"].split("\n")
+        shared = min(max(0, end - row["line_start"] + 1), len(text))
+        if shared and lines[-shared:] == text[:shared]:
+            text = text[shared:]
+        lines += text
+        end = max(end, row["line_end"])
+    return Passage("\n".join(lines), rows[0]["line_start"], end)
+
+
+def chunk_line(hit: Hit, shown: Passage | None = None) -> str:
     row = hit.row
+    shown = shown or Passage(row["content"], row["line_start"], row["line_end"])
     where = f"{row['collection']}/{row['path']}"
     if row["heading_path"]:
         where += " § " + " > ".join(row["heading_path"])
     return (
-        f"- [doc {where}, lines {row['line_start']}-{row['line_end']}] ({hit.score:.3f}) "
-        f"{row['content']}"
+        f"- [doc {where}, lines {shown.line_start}-{shown.line_end}] ({hit.score:.3f}) "
+        f"{shown.content}"
     )
 
 
@@ -85,12 +123,14 @@ def pack(
     token_budget: int,
     chunks: Sequence[Hit] = (),
     conflicts: Mapping[Any, Sequence[common_pb2.Conflict]] | None = None,
+    around: Neighbours | None = None,
 ) -> memory_pb2.BuildContextResponse:
-    """Greedy in score order: take each hit whose line still fits the budget."""
+    """Greedy in score order: take each hit whose line still fits the budget; then show
+    chosen chunks with their neighbours while the budget allows (see the module)."""
+    around = around or {}
     header = MIXED_HEADER if chunks else HEADER
     used = estimate_tokens(header)
-    lines: list[str] = []
-    items: list[memory_pb2.ContextItem] = []
+    taken: list[tuple[Hit, bool, str, Passage | None, Sequence[common_pb2.Conflict]]] = []
     tagged = [(h, False) for h in hits] + [(h, True) for h in chunks]
     tagged.sort(key=lambda pair: -pair[0].score)  # stable: memories first on ties
     marks = conflicts or {}
@@ -101,8 +141,28 @@ def pack(
         if used + cost > token_budget:
             continue
         used += cost
-        lines.append(line)
-        items.append(_chunk_item(hit, cost) if is_chunk else _memory_item(hit, cost, found))
+        taken.append((hit, is_chunk, line, None, found))
+    chosen = {hit.row["chunk_id"] for hit, is_chunk, *_ in taken if is_chunk}
+    for i, (hit, is_chunk, line, _, found) in enumerate(taken):
+        if not is_chunk:
+            continue
+        # Best first; a neighbour that is an item of its own is not shown twice.
+        near = [r for r in around.get(hit.row["chunk_id"], ()) if r["chunk_id"] not in chosen]
+        if not near:
+            continue
+        shown = passage(hit.row, near)
+        wider = chunk_line(hit, shown)
+        extra = estimate_tokens(wider) - estimate_tokens(line)
+        if used + extra <= token_budget:
+            used += extra
+            taken[i] = (hit, True, wider, shown, found)
+    lines = [line for _, _, line, *_ in taken]
+    items = [
+        _chunk_item(hit, estimate_tokens(line), shown)
+        if is_chunk
+        else _memory_item(hit, estimate_tokens(line), found)
+        for hit, is_chunk, line, shown, found in taken
+    ]
     context = "\n".join([header, *lines]) if lines else ""
     return memory_pb2.BuildContextResponse(
         context=context,
@@ -131,13 +191,16 @@ def _memory_item(
     return item
 
 
-def _chunk_item(hit: Hit, cost: int) -> memory_pb2.ContextItem:
+def _chunk_item(hit: Hit, cost: int, shown: Passage | None) -> memory_pb2.ContextItem:
     row = hit.row
+    source = convert.chunk_source(row)
+    if shown is not None:  # the lines shown, the chunk's neighbours included
+        source.line_start, source.line_end = shown.line_start, shown.line_end
     return memory_pb2.ContextItem(
         id=str(row["chunk_id"]),
         score=hit.score,
         tokens=cost,
-        content=row["content"],
+        content=shown.content if shown is not None else row["content"],
         kind=memory_pb2.CONTEXT_ITEM_KIND_KNOWLEDGE,
-        source=convert.chunk_source(row),
+        source=source,
     )

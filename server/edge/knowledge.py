@@ -5,7 +5,7 @@ from __future__ import annotations
 from brain.authz import caller
 from brain.authz._grpc_types import Ctx
 from brain.server.domain.knowledge import Knowledge
-from brain.server.domain.knowledge.documents import hit_message
+from brain.server.domain.knowledge.search import hit_message
 from brain.server.edge.status import timeout_ms, unary
 from brain.v1 import knowledge_pb2, knowledge_pb2_grpc
 
@@ -46,4 +46,5 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
         return knowledge_pb2.SearchKnowledgeResponse(
             hits=[hit_message(h) for h in found.hits],
             lanes=found.lanes,  # type: ignore[arg-type]
+            below_floor=found.below_floor,
         )

@@ -1,9 +1,10 @@
 """brain-eval: turn-level retrieval quality on the LoCoMo benchmark, through the real API.
 
 The command line. ``brain-eval locomo`` runs the LoCoMo data set (`locomo`; its docstring
-tells the method) and ``brain-eval knowledge`` the knowledge base's (`knowledge_eval`). This
-module parses the flags, checks that they fit together, and turns a failure into one line
-and an exit code.
+tells the method), ``brain-eval knowledge`` the knowledge base's (`knowledge_eval`) and
+``brain-eval conflicts`` conflict detection and consolidation (`conflicts`). This module
+parses the flags, checks that they fit together, and turns a failure into one line and an
+exit code.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import NoReturn
 import grpc
 
 from brain.authz import CommandParser, add_version_argument
-from brain.server.measure import entities, knowledge_eval
+from brain.server.measure import conflicts, entities, knowledge_eval
 from brain.server.measure.locomo import (
     DataError,
     Progress,
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "asks every question once per grid candidate)",
     )
     knowledge_eval.add_parser(commands)
+    conflicts.add_parser(commands)
     return parser
 
 
@@ -104,11 +106,10 @@ def main(argv: list[str] | None = None) -> None:
             _fail(str(exc), 2)
         except grpc.aio.AioRpcError as exc:
             _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
-        print(
-            json.dumps(found.as_json(), indent=2)
-            if args.json
-            else knowledge_eval.format_table(found)
-        )
+        print(json.dumps(found.as_json(), indent=2) if args.json else found.table())
+        return
+    if args.command == "conflicts":
+        _conflicts(args)
         return
     if args.target is not None and not args.api_key:
         _fail("--target needs --api-key (or BRAIN_API_KEY): a key with memories:read,write", 2)
@@ -149,6 +150,22 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         _fail("interrupted" + ("" if args.target else "; the private server was removed"), 130)
     print(json.dumps(result.as_json(), indent=2) if args.json else format_table(result))
+
+
+def _conflicts(args: argparse.Namespace) -> None:
+    logs.configure("warning")
+    try:
+        done = asyncio.run(conflicts.run(args))
+    except (OSError, ValueError, StartupError) as exc:
+        _fail(str(exc), 2)
+    except grpc.aio.AioRpcError as exc:
+        _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
+    except KeyboardInterrupt:
+        _fail("interrupted; the private server was removed", 130)
+    if done is None:
+        return  # --dump
+    figures, heading = done
+    print(json.dumps(figures, indent=2) if args.json else conflicts.format_table(figures, heading))
 
 
 def _fail(message: str, code: int) -> NoReturn:

@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from brain.server.storage import retrieval
 from brain.server.storage.visibility import (
     Params,
     Visibility,
@@ -33,6 +34,10 @@ CONFLICT_COLUMNS = """c.conflict_id, c.namespace, c.newer_id, c.older_id, c.rule
 # words and values, and its nearest neighbours by embedding.
 LEXICAL_PEERS = 24
 SEMANTIC_PEERS = 8
+# A term in more of the compared rows than this is too common to find peers by (`peers`),
+# and at most this many of the rarest terms are probed.
+TERM_CAP = 64
+MAX_TERMS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,27 +70,45 @@ async def peers(
     v: Visibility,
     namespace: str,
     memory_id: uuid.UUID,
-    terms: Sequence[str],
+    content: str,
     vector: Sequence[float] | None,
     model: str | None,
 ) -> list[asyncpg.Record]:
-    """The ACTIVE memories of ``namespace`` that ``v`` sees and that share a term with the
-    written memory or lie nearest to its embedding; ``cosine`` is 0 without embeddings."""
-    p = Params(namespace, memory_id)
+    """The ACTIVE memories of ``namespace`` that ``v`` sees and that share a rare term with
+    the written memory ``memory_id`` or lie nearest to its embedding; ``cosine`` is 0
+    without embeddings.
+
+    Rare means held by at most ``TERM_CAP`` of the rows ``v`` sees, read from the per-cell
+    term statistics the lexical lanes keep (exact-form lexemes, content words only), so a
+    write costs a few index probes however large the namespace grows; a statement made
+    only of common words is found by its embedding."""
+    stats = await retrieval.term_statistics(conn, v, content)
+    rare = sorted(
+        (r["df"], r["lexeme"])
+        for r in stats
+        if r["config"] == "simple" and r["lexeme"] and 1 < r["df"] <= TERM_CAP
+    )[:MAX_TERMS]
+    p = Params(namespace, memory_id, v.tenant_id)
     vis = visibility_predicate(v, p)
     power = write_predicate(v, p)
+    # The tenant named outright: every index of memories leads with it.
     where = (
-        f"m.namespace = $1 AND m.memory_id <> $2 AND m.retired_at IS NULL "
-        f"AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > now()) AND {vis}"
+        f"m.tenant_id = $3::uuid AND m.namespace = $1 AND m.memory_id <> $2 "
+        f"AND m.retired_at IS NULL AND m.status = 'active' "
+        f"AND (m.expires_at IS NULL OR m.expires_at > now()) AND {vis}"
     )
     branches = []
-    if terms:
-        query = p.add(" OR ".join(f'"{t}"' for t in terms))
+    if rare:
+        lexemes, weights = p.add([t for _, t in rare]), p.add([1.0 / df for df, _ in rare])
         branches.append(
-            f"""(SELECT m.memory_id FROM memories m
-                 WHERE {where} AND m.search_tsv_simple @@ websearch_to_tsquery('simple', {query})
-                 ORDER BY ts_rank(m.search_tsv_simple, websearch_to_tsquery('simple', {query}))
-                          DESC, m.memory_id
+            f"""(WITH t AS MATERIALIZED (
+                     SELECT quote_literal(u.lexeme)::tsquery AS tq, u.weight
+                     FROM unnest({lexemes}::text[], {weights}::float8[]) AS u (lexeme, weight))
+                 SELECT h.memory_id
+                 FROM t, LATERAL (SELECT m.memory_id FROM memories m
+                                  WHERE m.search_tsv_simple @@ t.tq AND {where}) h
+                 GROUP BY h.memory_id
+                 ORDER BY sum(t.weight) DESC, h.memory_id
                  LIMIT {LEXICAL_PEERS})"""
         )
     cosine = "0::float8"
@@ -121,7 +144,7 @@ async def slot_peers(
     """Visible ACTIVE memories asserting a single-valued relation of the same subject and
     predicate as one ``memory_id`` asserts, with another object and an overlapping valid
     time (or one this memory's relation already closed)."""
-    p = Params(memory_id)
+    p = Params(memory_id, v.tenant_id)
     vis = visibility_predicate(v, p)
     power = write_predicate(v, p)
     return list(
@@ -141,7 +164,8 @@ async def slot_peers(
                      AND oe.entity_id = o.object_id
                 JOIN graph_entities ne ON ne.tenant_id = n.tenant_id
                      AND ne.entity_id = n.object_id
-                WHERE n.memory_id = $1 AND n.cardinality = 'one' AND n.retired_at IS NULL
+                WHERE n.tenant_id = $2::uuid AND n.memory_id = $1 AND n.cardinality = 'one'
+                  AND n.retired_at IS NULL
                   AND NOT n.pending AND o.memory_id <> $1 AND o.retired_at IS NULL
                   AND NOT o.pending
                   AND (o.closed_by = $1

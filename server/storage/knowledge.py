@@ -279,3 +279,34 @@ async def list_page(
 async def clock(conn: asyncpg.Connection) -> datetime:
     value: datetime = await conn.fetchval("SELECT clock_timestamp()")
     return value
+
+
+async def neighbours(
+    conn: asyncpg.Connection, v: Visibility, where: Callable[[Params], str],
+    hits: Sequence[asyncpg.Record], span: int,
+) -> list[asyncpg.Record]:  # fmt: skip
+    """The chunks within ``span`` places of each hit in its document version (the hits
+    themselves excluded) that pass ``where`` (`chunk_where`: visible and current)."""
+    if not hits or span < 1:
+        return []
+    p = Params(
+        [h["tenant_id"] for h in hits],
+        [h["document_id"] for h in hits],
+        [h["version"] for h in hits],
+        [h["chunk_no"] for h in hits],
+    )
+    allowed, near = where(p), p.add(span)
+    return list(
+        await conn.fetch(
+            f"""SELECT DISTINCT ON (m.tenant_id, m.chunk_id) {chunk_columns(v, p)}
+                FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::int[])
+                         AS h(tenant_id, document_id, version, chunk_no)
+                JOIN document_chunks m
+                  ON m.tenant_id = h.tenant_id AND m.document_id = h.document_id
+                 AND m.version = h.version
+                 AND m.chunk_no BETWEEN h.chunk_no - {near} AND h.chunk_no + {near}
+                 AND m.chunk_no <> h.chunk_no
+                WHERE {allowed}""",
+            *p.values,
+        )
+    )

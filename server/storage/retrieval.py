@@ -56,11 +56,13 @@ TSVECTORS = {"english": "search_tsv", "simple": "search_tsv_simple"}
 class Corpus:
     """What the lanes search: a table (aliased ``m`` in every statement) whose rows carry
     ``search_tsv``, ``search_tsv_simple``, ``embedding`` and ``embedding_model``, the
-    columns that identify a row within its tenant, and the columns a hit shows."""
+    columns that identify a row within its tenant, the columns a hit shows, and the
+    column whose equal values group hits (a memory's session, a chunk's document)."""
 
     table: str
     keys: tuple[tuple[str, str], ...]  # (column, SQL type)
     columns: Callable[[Visibility, Params], str]
+    session: str = "valid_from"
 
     def key(self, row: asyncpg.Record) -> tuple[Any, ...]:
         return tuple(row[name] for name, _ in self.keys)

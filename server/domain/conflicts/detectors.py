@@ -1,37 +1,46 @@
 """The deterministic conflict detectors (issue 30): pure functions of two statements.
 
-A *statement* is read from a memory's text (``brain.server.domain.retrieval.updates``
-reads it the same way for ranking):
+A *statement* is read from a memory's text:
 
 - *words* are lower-cased word tokens with a light stem (plural and tense endings, a final
-  ``e``), without English function words;
+  ``e``), without English function words; a token of letters and digits that is not a
+  time, version or ordinal is a word too (an identifier: Q3, ipv6);
 - a *value* is a token that holds a digit (``5433``, ``2pm``, ``3:30``, ``v2.1``,
-  ``2025-01-31``, ``$40``), a weekday or month, or a capitalised word that does not open
-  the statement (a name or a place). A capitalised opening word counts as a value only
-  when the other statement does not use the same word: "Priya leads payments" / "Sam is
-  now the payments lead" change the lead, "Staging moved" / "the staging database" do not.
-- Each value has a *type*: time, date, version, number or name.
+  ``2025-01-31``, ``$12,000``), a weekday or month, or a capitalised word that does not
+  open the statement (a name or a place). A capitalised opening word is a name unless the
+  other statement uses it as an ordinary word ("Priya leads payments" / "Sam is now the
+  payments lead" change the lead; "Staging moved" / "the staging database" do not);
+- each value has a *type*: time, date, version, number or name;
+- the *head* is the first two content words (after a leading pronoun and its verb: "We
+  hold the standup"), where the subject usually is.
 
-For an older statement A and a newer B, with ``shared`` their common words and
-``overlap`` = |shared| / |all words| (Jaccard):
+For an older statement A and a newer B, with ``shared`` their common words, ``overlap`` =
+|shared| / |all words| (Jaccard) and *same subject* when each head lies in the other's
+words ("the staging database" / "the production database", "the payments team" / "the
+payments risk team" are other subjects):
 
-- **value update**: overlap >= ``SAME_STATEMENT`` (0.7), at least ``MIN_SHARED`` (2)
-  shared words, and for some value type each statement holds a value of that type the
-  other lacks;
-- **correction**: B uses correction language ("no longer", "moved to", "now", "instead",
-  "changed to", "correction", ...) that A does not, and shares at least ``MIN_SHARED``
-  words with overlap >= ``CORRECTED_STATEMENT`` (0.25) — or one word when a value of one
-  type changed;
-- **restatement**: the same values (or none) and overlap >= ``RESTATED`` (0.75), or
-  overlap >= 0.5 and a character-shingle overlap of the content words >=
-  ``RESTATED_SHINGLES`` (0.8: the words that differ are spelled alike);
+- **value update**: the same subject, at least ``MIN_SHARED`` (2) shared words, overlap >=
+  ``SAME_SUBJECT`` (0.4), and for some value type each statement holds a value of that type
+  the other lacks ("listens on port 5433" / "is served on port 5434");
+- **correction**: the same, when B also uses correction language that A does not ("no
+  longer", "moved to", "now", "instead", "took over", "slipped to", "was cut to",
+  "correction", ...); or that language over at least one shared word and a changed value,
+  or over two shared words with overlap >= ``CORRECTED_STATEMENT`` (0.25) without one
+  ("Priya no longer leads payments");
+- **restatement**: the same values and either overlap >= ``RESTATED`` (0.75), or values
+  present, the same subject and overlap >= 0.4, or overlap >= 0.5 with a character-shingle
+  overlap >= ``RESTATED_SHINGLES`` (0.8: the differing words are spelled alike);
 - with embeddings on both sides, a cosine >= ``SEMANTIC_UPDATE`` (0.8) with a changed value
   of one type and a shared word is a value update, and >= ``SEMANTIC_RESTATED`` (0.92)
   with the same values a restatement.
 
 Not conflicts: B adds to a many-valued attribute — additive language ("also", "too", "as
-well", "another", "in addition") or a many-valued verb (likes, speaks, uses, knows, has,
-visited, ...) whose changed values are names only, without correction language.
+well", "another", "in addition"), or a many-valued verb (likes, speaks, uses, relies on,
+supports, runs on, ...) whose changed values are names only, without correction language;
+and an A whose words bound its time ("until", "previously", "formerly", "used to"), which a later
+value does not contradict.
+
+Tuned on the development half of ``brain-eval conflicts``; the held-out half is reported.
 """
 
 from __future__ import annotations
@@ -40,10 +49,12 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from brain.server.domain.retrieval.updates import _CALENDAR, _CORRECTION, _FUNCTION_WORDS
+from brain.server.domain.retrieval.updates import _CALENDAR, _FUNCTION_WORDS
+from brain.server.domain.retrieval.updates import _CORRECTION as _UPDATE_CORRECTION
 
 MIN_SHARED = 2
 SAME_STATEMENT = 0.7
+SAME_SUBJECT = 0.4
 CORRECTED_STATEMENT = 0.25
 RESTATED = 0.75
 RESTATED_SHINGLES = 0.8
@@ -51,48 +62,41 @@ SEMANTIC_UPDATE = 0.8
 SEMANTIC_RESTATED = 0.92
 SHINGLE = 3
 
-_WORD = re.compile(r"[$€£]?[^\W_][\w:.'/$%-]*[^\W_%]%?|[^\W_]", re.UNICODE)
+_WORD = re.compile(r"[$€£]?[^\W_][\w:.,'/$%-]*[^\W_%]%?|[^\W_]", re.UNICODE)
+# Correction language: the retrieval rule's, and the ways plans and owners change.
+_CORRECTION = re.compile(
+    _UPDATE_CORRECTION.pattern[:-3]
+    + r"|took over|taken over|handed over|slipped to|pushed (back )?to|cut to|"
+    r"upgraded to|downgraded to|moved from|bumped to|reduced to|increased to|raised to|"
+    r"lowered to|postponed|rescheduled|delayed to|brought forward|moved up to|"
+    r"renamed to|switched from|migrated to|relocated to|transferred to|succeeded by|"
+    r"has changed|have changed|was changed|is changing|revised to|amended to|"
+    r"corrected to|effective immediately|going forward|starting today|anymore|no more)\b",
+    re.IGNORECASE,
+)
 _ADDITIVE = re.compile(
     r"\b(also|too|as well|another|in addition|additionally|besides|both)\b", re.IGNORECASE
 )
 _TIME = re.compile(r"^\d{1,2}(:\d{2})?(am|pm|h)$|^\d{1,2}:\d{2}")
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$|^\d{1,2}/\d{1,2}(/\d{2,4})?$")
 _VERSION = re.compile(r"^v\d|^\d+\.\d+\.\d+")
-_MANY_VALUED = frozenset(
-    [
-        "like",
-        "love",
-        "enjoy",
-        "prefer",
-        "speak",
-        "use",
-        "know",
-        "own",
-        "visit",
-        "play",
-        "read",
-        "watch",
-        "support",
-        "contain",
-        "include",
-        "attend",
-        "collect",
-        "hate",
-        "dislike",
-        "eat",
-        "drink",
-        "have",
-        "has",
-        "study",
-        "learn",
-        "follow",
-        "work",
-        "write",
-        "teach",
-        "need",
-        "want",
-    ]
+# Verbs (stemmed) of attributes that hold many values at once: a new name beside an old
+# one adds, it does not replace ("the team uses Postgres" / "the team uses Redis").
+_MANY_VALUED_WORDS = (
+    "like love enjoy prefer speak use know own visit play read watch support contain "
+    "include attend collect hate dislike eat drink have has study learn follow work write "
+    "teach need want run rely fluent integrate ship depend build offer accept host serve "
+    "partner sell stock carry added add"
 )
+_PRONOUNS = frozenset(["we", "i", "they", "you"])
+# Bounds the older statement's valid time in words: it held until then, so a newer value
+# does not contradict it ("lived in Munich until 2017" / "has lived in Zurich since 2019").
+_BOUNDED = re.compile(r"\b(until|previously|formerly|used to)\b", re.IGNORECASE)
+# A token that starts with letters and holds digits names a thing (Q3, ipv6, s3, w17),
+# unless it is a time or a version; one that starts with digits is a value with its unit
+# (30s, 5gb, 100ms, 2pm).
+_IDENTIFIER = re.compile(r"^[a-z][a-z_-]*\d[a-z0-9_-]*$")
+_ORDINAL = re.compile(r"^\d+(st|nd|rd|th)$")
 
 
 class Rule(Enum):
@@ -100,6 +104,10 @@ class Rule(Enum):
     CORRECTION = "correction"
     SLOT = "slot"
     RESTATEMENT = "restatement"
+
+
+def _stems(words: str) -> frozenset[str]:
+    return frozenset(stem(w) for w in words.split())
 
 
 def stem(word: str) -> str:
@@ -113,6 +121,24 @@ def stem(word: str) -> str:
     elif len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
         word = word[:-1]
     return word[:-1] if len(word) > 3 and word.endswith("e") else word
+
+
+def is_value(token: str, lower: str) -> bool:
+    """Whether a token is a value (see the module): digits, calendar words; not an
+    identifier such as Q3."""
+    if lower in _CALENDAR:
+        return True
+    if not any(ch.isdigit() for ch in token):
+        return False
+    return not (
+        _IDENTIFIER.match(lower)
+        and not _TIME.match(lower)
+        and not _VERSION.match(lower)
+        and not _ORDINAL.match(lower)
+    )
+
+
+_MANY_VALUED = _stems(_MANY_VALUED_WORDS)
 
 
 def value_type(token: str) -> str:
@@ -145,14 +171,17 @@ def statement(text: str) -> Statement:
     for index, match in enumerate(_WORD.finditer(text)):
         token = match.group(0)
         lower = token.lower().rstrip(".:'")
-        if (
-            any(ch.isdigit() for ch in token)
-            or lower in _CALENDAR
-            or (index > 0 and token[:1].isupper())
+        if is_value(token, lower) or (
+            index > 0 and token[:1].isupper() and not any(ch.isdigit() for ch in token)
         ):
             values.add(lower)
         elif lower not in _FUNCTION_WORDS:
-            if index == 0 and token[:1].isupper() and token[1:2].islower():
+            if (
+                index == 0
+                and token[:1].isupper()
+                and token[1:2].islower()
+                and not _CORRECTION.fullmatch(lower)
+            ):
                 opening = lower
             words.add(stem(lower))
     return Statement(
@@ -162,10 +191,11 @@ def statement(text: str) -> Statement:
 
 
 def _resolve_opening(a: Statement, b: Statement) -> tuple[Statement, Statement]:
-    """A capitalised opening word the other statement does not use is a name (a value)."""
+    """A capitalised opening word is a name (a value) unless the other statement uses it
+    as an ordinary word."""
 
     def fix(s: Statement, other: Statement) -> Statement:
-        if not s.opening or s.opening in other.values or stem(s.opening) in other.words:
+        if not s.opening or stem(s.opening) in other.words:
             return s
         return Statement(
             s.words - {stem(s.opening)}, s.values | {s.opening}, "", s.corrects, s.adds, s.text
@@ -198,38 +228,62 @@ def _changed_types(a: Statement, b: Statement) -> list[tuple[str, list[str], lis
     return out
 
 
+def _head(text: str, said: Statement) -> list[str]:
+    """The first two content words of a statement (stemmed): where its subject usually is."""
+    out: list[str] = []
+    tokens = [m.group(0).lower().rstrip(".:'") for m in _WORD.finditer(text)]
+    # "We hold the standup ...": a pronoun and its verb come before the subject.
+    skip = 1 if tokens and tokens[0] in _PRONOUNS else 0
+    for token in tokens:
+        word = stem(token)
+        if word not in said.words or word in out:
+            continue
+        if skip:
+            skip -= 1
+            continue
+        out.append(word)
+        if len(out) == 2:
+            break
+    return out
+
+
+def _same_subject(older: Statement, newer: Statement, o_text: str, n_text: str) -> bool:
+    """Whether each statement's first two content words (after a leading pronoun and its
+    verb) appear in the other: a look-alike about another subject ("the staging database" /
+    "the production database", "the payments team" / "the payments risk team") does not."""
+    o_head, n_head = _head(o_text, older), _head(n_text, newer)
+    return bool(o_head) and set(o_head) <= newer.words and set(n_head) <= older.words
+
+
 def compare(older_text: str, newer_text: str, cosine: float = 0.0) -> Finding | None:
     """What the newer statement does to the older one, by the module's rules (None: no
     conflict). ``cosine`` is their embeddings' similarity, 0 when either has none."""
     older, newer = _resolve_opening(statement(older_text), statement(newer_text))
-    if older.text == newer.text:
+    if older.text == newer.text or newer.adds or _BOUNDED.search(older_text):
         return None
     shared = older.words & newer.words
     union = older.words | newer.words
     overlap = len(shared) / len(union) if union else 0.0
+    subject = _same_subject(older, newer, older_text, newer_text)
     changed = _changed_types(older, newer)
     detail = "; ".join(f"{k} {', '.join(a)} -> {', '.join(b)}" for k, a, b in changed)
-    additive = newer.adds and not newer.corrects
-    many = bool(shared & _MANY_VALUED) and all(k == "name" for k, _, _ in changed)
-    if changed and not additive and not (many and not newer.corrects):
-        if len(shared) >= MIN_SHARED and overlap >= SAME_STATEMENT:
-            return Finding(Rule.VALUE_UPDATE, overlap, detail)
-        if newer.corrects and (
+    many = bool(union & _MANY_VALUED) and all(k == "name" for k, _, _ in changed)
+    corrects = newer.corrects and not older.corrects
+    if changed and not (many and not corrects):
+        if len(shared) >= MIN_SHARED and subject and overlap >= SAME_SUBJECT:
+            return Finding(Rule.CORRECTION if corrects else Rule.VALUE_UPDATE, overlap, detail)
+        if corrects and (
             (len(shared) >= MIN_SHARED and overlap >= CORRECTED_STATEMENT) or len(shared) >= 1
         ):
             return Finding(Rule.CORRECTION, overlap, f"correction: {detail}")
         if cosine >= SEMANTIC_UPDATE and shared:
-            return Finding(Rule.VALUE_UPDATE, overlap, detail)
-    if (
-        newer.corrects
-        and not older.corrects
-        and not additive
-        and len(shared) >= MIN_SHARED
-        and overlap >= CORRECTED_STATEMENT
-    ):
+            return Finding(Rule.CORRECTION if corrects else Rule.VALUE_UPDATE, overlap, detail)
+    if corrects and len(shared) >= MIN_SHARED and overlap >= CORRECTED_STATEMENT:
         return Finding(Rule.CORRECTION, overlap, "correction")
-    if older.values == newer.values and not additive:
-        restated = overlap >= RESTATED and len(shared) >= MIN_SHARED
+    if older.values == newer.values:
+        restated = len(shared) >= MIN_SHARED and (
+            overlap >= RESTATED or (bool(older.values) and overlap >= SAME_SUBJECT and subject)
+        )
         if not restated and len(shared) >= MIN_SHARED and overlap >= 0.5:
             sa, sb = _shingles(older.words), _shingles(newer.words)
             restated = len(sa & sb) / len(sa | sb) >= RESTATED_SHINGLES

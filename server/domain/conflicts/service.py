@@ -21,7 +21,6 @@ visibility), and a conflict row is visible only where both of its memories are.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -31,7 +30,7 @@ import asyncpg
 
 from brain.authz import Caller
 from brain.server.domain import convert
-from brain.server.domain.conflicts.detectors import Finding, Rule, compare, statement
+from brain.server.domain.conflicts.detectors import Finding, Rule, compare
 from brain.server.storage import conflicts as sql
 from brain.server.storage import memories as memory_sql
 from brain.v1 import common_pb2
@@ -49,8 +48,6 @@ STATES = {
     "applied": common_pb2.CONFLICT_STATE_APPLIED,
 }
 PROTO_TO_STATE = {v: k for k, v in STATES.items()}
-MAX_TERMS = 16
-_TERM = re.compile(r"^[\w.:'-]+$")
 
 
 def conflict(row: Any) -> common_pb2.Conflict:
@@ -99,18 +96,6 @@ def same_cell(a: Any, b: Any) -> bool:
     )
 
 
-def terms(content: str) -> list[str]:
-    """The words and values a peer must share (one is enough) to be compared lexically."""
-    said = statement(content)
-    picked = sorted(said.values, key=len, reverse=True) + sorted(said.words, key=len, reverse=True)
-    out: list[str] = []
-    for term in picked:
-        for part in re.split(r"[^\w]+", term):
-            if len(part) > 1 and _TERM.match(part) and part not in out:
-                out.append(part)
-    return out[:MAX_TERMS]
-
-
 def _newer_first(a: Any, b: Any) -> bool:
     """Whether ``a`` is the newer statement: later valid time, then later belief."""
     return (a["valid_from"], a["recorded_at"]) > (b["valid_from"], b["recorded_at"])
@@ -133,26 +118,25 @@ class Detection:
         model: str | None,
         *,
         proposal: bool,
+        slots: bool,
     ) -> list[common_pb2.Conflict]:
-        """Compare ``written`` with what the writer sees; record, apply or note each find."""
+        """Compare ``written`` with what the writer sees; record, apply or note each find.
+        ``slots``: the write asserted single-valued relations (so the graph is read too)."""
         policy = await sql.namespace_policy(conn, written["namespace"])
         if policy == "off":
             return []
         found: dict[uuid.UUID, tuple[asyncpg.Record, Finding]] = {}
         for peer in await sql.peers(
-            conn, vis, written["namespace"], written["memory_id"], terms(written["content"]),
+            conn, vis, written["namespace"], written["memory_id"], written["content"],
             vector, model,
         ):  # fmt: skip
             older, newer = (peer, written) if _newer_first(written, peer) else (written, peer)
             finding = compare(older["content"], newer["content"], float(peer["cosine"]))
             if finding is not None:
                 found[peer["memory_id"]] = (peer, finding)
-        if not proposal:
+        if slots and not proposal:
+            # The graph's word is the strongest: it names the attribute and both values.
             for peer in await sql.slot_peers(conn, vis, written["memory_id"]):
-                if peer["memory_id"] in found and found[peer["memory_id"]][1].rule != (
-                    Rule.RESTATEMENT
-                ):
-                    continue
                 detail = (
                     f"{peer['subject']} {peer['predicate']}: {peer['old_object']} -> "
                     f"{peer['new_object']}"

@@ -3,10 +3,10 @@
 from brain.server.domain.knowledge.chunking import Chunk, chunk, detect_format
 from brain.server.domain.knowledge.documents import (
     DOCUMENT_NOT_FOUND,
-    Found,
     Knowledge,
     document_not_found,
 )
+from brain.server.domain.knowledge.search import Found
 
 __all__ = [
     "DOCUMENT_NOT_FOUND",

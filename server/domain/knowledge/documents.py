@@ -13,9 +13,7 @@ import asyncio
 import hashlib
 import hmac
 import uuid
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -26,10 +24,9 @@ from brain.authz import Caller, Permission
 from brain.server.domain import convert, cursors, quotas
 from brain.server.domain import validation as check
 from brain.server.domain.knowledge import chunking, measures
-from brain.server.domain.memories import DEFAULT_PAGE_SIZE, DEFAULT_SEARCH_LIMIT, Memories
-from brain.server.domain.retrieval import lanes as retrieval
+from brain.server.domain.knowledge.search import ChunkSearch, Found
+from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories
 from brain.server.domain.retrieval.embedders import EmbedderError
-from brain.server.domain.retrieval.lanes import Corpus, FusedHit
 from brain.server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from brain.server.storage import document_tombstones as tombstones
 from brain.server.storage import knowledge as sql
@@ -38,14 +35,12 @@ from brain.v1 import common_pb2, knowledge_pb2
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_PATH_CHARS = 512
-MAX_COLLECTIONS = 16
 # Threads that chunk documents beside the event loop, shared by the process: a put never
 # blocks other calls, and at most this many documents are cut at once, whatever a client
 # cancels (a cancelled call's queued chunking never starts).
 CHUNKING_THREADS = 2
 _chunkers = ThreadPoolExecutor(CHUNKING_THREADS, thread_name_prefix="chunking")
 DOCUMENT_NOT_FOUND = "document not found"
-CHUNKS = Corpus("document_chunks", (("chunk_id", "uuid"),), sql.chunk_columns)
 
 FORMAT_FROM_PROTO = {
     knowledge_pb2.DOCUMENT_FORMAT_MARKDOWN: "markdown",
@@ -89,14 +84,6 @@ class Poke(Protocol):
     def poke(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class Found:
-    """A knowledge search's hits, best first, and which lanes ran (a ``KnowledgeLanes``)."""
-
-    hits: list[FusedHit]
-    lanes: int
-
-
 def receipt(row: asyncpg.Record) -> knowledge_pb2.Document:
     """What a key without knowledge:read learns from its own put: the version it wrote,
     never who created the document or its labels (as memories answer such keys)."""
@@ -132,18 +119,6 @@ def document_message(row: asyncpg.Record, with_content: bool = False) -> knowled
         if stamp is not None:
             getattr(d, name).CopyFrom(stamp)
     return d
-
-
-def hit_message(hit: FusedHit) -> knowledge_pb2.KnowledgeHit:
-    return knowledge_pb2.KnowledgeHit(
-        source=convert.chunk_source(hit.row),
-        content=hit.row["content"],
-        score=hit.score,
-        lexical_rank=hit.lexical_rank,
-        semantic_rank=hit.semantic_rank,
-        lexical_score=hit.lexical_score,
-        semantic_similarity=hit.semantic_similarity,
-    )
 
 
 def document_path(field: str, value: str) -> str:
@@ -183,7 +158,9 @@ class Knowledge:
 
     def __init__(self, memories: Memories) -> None:
         self.memories = memories
-        memories.knowledge = self
+        # BuildContext reads chunks through the searcher (``KnowledgeRecall``).
+        self.searching = ChunkSearch(memories)
+        memories.knowledge = self.searching
         # Set by the server: embeds the chunks a put stores (none: they stay pending).
         self.filler: Poke | None = None
         # Chunk sizes follow the embedder's window, in its own tokens where it has them.
@@ -438,74 +415,5 @@ class Knowledge:
         req: knowledge_pb2.SearchKnowledgeRequest,
         timeout_ms: int | None = None,
     ) -> Found:
-        limit = self.memories.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
-        collections = check.names("collections", req.collections, limit=MAX_COLLECTIONS)
-        return await self.recall(
-            caller, req.query, limit, collections, timeout_ms, lexical_only=req.lexical_only
-        )
-
-    async def recall(
-        self,
-        caller: Caller,
-        query_text: str,
-        limit: int,
-        collections: Sequence[str],
-        timeout_ms: int | None,
-        *,
-        lexical_only: bool = False,
-        vector: Sequence[float] | None = None,
-    ) -> Found:
-        """Ranked chunks of current documents: the memories' lanes over the chunk table, each
-        filtered by visibility and collection inside its statement before its LIMIT."""
-        query = check.query("query", query_text)
-        m = self.memories
-        lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL
-        if vector is not None:  # the caller embedded the query already (BuildContext)
-            lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
-        elif not lexical_only and m.embedder.dimension:
-            try:
-                vector = await m.query_vector(caller, query, ())
-                lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
-            except EmbedderError as exc:
-                _log.warning("query embedding failed; lexical only", error=str(exc))
-                lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE
-        n = max(limit, m.params.candidates)
-        vis = m.visibility(caller)
-        where = sql.chunk_where(vis, collections)
-        async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
-            size = await retrieval.rows_in(conn, CHUNKS, where)
-            lexical = await retrieval.bm25_lane(
-                conn, CHUNKS, vis, where, query, n, m.params, corpus_size=size
-            )
-            exact = await retrieval.bm25_lane(
-                conn, CHUNKS, vis, where, query, n, m.params, "simple", size
-            )
-            semantic: list[retrieval.LaneHit] = []
-            if vector is not None:
-                model = m.embedding_model
-                vector = await retrieval.feedback_vector(
-                    conn, vis, vector, lexical, m.params, model, CHUNKS, where
-                )
-                semantic = await retrieval.nearest_lane(
-                    conn, CHUNKS, vis, where, vector, n, m.params, model
-                )
-        fused = retrieval.fuse(lexical, semantic, limit, m.params, exact=exact, corpus=CHUNKS)
-        return Found(fused, lanes)
-
-    async def recall_chunks(
-        self,
-        caller: Caller,
-        query_text: str,
-        limit: int,
-        collections: Sequence[str],
-        timeout_ms: int | None,
-        vector: Sequence[float] | None,
-        lexical_only: bool,
-    ) -> list[FusedHit]:
-        """The chunks BuildContext mixes with memories (``KnowledgeRecall``), searched with
-        the query vector it already has."""
-        found = await self.recall(
-            caller, query_text, limit, collections, timeout_ms,
-            lexical_only=lexical_only, vector=vector,
-        )  # fmt: skip
-        return found.hits
+        """SearchKnowledge (see `search.ChunkSearch`)."""
+        return await self.searching.search(caller, req, timeout_ms)

@@ -20,6 +20,7 @@ from brain.authz import Caller
 from brain.server.domain import cursors
 from brain.server.domain import validation as check
 from brain.server.domain.conflicts.judge import Judge
+from brain.server.domain.context import Neighbours
 from brain.server.domain.convert import PROTO_TO_STATUS
 from brain.server.domain.graph.assertions import Assertions
 from brain.server.domain.graph.extraction import Extractor
@@ -168,6 +169,10 @@ class KnowledgeRecall(Protocol):
         vector: Sequence[float] | None,
         lexical_only: bool,
     ) -> list[FusedHit]: ...
+
+    async def neighbours(
+        self, caller: Caller, hits: Sequence[FusedHit], timeout_ms: int | None
+    ) -> Neighbours: ...
 
 
 class MemoryBase:

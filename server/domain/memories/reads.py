@@ -180,7 +180,9 @@ class MemoryReads(MemoryBase):
             chunks = await self.knowledge.recall_chunks(
                 caller, query, count, collections, timeout_ms, vector, lexical_only
             )
-        return context.pack(found.hits, token_budget, chunks, found.conflicts)
+            around = await self.knowledge.neighbours(caller, chunks, timeout_ms)
+            return context.pack(found.hits, token_budget, chunks, found.conflicts, around)
+        return context.pack(found.hits, token_budget, conflicts=found.conflicts)
 
     async def recall(
         self,

@@ -72,14 +72,17 @@ class MemoryWrites(MemoryBase):
         model: str | None,
         *,
         proposal: bool = False,
+        slots: bool = True,
     ) -> list[common_pb2.Conflict]:
         """What ``written`` conflicts with among the memories the caller sees; nothing for
-        a key that may not read (it is told of no other memory)."""
+        a key that may not read (it is told of no other memory). ``slots``: the write may
+        have asserted single-valued relations."""
         if not caller.has(Permission.READ.value):
             return []
         return await self.detection.run(
-            conn, caller, self.visibility(caller), written, vector, model, proposal=proposal
-        )
+            conn, caller, self.visibility(caller), written, vector, model,
+            proposal=proposal, slots=slots,
+        )  # fmt: skip
 
     async def replay(
         self, conn: asyncpg.Connection, caller: Caller, idempotency_key: str, request: Message
@@ -374,8 +377,9 @@ class MemoryWrites(MemoryBase):
                 targets = await self.lock_targets(conn, vis, supersedes, writer=caller)
                 row = await self.insert_new(conn, caller, new, targets, assertions)
                 found = await self.conflicts_of(
-                    conn, caller, row, new.embedding, new.embedding_model
-                )
+                    conn, caller, row, new.embedding, new.embedding_model,
+                    slots=any(r.cardinality == "one" for r in assertions.relations),
+                )  # fmt: skip
                 response = memory_pb2.SaveMemoryResponse(
                     memory=convert.memory(row),
                     outcome=memory_pb2.SAVE_OUTCOME_CREATED,
@@ -516,8 +520,9 @@ class MemoryWrites(MemoryBase):
                 # What it said before no longer holds: compared anew.
                 await conflicts_sql.close_open(conn, current["tenant_id"], current["memory_id"])
                 found = await self.conflicts_of(
-                    conn, caller, row, changes["embedding"], changes["embedding_model"]
-                )
+                    conn, caller, row, changes["embedding"], changes["embedding_model"],
+                    slots=GRAPH_PATH in paths,
+                )  # fmt: skip
             # The row holds fields this request did not set: a key without read sees a receipt.
             response = memory_pb2.UpdateMemoryResponse(
                 memory=convert.shown(row, caller.has(Permission.READ.value)), conflicts=found

@@ -148,7 +148,8 @@ class FusedHit:
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
-    def lanes(self) -> LaneView:
+    def lanes(self, session: str = "valid_from") -> LaneView:
+        """The lanes' view of the hit; ``session`` names the column that groups hits."""
         return LaneView(
             lexical_score=self.lexical_score,
             lexical_rank=self.lexical_rank,
@@ -156,7 +157,7 @@ class FusedHit:
             exact_rank=self.exact_rank,
             semantic_similarity=self.semantic_similarity,
             semantic_rank=self.semantic_rank,
-            session=self.row.get("valid_from"),
+            session=self.row.get(session),
         )
 
 
@@ -423,7 +424,9 @@ def fuse(
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
     items = list(fused.values())
     model = model or (params.hybrid_model if semantic else params.lexical_model)
-    features = feature_rows([item.lanes() for item in items], corpus_size or len(items))
+    features = feature_rows(
+        [item.lanes(corpus.session) for item in items], corpus_size or len(items)
+    )
     order = 1.0 / (1.0 + np.exp(-model.order_scores(features)))  # 0..1, same order
     for item, probability, learned in zip(items, model.probabilities(features), order, strict=True):
         item.relevance = float(probability)

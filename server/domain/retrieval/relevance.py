@@ -32,6 +32,8 @@ import numpy as np
 __all__ = [
     "FEATURES",
     "HYBRID_MODEL",
+    "KNOWLEDGE_HYBRID_MODEL",
+    "KNOWLEDGE_LEXICAL_MODEL",
     "LEXICAL_MODEL",
     "ORDER_FEATURES",
     "RELEVANCE_FEATURES",
@@ -226,5 +228,24 @@ HYBRID_MODEL = RelevanceModel(
     order=(0.0, 1.3929, -1.1094, 0.2171, 0.3532, 2.4055, 0.5035, -0.6997, 0.5677, 1.9388),
     weights=(1.5113, 0.0, 0.0, 0.0635, 0.0, 3.2009, 0.0, 0.0, 0.0, 0.0),
     bias=-6.8324,
+    floor=0.024,
+)
+
+# The same two models for knowledge chunks (hits of one document count as one session),
+# fitted on the dev part of the project's own question set by
+#   .venv/bin/brain-eval knowledge --folds --embedder none    (lexical)
+#   .venv/bin/brain-eval knowledge --folds                    (hybrid)
+# each printing its model under "fitted on the whole dev part"; the same runs give the
+# cross-validated (by document folds) and held-out figures of docs: Knowledge base.
+KNOWLEDGE_LEXICAL_MODEL = RelevanceModel(
+    order=(0.0, 1.9475, -1.4212, 0.9475, 0.0111, 0.0, 0.0, 0.0, 0.5444, 1.7643),
+    weights=(1.9723, 0.0, 0.0, 1.0013, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    bias=-7.6474,
+    floor=0.0182,
+)
+KNOWLEDGE_HYBRID_MODEL = RelevanceModel(
+    order=(0.0, 1.3189, -0.9253, 0.8443, -0.0149, 2.1025, 1.3682, -0.5449, 0.4312, 1.4905),
+    weights=(1.3978, 0.0, 0.0, 0.8349, 0.0, 4.0504, 0.0, 0.0, 0.0, 0.0),
+    bias=-8.2849,
     floor=0.024,
 )

@@ -1,0 +1,239 @@
+"""Knowledge search: ranked chunks, each with a calibrated relevance, and silence below a floor.
+
+A search runs the memories' lanes over the chunks of current documents (BM25 over the
+``english`` and ``simple`` text, the semantic lane with pseudo-relevance feedback), each
+filtered by visibility and collection inside its statement before its LIMIT, and fuses them
+with the same machinery (`retrieval.lanes.fuse`). Hits of one document count as one
+"session" for the order's support features.
+
+Every hit carries a relevance: the probability that it answers the query, from a logistic
+model over its own match strength (`retrieval.relevance`), fitted on chunks rather than
+conversation turns (`KNOWLEDGE_PARAMS`). A search answers only when its best hit reaches
+the floor (the request's ``min_relevance``, else the model's); otherwise it returns no
+hits and says how many were withheld (``below_floor``), as memory search does.
+
+BuildContext asks for chunks with `recall_chunks`, under the same floor, and shows each
+chosen chunk with its neighbours in the document when the budget allows (`neighbours`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import asyncpg
+import structlog
+
+from brain.authz import Caller
+from brain.server.domain import convert
+from brain.server.domain import validation as check
+from brain.server.domain.context import Neighbours
+from brain.server.domain.memories import DEFAULT_SEARCH_LIMIT, Memories
+from brain.server.domain.retrieval import lanes as retrieval
+from brain.server.domain.retrieval.embedders import EmbedderError
+from brain.server.domain.retrieval.lanes import Corpus, FusedHit, RetrievalParams
+from brain.server.domain.retrieval.relevance import KNOWLEDGE_HYBRID_MODEL, KNOWLEDGE_LEXICAL_MODEL
+from brain.server.storage import knowledge as sql
+from brain.v1 import knowledge_pb2
+
+__all__ = [
+    "CHUNKS",
+    "KNOWLEDGE_PARAMS",
+    "MAX_COLLECTIONS",
+    "ChunkObserver",
+    "ChunkSearch",
+    "ContextShape",
+    "Found",
+    "hit_message",
+]
+
+MAX_COLLECTIONS = 16
+CHUNKS = Corpus(
+    "document_chunks", (("chunk_id", "uuid"),), sql.chunk_columns, session="document_id"
+)
+# The memories' lanes and BM25 constants (b = 0 stayed best on chunks too: docs,
+# Knowledge base), with relevance models fitted on chunks.
+KNOWLEDGE_PARAMS = replace(
+    RetrievalParams(),
+    lexical_model=KNOWLEDGE_LEXICAL_MODEL,
+    hybrid_model=KNOWLEDGE_HYBRID_MODEL,
+)
+
+_log = structlog.get_logger("brain.knowledge")
+
+# Sees every fused candidate of a search before the floor and the limit, with the number of
+# chunks searched: how brain-eval fits the knowledge relevance model on what the server
+# computed.
+ChunkObserver = Callable[[list[FusedHit], int], None]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A knowledge search's hits, best first, and which lanes ran (a ``KnowledgeLanes``).
+
+    ``below_floor``: chunks withheld because none reached the relevance floor (at most the
+    search's limit); no hits and ``below_floor > 0`` means "nothing relevant enough".
+    """
+
+    hits: list[FusedHit]
+    lanes: int
+    below_floor: int = 0
+
+
+def hit_message(hit: FusedHit) -> knowledge_pb2.KnowledgeHit:
+    return knowledge_pb2.KnowledgeHit(
+        source=convert.chunk_source(hit.row),
+        content=hit.row["content"],
+        score=hit.score,
+        lexical_rank=hit.lexical_rank,
+        semantic_rank=hit.semantic_rank,
+        lexical_score=hit.lexical_score,
+        semantic_similarity=hit.semantic_similarity,
+        relevance=hit.relevance,
+    )
+
+
+@dataclass(frozen=True)
+class ContextShape:
+    """Which neighbours BuildContext may show with a chosen chunk (docs: Knowledge base,
+    for how this was measured): up to ``span`` chunks on each side, only of the hit's own
+    section when ``same_section``. They use only budget every chosen hit left over."""
+
+    span: int = 1
+    same_section: bool = True
+
+
+class ChunkSearch:
+    """SearchKnowledge and the chunks of BuildContext for an authenticated caller."""
+
+    def __init__(self, memories: Memories, params: RetrievalParams = KNOWLEDGE_PARAMS) -> None:
+        self.memories = memories
+        self.params = params
+        self.shape = ContextShape()
+        self.observer: ChunkObserver | None = None  # brain-eval only
+
+    async def search(
+        self,
+        caller: Caller,
+        req: knowledge_pb2.SearchKnowledgeRequest,
+        timeout_ms: int | None = None,
+    ) -> Found:
+        limit = self.memories.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
+        collections = check.names("collections", req.collections, limit=MAX_COLLECTIONS)
+        floor = (
+            check.unit_interval("min_relevance", req.min_relevance)
+            if req.HasField("min_relevance")
+            else None
+        )
+        return await self.recall(
+            caller, req.query, limit, collections, timeout_ms,
+            lexical_only=req.lexical_only, min_relevance=floor,
+        )  # fmt: skip
+
+    async def recall(
+        self,
+        caller: Caller,
+        query_text: str,
+        limit: int,
+        collections: Sequence[str],
+        timeout_ms: int | None,
+        *,
+        lexical_only: bool = False,
+        vector: Sequence[float] | None = None,
+        min_relevance: float | None = None,
+    ) -> Found:
+        """Ranked chunks of current documents; none when no chunk's relevance reaches
+        ``min_relevance`` (default: the relevance model's floor)."""
+        query = check.query("query", query_text)
+        m, params = self.memories, self.params
+        lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL
+        if vector is not None:  # the caller embedded the query already (BuildContext)
+            lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
+        elif not lexical_only and m.embedder.dimension:
+            try:
+                vector = await m.query_vector(caller, query, ())
+                lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
+            except EmbedderError as exc:
+                _log.warning("query embedding failed; lexical only", error=str(exc))
+                lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE
+        n = max(limit, params.candidates)
+        vis = m.visibility(caller)
+        where = sql.chunk_where(vis, collections)
+        async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            size = await retrieval.rows_in(conn, CHUNKS, where)
+            lexical = await retrieval.bm25_lane(
+                conn, CHUNKS, vis, where, query, n, params, corpus_size=size
+            )
+            exact = await retrieval.bm25_lane(
+                conn, CHUNKS, vis, where, query, n, params, "simple", size
+            )
+            semantic: list[retrieval.LaneHit] = []
+            if vector is not None:
+                model = m.embedding_model
+                vector = await retrieval.feedback_vector(
+                    conn, vis, vector, lexical, params, model, CHUNKS, where
+                )
+                semantic = await retrieval.nearest_lane(
+                    conn, CHUNKS, vis, where, vector, n, params, model
+                )
+        relevance = params.hybrid_model if semantic else params.lexical_model
+        fused = retrieval.fuse(
+            lexical, semantic, None, params, exact=exact, corpus=CHUNKS,
+            corpus_size=size, model=relevance,
+        )  # fmt: skip
+        if self.observer is not None:
+            self.observer(fused, size)
+        # As memory search: the search answers only when its best hit reaches the floor;
+        # weaker hits of an answered query still come, ranked lower.
+        floor = min_relevance
+        if floor is None:
+            floor = relevance.floor if size >= params.floor_min_rows else 0.0
+        if fused and max(h.relevance for h in fused) < floor:
+            return Found([], lanes, below_floor=min(limit, len(fused)))
+        return Found(fused[:limit], lanes)
+
+    async def recall_chunks(
+        self,
+        caller: Caller,
+        query_text: str,
+        limit: int,
+        collections: Sequence[str],
+        timeout_ms: int | None,
+        vector: Sequence[float] | None,
+        lexical_only: bool,
+    ) -> list[FusedHit]:
+        """The chunks BuildContext mixes with memories (``KnowledgeRecall``), searched with
+        the query vector it already has, under the default floor."""
+        found = await self.recall(
+            caller, query_text, limit, collections, timeout_ms,
+            lexical_only=lexical_only, vector=vector,
+        )  # fmt: skip
+        return found.hits
+
+    async def neighbours(
+        self, caller: Caller, hits: Sequence[FusedHit], timeout_ms: int | None
+    ) -> Neighbours:
+        """Each hit's neighbouring chunks as BuildContext shows them (``shape``), in
+        document order, by chunk id; read under the caller's visibility like the hits."""
+        shape = self.shape
+        if not hits or shape.span < 1:
+            return {}
+        m = self.memories
+        vis = m.visibility(caller)
+        where = sql.chunk_where(vis, ())
+        rows = [h.row for h in hits]
+        async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            near = await sql.neighbours(conn, vis, where, rows, shape.span)
+        around: dict[Any, list[asyncpg.Record]] = {}
+        for hit in rows:
+            mine = [
+                r for r in near
+                if (r["tenant_id"], r["document_id"], r["version"])
+                == (hit["tenant_id"], hit["document_id"], hit["version"])
+                and abs(r["chunk_no"] - hit["chunk_no"]) <= shape.span
+                and (not shape.same_section or r["heading_path"] == hit["heading_path"])
+            ]  # fmt: skip
+            if mine:
+                around[hit["chunk_id"]] = sorted(mine, key=lambda r: r["chunk_no"])
+        return around
