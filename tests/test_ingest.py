@@ -129,7 +129,8 @@ def test_ingest_puts_several_files_at_once_and_reports_files_and_bytes(
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
     (tmp_path / "empty.md").write_text("\n\n")
     (tmp_path / "huge.md").write_text("x" * (1024 * 1024 + 1))
-    knowledge = brain_server.running.memories.knowledge
+    knowledge = brain_server.running.knowledge
+    assert knowledge is not None
     original = knowledge.put
     state = {"now": 0, "max": 0, "calls": 0}
 

@@ -23,7 +23,7 @@ async def test_a_put_stores_chunks_the_local_model_reads_whole_with_their_headin
     tokenizer; every chunk under a heading carries it; and the same text measured in
     characters (the rule before) would have made a chunk the model cuts short (control)."""
     if brain_server.running is not None:  # in-process: its measure is the model's tokens
-        knowledge = brain_server.running.memories.knowledge
+        knowledge = brain_server.running.knowledge
         assert isinstance(knowledge, Knowledge) and knowledge.measure.limit == 254
     api = Api(channel, brain_server.mint_key(unique("win"), "w", permissions=KB))
     doc = (await put(api, "ops/handbook.md", LONG_DOC)).document
