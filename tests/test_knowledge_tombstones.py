@@ -90,12 +90,18 @@ async def test_a_deleted_documents_content_comes_back_only_when_the_put_says_so(
 
 
 async def test_a_tombstone_binds_only_keys_that_could_see_the_document(
-    brain_server: BrainServer, channel: grpc.aio.Channel
+    walled_server: BrainServer,
 ) -> None:
     """A key whose labels never covered the deleted document puts its content as any new
     content (CREATED, nothing to tell them apart): the tombstone is no existence oracle. The
     same key is held by a tombstone of its own document, and the deleting key by this one
-    (controls); a write-only key that could see the document is held too."""
+    (controls); a write-only key that could see the document is held too. The same with
+    the application's predicate off (row-level security alone)."""
+    async with walled_server.channel() as channel:
+        await tombstone_walls(walled_server, channel)
+
+
+async def tombstone_walls(brain_server: BrainServer, channel: grpc.aio.Channel) -> None:
     tenant = unique("tomb")
     hr = Api(channel, brain_server.mint_key(tenant, "hr", permissions=KB, labels=("team", "hr")))
     team = Api(channel, brain_server.mint_key(tenant, "team", permissions=KB))

@@ -87,12 +87,18 @@ async def test_document_changes_stream_in_order_with_their_kinds(
 
 
 async def test_a_key_never_gets_the_event_of_a_document_it_cannot_see(
-    brain_server: BrainServer, channel: grpc.aio.Channel
+    walled_server: BrainServer,
 ) -> None:
     """Another tenant's, another user's, another label's and another collection's documents
     (put, replaced and deleted) never reach the watcher; its own document's events do, and a
     watcher holding the other label gets that document's (controls). Without
-    include_documents a stream carries no document event at all."""
+    include_documents a stream carries no document event at all. The same with the
+    application's predicate off (row-level security alone)."""
+    async with walled_server.channel() as channel:
+        await document_event_walls(walled_server, channel)
+
+
+async def document_event_walls(brain_server: BrainServer, channel: grpc.aio.Channel) -> None:
     tenant, other = unique("wd"), unique("wd")
     alice = brain_server.mint_key(tenant, "alice", permissions=READER, user="alice")
     bob = brain_server.mint_key(tenant, "bob", permissions=READER, user="bob")
