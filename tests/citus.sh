@@ -4,10 +4,11 @@
 # Citus (default v13.2.2, the last line for PostgreSQL 15) built from source against
 # Debian's PostgreSQL 15, pgvector as deploy/external-postgres.sh builds it, a coordinator
 # and two workers on 127.0.0.1 (trust logins on loopback: a throwaway lab), the README's
-# roles, `brain-admin migrate` as brain_owner against the coordinator, the lab overlay and
-# deploy/citus/distribute.sql, then tests/citus_checks.py. With CITUS_TESTS set (pytest
-# paths), brain-server then serves as brain_server through the coordinator and those tests
-# run against it: today most fail (deploy/SCALING.md says why). Needs root; minutes.
+# roles, `brain-admin migrate` as brain_owner against the coordinator (migration 0057 takes
+# the subqueries out of three policies there), deploy/citus/distribute.sql, then
+# tests/citus_checks.py. With CITUS_TESTS set (pytest paths), brain-server then serves
+# as brain_server through the coordinator and those tests run against it: today most fail
+# (deploy/SCALING.md says why). Needs root; minutes.
 # Not part of `make test`. Everything lives in one temporary folder, removed afterwards
 # (CITUS_KEEP=1 keeps the cluster running and prints how to reach it).
 #
@@ -94,7 +95,9 @@ start_node() {  # name port
 port = $2
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$ROOT/socket'
-shared_preload_libraries = 'citus'
+shared_preload_libraries = 'citus,pg_stat_statements'
+# Which statements ran on one shard (partition_key set) and which on all (the report below).
+citus.stat_statements_track = 'all'
 # Shard moves and rebalancing use logical replication.
 wal_level = logical
 # Transactions over several workers commit by two-phase commit.
@@ -145,6 +148,7 @@ CREATE ROLE brain_server LOGIN IN ROLE brain_app NOBYPASSRLS;
 CREATE DATABASE brain OWNER brain_owner;
 SQL
     psql_on "$port" postgres brain -c "CREATE EXTENSION citus" -c "CREATE EXTENSION vector" \
+        -c "CREATE EXTENSION pg_stat_statements" \
         -c "ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF"
 done
 psql_on "$COORD" postgres brain -c "SELECT citus_set_coordinator_host('127.0.0.1', $COORD)" \
@@ -158,8 +162,7 @@ export BRAIN_PEPPER_FILE=$ROOT/pepper
 
 say "brain-admin migrate as brain_owner on the coordinator"
 "$VENV/bin/brain-admin" --database-url "$OWNER_URL" migrate
-say "the lab overlay (not the product schema) and deploy/citus/distribute.sql"
-psql_on "$COORD" brain_owner brain -f "$HERE/deploy/citus/lab-overlay.sql"
+say "deploy/citus/distribute.sql"
 psql_on "$COORD" brain_owner brain -f "$HERE/deploy/citus/distribute.sql" >/dev/null
 psql_on "$COORD" brain_owner brain -At -c \
     "SELECT count(*) FILTER (WHERE partmethod = 'h') || ' distributed, ' ||
@@ -189,7 +192,19 @@ if [ -n "${CITUS_TESTS:-}" ]; then
     BRAIN_TEST_ADMIN_DATABASE_URL=$OWNER_URL BRAIN_TEST_DATABASE_URL=$APP_URL \
         BRAIN_TEST_PEPPER_FILE=$BRAIN_PEPPER_FILE BRAIN_TEST_TARGET=127.0.0.1:$GRPC_PORT \
         BRAIN_TEST_TLS_CA=$ROOT/tls/ca.pem \
-        "$PY" -m pytest -q -p no:cacheprovider -rs $CITUS_TESTS "$@"
+        "$PY" -m pytest -q -p no:cacheprovider -rs $CITUS_TESTS "$@" || status=$?
+    say "statements of brain_server that ran on every shard (citus_stat_statements; one-shard runs: partition_key set)"
+    psql_on "$COORD" postgres brain -At -F ' | ' -c \
+        "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
+         FROM citus_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+         WHERE r.rolname = 'brain_server' AND s.partition_key IS NULL
+         ORDER BY calls DESC LIMIT 40"
+    psql_on "$COORD" postgres brain -At -c \
+        "SELECT count(*) FILTER (WHERE partition_key IS NOT NULL) || ' one-shard, ' ||
+                count(*) FILTER (WHERE partition_key IS NULL) || ' all-shard statements of brain_server'
+         FROM citus_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+         WHERE r.rolname = 'brain_server'"
+    [ "${status:-0}" -eq 0 ] || exit "$status"
 fi
 if [ "${CITUS_KEEP:-}" = 1 ]; then
     say "kept: $ROOT; owner $OWNER_URL, app $APP_URL (stop: pg_ctl -D $ROOT/<node> stop as postgres)"

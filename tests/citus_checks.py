@@ -9,6 +9,8 @@ each has a control that shows what it guards against.
    the NOTIFY the audit trigger sent before migration 0033 it cannot (PREPARE fails).
 3. Citus refuses DDL on a distributed table in a multi-statement string, one statement at a
    time it is accepted (why migrate splits).
+4. The chunk filler's claim takes due chunks of tenants on two workers; the claim of
+   migration 0035 (one locking read over every tenant) cannot run.
 """
 
 from __future__ import annotations
@@ -84,13 +86,14 @@ async def check_settings(app_dsn: str, tenants: list[str]) -> None:
     ok("SET LOCAL settings reach the workers (set_config: 0 rows)")
 
 
-async def append_function(version: str) -> str:
-    """brain_audit_append as migration ``version`` defines it."""
-    path = next(MIGRATIONS.glob(f"{version}_*.sql"))
-    sql = path.read_text()
-    body = re.search(r"CREATE (?:OR REPLACE )?FUNCTION brain_audit_append\(.*?\n\$\$;", sql, re.S)
-    assert body is not None, path
-    return body.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+def function_text(name: str, version: str | None = None) -> str:
+    """``CREATE OR REPLACE FUNCTION name`` as migration ``version`` defines it (by default
+    the last migration that does)."""
+    paths = sorted(MIGRATIONS.glob(f"{version or ''}*.sql"))
+    pattern = rf"CREATE (?:OR REPLACE )?FUNCTION {name}\(.*?\n\$\$;"
+    found = [m.group(0) for p in paths for m in [re.search(pattern, p.read_text(), re.S)] if m]
+    assert found, (name, version)
+    return found[-1].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 
 
 async def two_node_write(owner: asyncpg.Connection, tenants: list[str]) -> None:
@@ -107,7 +110,7 @@ async def check_notify(owner: asyncpg.Connection, tenants: list[str]) -> None:
     after = [await owner.fetchval(heads, t) for t in tenants]
     assert all(a == b + 1 for a, b in zip(after, before, strict=True)), (before, after)
     # Control: the trigger's pg_notify as migration 0003 sent it, on the workers.
-    await owner.execute(await append_function("0003"))
+    await owner.execute(function_text("brain_audit_append", "0003"))
     try:
         try:
             await two_node_write(owner, tenants)
@@ -116,7 +119,7 @@ async def check_notify(owner: asyncpg.Connection, tenants: list[str]) -> None:
         else:
             raise AssertionError("a NOTIFY on two workers committed: the control is wrong")
     finally:
-        await owner.execute(await append_function("0033"))
+        await owner.execute(function_text("brain_audit_append"))
     ok("a write over two workers commits, its audit chains extended (0003's NOTIFY: fails)")
 
 
@@ -135,6 +138,42 @@ async def check_ddl(owner: asyncpg.Connection) -> None:
     ok(f"DDL one statement at a time (a multi-statement string: {refused})")
 
 
+INSERT_DOCUMENT = """
+    INSERT INTO documents (tenant_id, document_id, version, namespace, collection, path, format,
+                           labels, status, content, created_by, changed_by, changed_by_key,
+                           change)
+    VALUES ($1, $2, 1, 'citus', 'docs', 'a.md', 'markdown', '{team}', 'active', 'text',
+            'citus', 'citus', 'citus', 'put')"""
+INSERT_CHUNK = """
+    INSERT INTO document_chunks (tenant_id, chunk_id, document_id, version, chunk_no,
+                                 namespace, collection, path, labels, content, line_start,
+                                 line_end, recorded_at)
+    VALUES ($1, $2, $3, 1, 0, 'citus', 'docs', 'a.md', '{team}', 'text', 1, 1,
+            now() - interval '1 hour')"""
+CLAIM = "SELECT tenant_id FROM brain_claim_chunk_embeddings(100, 60, 0, 0)"
+
+
+async def check_chunk_claim(owner: asyncpg.Connection, tenants: list[str]) -> None:
+    for tenant in tenants:
+        document = uuid.uuid4()
+        await owner.execute(INSERT_DOCUMENT, tenant, document)
+        await owner.execute(INSERT_CHUNK, tenant, uuid.uuid4(), document)
+    claimed = {str(r["tenant_id"]) for r in await owner.fetch(CLAIM)}
+    assert set(tenants) <= claimed, (tenants, claimed)
+    # Control: the claim as migration 0035 made it, one locking read over every tenant.
+    await owner.execute(function_text("brain_claim_chunk_embeddings", "0035"))
+    try:
+        try:
+            await owner.fetch(CLAIM)
+        except asyncpg.PostgresError as exc:
+            refused = str(exc)
+        else:
+            raise AssertionError("0035's claim ran on the cluster: the control is wrong")
+    finally:
+        await owner.execute(function_text("brain_claim_chunk_embeddings"))
+    ok(f"the chunk claim takes both workers' tenants (0035's claim: {refused})")
+
+
 async def main(owner_dsn: str, app_dsn: str) -> None:
     owner = await asyncpg.connect(owner_dsn)
     try:
@@ -142,6 +181,7 @@ async def main(owner_dsn: str, app_dsn: str) -> None:
         await check_settings(app_dsn, tenants)
         await check_notify(owner, tenants)
         await check_ddl(owner)
+        await check_chunk_claim(owner, tenants)
     finally:
         await owner.close()
 

@@ -305,7 +305,7 @@ async def test_filler_columns_are_behind_row_level_security_and_its_doors_are_na
     pg_cluster: PgCluster, loop_thread: LoopThread, quiet: None
 ) -> None:
     """The app role sees and changes the filler's columns (embed_after, embed_attempts) of
-    its transaction's tenant only; the filler's three functions are executable by the app
+    its transaction's tenant only; the filler's four functions are executable by the app
     role alone (not PUBLIC), and a claim never returns an erased chunk."""
     import asyncpg
 
@@ -376,7 +376,10 @@ async def test_filler_columns_are_behind_row_level_security_and_its_doors_are_na
                 "has_function_privilege('brain_app', p.oid, 'EXECUTE') AS app "
                 "FROM pg_proc p WHERE p.proname LIKE 'brain\\_%chunk\\_embedding%'"
             )
-            assert len(public) == 3
+            assert sorted(r["proname"] for r in public) == [
+                "brain_chunk_embedding_headings", "brain_claim_chunk_embeddings",
+                "brain_release_chunk_embeddings", "brain_store_chunk_embedding",
+            ]  # fmt: skip
             assert all(r["app"] and not r["pub"] for r in public)
 
 

@@ -1,9 +1,10 @@
 -- Distribute a freshly migrated Shared Brain schema on a Citus coordinator (issue 29).
 -- Run as the owner (brain_owner) after `brain-admin migrate`, once, on an empty database:
 --   psql -v ON_ERROR_STOP=1 -d brain -f deploy/citus/distribute.sql
--- Tested by tests/citus.sh (make test-citus) on Citus 13.2.2 / PostgreSQL 15, after
--- lab-overlay.sql: without it, create_distributed_table refuses the two policies that hold
--- a subquery (lexical_terms, graph_entities). See deploy/SCALING.md.
+-- Tested by tests/citus.sh (make test-citus) on Citus 13.2.2 / PostgreSQL 15. The policies
+-- distribute because migration 0057, run where Citus is installed, took the subqueries out
+-- of the three that held one (lexical_terms, graph_entities, audit_cell_events). See
+-- deploy/SCALING.md.
 --
 -- tenants and brain_schema_migrations become reference tables (a copy on every node);
 -- every other table is hash-distributed by tenant_id, co-located with memories, so a
@@ -35,7 +36,8 @@ FROM unnest(ARRAY['api_keys', 'tombstones', 'idempotency_keys', 'namespace_polic
                   'audit_events', 'audit_heads', 'tenant_quotas', 'lexical_cells',
                   'lexical_terms', 'documents', 'document_chunks', 'document_tombstones',
                   'graph_entities',
-                  'graph_mentions', 'graph_relations']) AS t
+                  'graph_mentions', 'graph_relations', 'audit_cells', 'audit_cell_events',
+                  'memory_conflicts']) AS t
 WHERE to_regclass(t) IS NOT NULL;
 DO $$
 DECLARE r record;
@@ -44,4 +46,14 @@ BEGIN
         EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I %s', r.tbl, r.conname, r.def);
     END LOOP;
 END $$;
+-- Definer functions a request calls inside its write transaction run on the tenant's worker,
+-- in the request's connection (migration 0059 says why).
+SELECT create_distributed_function(f::regprocedure, 'p_tenant', colocate_with => 'memories',
+                                   force_delegation => true)
+FROM unnest(ARRAY['brain_reserve_memories(uuid)', 'brain_reserve_documents(uuid)',
+                  'brain_pending_candidates(uuid, text)',
+                  'brain_proposals_since(uuid, text, timestamptz)',
+                  'brain_graph_entities(uuid, text[])', 'brain_graph_reopen(uuid, uuid, boolean)',
+                  'brain_graph_drop_orphans(uuid, uuid[])',
+                  'brain_reopen_superseded(uuid, uuid, timestamptz, text, text, interval)']) AS f;
 COMMIT;

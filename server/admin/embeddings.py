@@ -36,6 +36,12 @@ def register(subparsers: Any) -> None:
     p = command(group, "backfill", cmd_backfill, "embed memories stored without a vector")
     p.add_argument("--tenant", help="only this tenant (default: all)")
     p.add_argument("--batch", type=int, default=64, help="texts per embedder call")
+    p.add_argument(
+        "--reembed",
+        action="store_true",
+        help="also re-embed vectors another model made (after choosing another embedder "
+        "for the server or, with --tenant-embedder, for the tenant)",
+    )
     add_embedder_arguments(p)
     p = command(
         group,
@@ -123,7 +129,7 @@ async def cmd_backfill(ctx: Context) -> None:
     except EmbedderError as exc:
         raise UsageError(str(exc)) from exc
     if embedder.dimension == 0:
-        raise UsageError("--embedder none makes no vectors; choose local or openai")
+        raise UsageError("--embedder none makes no vectors; choose local, multilingual or openai")
     if ctx.args.batch < 1:
         raise UsageError("--batch must be at least 1")
     model = model_id(embedder)
@@ -135,6 +141,19 @@ async def cmd_backfill(ctx: Context) -> None:
                 f"holds {await embedding_dimension(conn)}; run `embeddings set-dimension` first"
             )
         where, args = await _tenant_clause(conn, ctx.args.tenant)
+        if ctx.args.reembed:
+            # Vectors of another model are cleared first, so the backfill below (which
+            # fills rows without a vector) makes them again; the semantic lane never
+            # compares another model's vectors, so a search meanwhile misses only them.
+            for table in ("memories", "document_chunks"):
+                await conn.execute(
+                    f"""UPDATE {table} m SET embedding = NULL, embedding_model = NULL
+                        WHERE m.embedding IS NOT NULL AND m.retired_at IS NULL
+                          AND m.embedding_model IS DISTINCT FROM ${len(args) + 1}
+                          AND {where}""",
+                    *args,
+                    model,
+                )
         done = await _backfill_memories(conn, embedder, model, where, args, ctx.args.batch)
         print(file=sys.stderr)
         chunks = await _backfill_chunks(conn, embedder, model, where, args, ctx.args.batch)

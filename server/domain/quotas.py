@@ -6,7 +6,6 @@ import asyncpg
 
 from brain.server.errors import ResourceExhausted
 from brain.server.storage import quotas as sql
-from brain.server.storage.quotas import DocumentQuota
 
 
 async def reserve_memories(conn: asyncpg.Connection, adding: int) -> None:
@@ -28,12 +27,17 @@ async def reserve_memories(conn: asyncpg.Connection, adding: int) -> None:
         )
 
 
-def refuse_documents(quota: DocumentQuota | None, adding: int, adding_bytes: int) -> None:
-    """Refuse a put that would take the tenant past its document quotas (``quota``, read
-    under the tenant's quota lock in the put's transaction, as ``reserve_memories`` reads
-    its own): ``adding`` documents (1 for a new one, 0 for a new version) and
-    ``adding_bytes`` of content (the new version's size less the old one's). Like the
-    memory refusal it names the limit, never how much the tenant stores."""
+async def reserve_documents(
+    conn: asyncpg.Connection, tenant_id: str, adding: int, adding_bytes: int
+) -> None:
+    """Refuse a put that would take the tenant past its document quotas: ``adding``
+    documents (1 for a new one, 0 for a new version) and ``adding_bytes`` of content (the
+    new version's size less the old one's). Called as ``reserve_memories`` is, in the
+    put's transaction right before it writes, and, like it, names the limit and never how
+    much the tenant stores."""
+    if adding <= 0 and adding_bytes <= 0:
+        return
+    quota = await sql.reserve_documents(conn, tenant_id)
     if quota is None:
         return
     limit = quota.max_documents

@@ -30,6 +30,7 @@ from brain.server.storage import conflicts as conflicts_sql
 from brain.server.storage import erasure
 from brain.server.storage import memories as sql
 from brain.server.storage import review as review_sql
+from brain.server.storage.visibility import Visibility
 from brain.v1 import memory_pb2, review_pb2
 from brain.v1.graph_pb2 import GraphDraft
 
@@ -49,6 +50,20 @@ def acts_on(caller: Caller, row: asyncpg.Record, *, review: bool) -> bool:
     if caller.has(Permission.READ.value) or row["created_by"] == caller.principal:
         return True
     return review and row["status"] == "candidate"
+
+
+async def hidden_from_reviewer(
+    conn: asyncpg.Connection, vis: Visibility, row: asyncpg.Record
+) -> bool:
+    """Whether a candidate is hidden from this review: it would supersede a memory the
+    reviewer cannot see (approving it would tell that the memory exists). Such a candidate
+    is left out of ListCandidates and answers ReviewCandidate as a random id."""
+    return (
+        row["status"] == "candidate"
+        and row["created_by"] != vis.principal  # a proposer knows what it proposed
+        and bool(row["supersedes"])
+        and not await review_sql.sees_every_target(conn, vis, row)
+    )
 
 
 @dataclass(frozen=True)
@@ -309,7 +324,11 @@ class Review:
         vis = m.visibility(caller)
         async with m.tx(caller, timeout_ms=timeout_ms) as conn:
             current = await sql.lock_current(conn, vis, memory_id)
-            if current is None or not acts_on(caller, current, review=True):
+            if (
+                current is None
+                or not acts_on(caller, current, review=True)
+                or await hidden_from_reviewer(conn, vis, current)
+            ):
                 raise memory_not_found()
             if current["status"] != "candidate":
                 raise FailedPrecondition(f"memory {req.id} is {current['status']}, not a candidate")

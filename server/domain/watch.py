@@ -7,8 +7,9 @@ worker; migration 0033). One LISTEN connection per server process (held only whi
 wakes the watchers of that tenant; a slow poll covers lost notifications and a lost
 listener. The notification carries no data a tenant could not see: each watcher then
 reads the new events in its own tenant transaction, joined to the memory (and document)
-versions they produced, through the same visibility predicate as every other read. The
-resume cursor is the audit seq.
+versions they produced, through the same visibility predicate as every other read; it
+finds them on the audit cells it may see (migration 0055), so its work never grows with
+events it cannot see. The resume cursor is the audit seq, sealed.
 """
 
 from __future__ import annotations
@@ -290,21 +291,23 @@ async def changes(
             if time.monotonic() - checked >= KEY_RECHECK_SECONDS:
                 await _ensure_key_still_valid(memories, caller)
                 checked = time.monotonic()
+            # One snapshot (a read-only transaction is repeatable read): every event up to
+            # the head is in it, so a batch that is not full brings the cursor to the head.
             async with tx() as conn:
-                end = await sql.batch_end(conn, caller.tenant_id, cursor, BATCH_EVENTS)
-                found: list[Change] = []
-                if end > cursor:
-                    found = [
-                        Change(
-                            seq=row["audit_seq"],
-                            kind=CHANGE_KIND.get(row["change"], memory_pb2.CHANGE_KIND_UNSPECIFIED),
-                            row=row,
-                            changed_at=row["changed_at"],
-                        )
-                        for row in await sql.changed_memories(conn, visibility, f, cursor, end)
-                    ]
-                if end > cursor and collections is not None:
-                    rows = await sql.changed_documents(conn, visibility, collections, cursor, end)
+                head = await sql.head_seq(conn, caller.tenant_id)
+                seqs = await sql.watch_batch(conn, visibility, cursor, head, BATCH_EVENTS)
+                rows = await sql.changed_memories(conn, visibility, f, seqs) if seqs else []
+                found = [
+                    Change(
+                        seq=row["audit_seq"],
+                        kind=CHANGE_KIND.get(row["change"], memory_pb2.CHANGE_KIND_UNSPECIFIED),
+                        row=row,
+                        changed_at=row["changed_at"],
+                    )
+                    for row in rows
+                ]
+                if seqs and collections is not None:
+                    rows = await sql.changed_documents(conn, visibility, collections, seqs)
                     found += [
                         Change(row["audit_seq"], document_kind(row), row, row["changed_at"], True)
                         for row in rows
@@ -312,7 +315,7 @@ async def changes(
                     found.sort(key=lambda c: c.seq)  # stable: an event's rows keep their order
             for change in found:
                 yield change
-            full = end - cursor >= BATCH_EVENTS
-            cursor = end
+            full = len(seqs) >= BATCH_EVENTS
+            cursor = seqs[-1] if full else max(cursor, head)
             if not full:
                 await feed.wait(woken)

@@ -1,10 +1,10 @@
 """brain-eval: turn-level retrieval quality on the LoCoMo benchmark, through the real API.
 
 The command line. ``brain-eval locomo`` runs the LoCoMo data set (`locomo`; its docstring
-tells the method), ``brain-eval knowledge`` the knowledge base's (`knowledge_eval`) and
-``brain-eval conflicts`` conflict detection and consolidation (`conflicts`). This module
-parses the flags, checks that they fit together, and turns a failure into one line and an
-exit code.
+tells the method), ``brain-eval knowledge`` the knowledge base's (`knowledge_eval`),
+``brain-eval conflicts`` conflict detection and consolidation (`conflicts`) and ``brain-eval
+multilingual`` team memories in eight languages (`multilingual`). This module parses the
+flags, checks that they fit together, and turns a failure into one line and an exit code.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import NoReturn
 import grpc
 
 from brain.authz import CommandParser, add_version_argument
-from brain.server.measure import conflicts, entities, knowledge_eval
+from brain.server.measure import conflicts, entities, knowledge_eval, multilingual
 from brain.server.measure.locomo import (
     DataError,
     Progress,
@@ -90,14 +90,35 @@ def build_parser() -> argparse.ArgumentParser:
         "hand-weighted grid, leaving one conversation out at a time (private server only; "
         "asks every question once per grid candidate)",
     )
+    p.add_argument(
+        "--learned-folds",
+        action="store_true",
+        help="--folds for the learned fusion only (refits its models; skips asking the "
+        "hand-weighted grid, about a third of the time)",
+    )
     knowledge_eval.add_parser(commands)
     conflicts.add_parser(commands)
+    multilingual.add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "multilingual":
+        logs.configure("warning")
+        try:
+            spoken = asyncio.run(multilingual.run(args))
+        except (OSError, ValueError, KeyError, StartupError) as exc:
+            _fail(str(exc), 2)
+        except grpc.aio.AioRpcError as exc:
+            _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
+        print(
+            json.dumps(spoken.as_json(), indent=2, ensure_ascii=False)
+            if args.json
+            else multilingual.format_table(spoken)
+        )
+        return
     if args.command == "knowledge":
         logs.configure("warning")
         try:
@@ -115,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail("--target needs --api-key (or BRAIN_API_KEY): a key with memories:read,write", 2)
     if args.target is not None and args.embedder is not None:
         _fail("--embedder configures the private server; a --target uses its own", 2)
-    if args.target is not None and args.folds:
+    if args.target is not None and (args.folds or args.learned_folds):
         _fail("--folds needs the private server; a --target keeps its own parameters", 2)
     args.embedder = args.embedder or args.server_default_embedder
     options = embedder_settings(args) | reranker_settings(args) | graph_extract_settings(args)
@@ -134,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
                 k=args.k,
                 concurrency=args.concurrency,
                 progress=Progress(sys.stderr),
-                folds=args.folds,
+                folds=args.folds or args.learned_folds,
+                learned_only=args.learned_folds,
                 graph=args.graph,
             )
         )

@@ -27,6 +27,7 @@ from brain.server.domain.knowledge import Knowledge
 from brain.server.domain.knowledge.filler import ChunkFiller
 from brain.server.domain.memories import Limits, Memories
 from brain.server.domain.retrieval.embedders import (
+    EMBEDDER_NAMES,
     Embedder,
     EmbedderError,
     InstrumentedEmbedder,
@@ -34,6 +35,7 @@ from brain.server.domain.retrieval.embedders import (
 )
 from brain.server.domain.retrieval.lanes import RetrievalParams
 from brain.server.domain.retrieval.rerankers import RerankerError, build_reranker
+from brain.server.domain.retrieval.routing import RoutedEmbedder, parse_tenant_embedders
 from brain.server.domain.review import Review, ReviewLimits
 from brain.server.domain.watch import close_feed
 from brain.server.edge.audit import AuditServicer
@@ -244,6 +246,7 @@ async def _serve(
     except EmbedderError as exc:
         raise StartupError(f"embedder: {exc}") from exc
     embedder = InstrumentedEmbedder(embedder)
+    tenant_embedders = await _tenant_embedders(db, settings, embedder)
     try:
         reranker = build_reranker(
             settings.reranker_url,
@@ -274,11 +277,16 @@ async def _serve(
             timeout=settings.graph_extract_timeout_seconds,
         )
     dimension = await db.embedding_dimension()
-    if embedder.dimension not in (0, dimension):
-        raise StartupError(
-            f"the {settings.embedder} embedder makes {embedder.dimension}-dimensional vectors but "
-            f"the database stores {dimension}; run `brain-admin embeddings set-dimension "
-            f"{embedder.dimension}` (then `brain-admin embeddings backfill`)"
+    for name, one in [(settings.embedder, embedder), *tenant_embedders.values()]:
+        if one.dimension not in (0, dimension):
+            raise StartupError(
+                f"the {name} embedder makes {one.dimension}-dimensional vectors but "
+                f"the database stores {dimension}; run `brain-admin embeddings set-dimension "
+                f"{one.dimension}` (then `brain-admin embeddings backfill`)"
+            )
+    if tenant_embedders:
+        embedder = RoutedEmbedder(
+            embedder, {tenant: one for tenant, (_, one) in tenant_embedders.items()}
         )
     memories = Memories(
         db,
@@ -353,7 +361,7 @@ async def _serve(
     )
     supervisor.start()
     filler = None
-    if embedder.dimension:
+    if embedder.dimension or tenant_embedders:
         filler = ChunkFiller(db.pool, embedder, memories.embedding_model)
         knowledge.filler = filler
         filler.start()
@@ -433,3 +441,34 @@ async def run(settings: Settings, ready: Callable[[], None] | None = None) -> No
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def _tenant_embedders(
+    db: Database, settings: Settings, default: Embedder
+) -> dict[str, tuple[str, Embedder]]:
+    """tenant id -> (embedder name, embedder) for ``--tenant-embedder``; the named tenants
+    must exist, and an embedder named twice is built once."""
+    try:
+        choices = parse_tenant_embedders(settings.tenant_embedders)
+    except ValueError as exc:
+        raise StartupError(f"--tenant-embedder: {exc}") from exc
+    if not choices:
+        return {}
+    built: dict[str, Embedder] = {settings.embedder: default}
+    found: dict[str, tuple[str, Embedder]] = {}
+    rows = await db.pool.fetch(
+        "SELECT tenant_id, name FROM brain_tenant_ids($1::text[])", list(choices)
+    )
+    ids = {r["name"]: str(r["tenant_id"]) for r in rows}
+    for tenant, name in choices.items():
+        if tenant not in ids:
+            raise StartupError(f"--tenant-embedder: no tenant named {tenant!r}")
+        if name not in built:
+            if name == "openai" or name not in EMBEDDER_NAMES:
+                raise StartupError(
+                    f"--tenant-embedder: {tenant}={name}: choose none, local or multilingual "
+                    "(an openai endpoint serves the whole server: --embedder openai)"
+                )
+            built[name] = InstrumentedEmbedder(build_embedder(name))
+        found[ids[tenant]] = (name, built[name])
+    return found

@@ -34,6 +34,7 @@ class Settings:
     grace_seconds: float = 10.0
     health_interval_seconds: float = 2.0
     embedder: str = "local"
+    tenant_embedders: str | None = None  # "acme=multilingual,globex=local"
     openai_url: str | None = None
     openai_model: str | None = None
     openai_api_key: str | None = None
@@ -174,8 +175,17 @@ def add_embedder_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--embedder",
         default=_env("EMBEDDER", "local"),
-        choices=["none", "local", "openai"],
-        help="none (lexical only) | local (MiniLM on CPU) | openai (BRAIN_EMBEDDER)",
+        choices=["none", "local", "multilingual", "openai"],
+        help="none (lexical only) | local (MiniLM on CPU, English) | multilingual "
+        "(multilingual-e5-small on CPU, about 100 languages) | openai (BRAIN_EMBEDDER)",
+    )
+    parser.add_argument(
+        "--tenant-embedder",
+        action="append",
+        metavar="TENANT=EMBEDDER",
+        default=None,
+        help="this tenant embeds with another of the embedders above, e.g. "
+        "acme=multilingual (repeatable; BRAIN_TENANT_EMBEDDERS=acme=multilingual,...)",
     )
     parser.add_argument(
         "--openai-url",
@@ -195,6 +205,9 @@ def embedder_settings(args: argparse.Namespace) -> dict[str, object]:
     """The Settings fields for the embedder; the API key comes only from the environment."""
     return {
         "embedder": args.embedder,
+        "tenant_embedders": ",".join(args.tenant_embedder)
+        if args.tenant_embedder
+        else _env("TENANT_EMBEDDERS"),
         "openai_url": args.openai_url,
         "openai_model": args.openai_model,
         "openai_api_key": _env("OPENAI_API_KEY"),

@@ -7,7 +7,8 @@ type in its text form (vectors, bytea as hex, timestamps), generated columns lef
 a table added by a later migration is carried without code here. Two tables never are:
 API keys (their hashes are secrets; mint new keys after a restore) and idempotency
 records (request bindings for client retries; they name a memory and hold no content).
-BM25's term statistics are not carried either: a restore counts them again from the rows.
+BM25's term statistics and the audit log's filing by visibility cell are not carried
+either: a restore derives them again from the rows.
 
 A restore writes the rows back verbatim in one transaction, with the tables' triggers
 disabled for that transaction only (they would log the restore as new writes and break
@@ -32,7 +33,14 @@ from brain.server.storage.migrate import load_migrations
 
 FORMAT = "shared-brain-backup"
 FORMAT_VERSION = 1
-NOT_BACKED_UP = ("api_keys", "idempotency_keys", "lexical_cells", "lexical_terms")
+NOT_BACKED_UP = (
+    "api_keys",
+    "idempotency_keys",
+    "lexical_cells",
+    "lexical_terms",
+    "audit_cells",
+    "audit_cell_events",
+)
 _BATCH = 500
 
 
@@ -168,6 +176,7 @@ async def restore(conn: asyncpg.Connection, pepper: bytes, lines: Iterable[str])
         if counts.get("tenants") != 1:
             raise BackupError("the backup holds no tenant row")
         await conn.execute("SELECT brain_rebuild_lexical_stats($1::uuid)", tenant_id)
+        await conn.execute("SELECT brain_rebuild_audit_cells($1::uuid)", tenant_id)
         await conn.execute(
             """SELECT brain_audit_append($1::uuid, '',
                    COALESCE(NULLIF(current_setting('brain.principal', true), ''), 'admin'),

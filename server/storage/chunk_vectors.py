@@ -1,9 +1,8 @@
 """SQL of the chunk-vector filler: claim pending chunks, store their vectors, release them.
 
-The filler serves every tenant of the database, so it goes through the three narrow
-``SECURITY DEFINER`` functions of migrations 0032, 0035 and 0040, never past row-level
-security itself.
-Each call is its own short transaction.
+The filler serves every tenant of the database, so it goes through the four narrow
+``SECURITY DEFINER`` functions of migrations 0032, 0035, 0040 and 0058, never past
+row-level security itself. Each call is its own short transaction.
 """
 
 from __future__ import annotations
@@ -39,8 +38,15 @@ async def claim(
             "SELECT * FROM brain_claim_chunk_embeddings($1, $2, $3, $4)",
             limit, lease_seconds, quiet_seconds, yield_seconds,
         )  # fmt: skip
+        paths: dict[uuid.UUID, tuple[str, ...]] = {}
+        for tenant in {r["tenant_id"] for r in rows}:  # one call per tenant (its shard)
+            for h in await conn.fetch(
+                "SELECT * FROM brain_chunk_embedding_headings($1, $2::uuid[])",
+                tenant, [r["chunk_id"] for r in rows if r["tenant_id"] == tenant],
+            ):  # fmt: skip
+                paths[h["chunk_id"]] = tuple(h["heading_path"])
     return [
-        Claimed(r["tenant_id"], r["chunk_id"], r["content"], tuple(r["heading_path"]),
+        Claimed(r["tenant_id"], r["chunk_id"], r["content"], paths.get(r["chunk_id"], ()),
                 r["embed_attempts"])
         for r in rows
     ]  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from brain.server.storage import retrieval
+from brain.server.storage import retrieval, setlocal
 from brain.server.storage.visibility import (
     Params,
     Visibility,
@@ -351,8 +351,10 @@ async def embedding_of(
 
 async def namespace_policy(conn: asyncpg.Connection, namespace: str) -> str:
     """'off', 'propose' (no policy row) or 'supersede_own'."""
-    value = await conn.fetchval(
-        "SELECT conflicts FROM namespace_policies WHERE namespace = $1", namespace
+    value = await conn.fetchval(  # the tenant named: Citus routes by it (review.py)
+        "SELECT conflicts FROM namespace_policies WHERE tenant_id = $1::uuid AND namespace = $2",
+        await setlocal.current_tenant(conn),
+        namespace,
     )
     return str(value or "propose")
 
@@ -364,6 +366,12 @@ async def reopen_superseded(
     """Every memory ``forgotten`` had superseded becomes a candidate for review again."""
     return int(
         await conn.fetchval(
-            "SELECT brain_reopen_superseded($1, $2, $3, $4, $5)", forgotten, at, by, key_id, ttl
+            "SELECT brain_reopen_superseded($1::uuid, $2, $3, $4, $5, $6)",
+            await setlocal.current_tenant(conn),
+            forgotten,
+            at,
+            by,
+            key_id,
+            ttl,
         )
     )

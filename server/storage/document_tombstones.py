@@ -16,7 +16,6 @@ from typing import Any
 
 import asyncpg
 
-from brain.server.storage.quotas import DocumentQuota
 from brain.server.storage.visibility import Params, Visibility, object_visibility
 
 
@@ -33,21 +32,20 @@ async def lock_contents(
 
 
 @dataclass(frozen=True, slots=True)
-class BeforePut:
-    """What a put checks before it writes, read in one round trip."""
+class HeldBack:
+    """The live tombstones of a put's content that bind the caller (oldest first), and the
+    put's transaction time, read in one round trip."""
 
-    held: list[uuid.UUID]  # live tombstones of its content that bind the caller, oldest first
-    quota: DocumentQuota | None  # the tenant's document quotas and usage; None: it has none
-    at: datetime  # the put's transaction time
+    tombstones: list[uuid.UUID]
+    at: datetime
 
 
-async def before_put(
+async def held_back(
     conn: asyncpg.Connection, v: Visibility, bucket: tuple[str, str, str, str], fingerprint: bytes
-) -> BeforePut:
+) -> HeldBack:
     """Once ``lock_contents`` holds the content: the live tombstones of this content in this
     collection of this bucket that bind ``v`` (it may see the documents they were left by),
-    the tenant's document quotas (``brain_reserve_documents``, migration 0042: it takes the
-    tenant's quota lock when there is one) and the clock."""
+    and the clock."""
     p = Params(*bucket, fingerprint)
     row = await conn.fetchrow(
         f"""SELECT ARRAY(
@@ -56,22 +54,11 @@ async def before_put(
                       AND t.collection = $4 AND t.fingerprint = $5 AND t.readmitted_at IS NULL
                       AND {object_visibility(v, p, "t")}
                     ORDER BY t.created_at, t.tombstone_id) AS held,
-                q.*, clock_timestamp() AS at
-            FROM (SELECT 1) one
-            LEFT JOIN LATERAL (SELECT *, true AS quota FROM brain_reserve_documents()) q
-              ON true""",
+                clock_timestamp() AS at""",
         *p.values,
     )
     assert row is not None
-    quota = None
-    if row["quota"]:
-        quota = DocumentQuota(
-            max_documents=row["max_documents"],
-            max_document_bytes=row["max_document_bytes"],
-            documents=row["documents"],
-            document_bytes=row["document_bytes"],
-        )
-    return BeforePut(list(row["held"]), quota, row["at"])
+    return HeldBack(list(row["held"]), row["at"])
 
 
 async def readmit(conn: asyncpg.Connection, v: Visibility, ids: list[uuid.UUID], by: str) -> None:

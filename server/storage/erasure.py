@@ -32,7 +32,8 @@ async def live_tombstones(
     p = Params(namespace, user_id, session_id, fingerprint)
     rows = await conn.fetch(
         f"""SELECT t.tombstone_id FROM tombstones t
-            WHERE t.namespace = $1 AND t.user_id = $2 AND t.session_id = $3
+            WHERE t.tenant_id = {p.add(v.tenant_id)}::uuid
+              AND t.namespace = $1 AND t.user_id = $2 AND t.session_id = $3
               AND t.fingerprint = $4 AND t.readmitted_at IS NULL
               AND EXISTS (SELECT 1 FROM memories m
                           WHERE m.tenant_id = t.tenant_id AND m.memory_id = t.memory_id

@@ -11,6 +11,8 @@ from typing import Any
 
 import asyncpg
 
+from brain.server.storage import setlocal
+
 from .memories import RANKING_COLUMNS, RowFilter, TimeCoords, filter_predicate, time_predicate
 from .visibility import (
     Params,
@@ -61,7 +63,11 @@ def relation_time(t: TimeCoords, p: Params, alias: str) -> str:
 
 async def entity_ids(conn: asyncpg.Connection, names: Sequence[str]) -> dict[str, uuid.UUID]:
     """Ids of these normalised names in the caller's tenant (created when missing)."""
-    rows = await conn.fetch("SELECT * FROM brain_graph_entities($1::text[])", sorted(set(names)))
+    rows = await conn.fetch(
+        "SELECT * FROM brain_graph_entities($1::uuid, $2::text[])",
+        await setlocal.current_tenant(conn),
+        sorted(set(names)),
+    )
     return {r["name_norm"]: r["entity_id"] for r in rows}
 
 
@@ -191,7 +197,12 @@ async def close_predecessors(
 
 async def reopen(conn: asyncpg.Connection, memory_id: uuid.UUID, *, closed: bool) -> None:
     """Undo the closes the memory made, and with ``closed`` those of its own facts."""
-    await conn.execute("SELECT brain_graph_reopen($1, $2)", memory_id, closed)
+    await conn.execute(
+        "SELECT brain_graph_reopen($1::uuid, $2, $3)",
+        await setlocal.current_tenant(conn),
+        memory_id,
+        closed,
+    )
 
 
 async def retire_memory(
@@ -243,7 +254,11 @@ async def erase_memory(conn: asyncpg.Connection, tenant_id: Any, memory_id: uuid
     )
     entities.update(r["entity_id"] for r in rows)
     if entities:
-        await conn.execute("SELECT brain_graph_drop_orphans($1::uuid[])", sorted(entities))
+        await conn.execute(
+            "SELECT brain_graph_drop_orphans($1::uuid, $2::uuid[])",
+            await setlocal.current_tenant(conn),
+            sorted(entities),
+        )
 
 
 # -- reads -------------------------------------------------------------------------

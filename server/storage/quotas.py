@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from brain.server.storage import setlocal
+
 
 @dataclass(frozen=True)
 class MemoryQuota:
@@ -18,7 +20,10 @@ async def reserve_memories(conn: asyncpg.Connection) -> MemoryQuota | None:
 
     With a quota set this holds the tenant's quota lock until the transaction ends, so
     the count stays true until this write commits (see migration 0009)."""
-    row = await conn.fetchrow("SELECT max_memories, used FROM brain_reserve_memories()")
+    row = await conn.fetchrow(
+        "SELECT max_memories, used FROM brain_reserve_memories($1::uuid)",
+        await setlocal.current_tenant(conn),
+    )
     if row is None:
         return None
     return MemoryQuota(limit=row["max_memories"], used=row["used"])
@@ -30,3 +35,18 @@ class DocumentQuota:
     max_document_bytes: int | None
     documents: int
     document_bytes: int
+
+
+async def reserve_documents(conn: asyncpg.Connection, tenant_id: str) -> DocumentQuota | None:
+    """The tenant's document quotas and current usage, or None when it has none; with a
+    quota set, holds the tenant's document quota lock until the transaction ends
+    (migration 0042). ``tenant_id`` is the transaction's own (the function refuses others)."""
+    row = await conn.fetchrow("SELECT * FROM brain_reserve_documents($1::uuid)", tenant_id)
+    if row is None:
+        return None
+    return DocumentQuota(
+        max_documents=row["max_documents"],
+        max_document_bytes=row["max_document_bytes"],
+        documents=row["documents"],
+        document_bytes=row["document_bytes"],
+    )

@@ -1,6 +1,8 @@
 """The SQL of the retrieval lanes: BM25 over a tsvector, the lexical lanes' term
 statistics and candidates, nearest neighbours over the HNSW index, and the counts they
-need. The domain (``domain/retrieval/lanes.py``) decides what to read and how to rank it;
+need. Queries are read by the same pipeline as stored text, ``brain_tsv`` (migration
+0050: unspaced scripts as character bigrams, each language's function words removed).
+The domain (``domain/retrieval/lanes.py``) decides what to read and how to rank it;
 every statement here puts the caller's visibility, status and time predicates inside it,
 before its LIMIT, so a crowded bucket cannot starve a lane.
 """
@@ -118,7 +120,7 @@ async def bm25_rows(
     sql = f"""
         WITH terms AS (
             SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS tq
-            FROM unnest(tsvector_to_array(to_tsvector({cfg}, $1))) AS lexeme
+            FROM unnest(tsvector_to_array(brain_tsv({cfg}, $1))) AS lexeme
             {"WHERE " + content_word("lexeme") if config == "simple" else ""}
         ),
         -- Document frequency per term, counted up to the cap: a term in more rows than
@@ -166,7 +168,9 @@ async def bm25_rows(
             ORDER BY score DESC
             LIMIT {p.add(limit)}
         )
-        SELECT {corpus.columns(v, p)}, s.score
+        SELECT {corpus.columns(v, p)}, s.score,
+               (SELECT sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))) FROM df, corpus c) AS mass,
+               (SELECT c.n FROM corpus c) AS n
         FROM scored s JOIN {table} m USING (tenant_id, {keys})
         ORDER BY s.score DESC, {m_keys}"""
     return list(await conn.fetch(sql, *p.values))
@@ -187,9 +191,9 @@ async def term_statistics(
         ),
         terms AS (
             SELECT 'english'::text AS config, l AS lexeme
-            FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) l
+            FROM unnest(tsvector_to_array(brain_tsv('english'::regconfig, $1))) l
             UNION ALL SELECT 'simple', l
-            FROM unnest(tsvector_to_array(to_tsvector('simple'::regconfig, $1))) l
+            FROM unnest(tsvector_to_array(brain_tsv('simple'::regconfig, $1))) l
             WHERE {content_word("l")}
             UNION ALL SELECT 'english', '' UNION ALL SELECT 'simple', ''
         )
@@ -220,6 +224,7 @@ class LanePlan:
     weights: tuple[tuple[str, float], ...]
     over_budget: bool = False
     pair: str = ""
+    mass: float = 0.0  # the IDF of every query term, matched or not (see relevance: coverage)
 
 
 async def candidate_rows(

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
+from brain.server.storage import setlocal
 from brain.server.storage.memories import memory_columns
 from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 
@@ -29,11 +30,12 @@ async def pending_in_namespace(conn: asyncpg.Connection, tenant_id: str, namespa
 
 
 async def proposals_since(conn: asyncpg.Connection, key_id: str, since: datetime) -> int:
-    """Proposals this key made since ``since``, reviewed or not (first versions persist)."""
+    """Proposals this key made since ``since``, reviewed or not (first versions persist),
+    also those it can no longer see; only the transaction's own key may be counted
+    (a definer function, migration 0056)."""
     value: int = await conn.fetchval(
-        """SELECT count(*) FROM memories
-           WHERE changed_by_key = $1 AND version = 1 AND change = 'propose'
-             AND recorded_at > $2""",
+        "SELECT brain_proposals_since($1::uuid, $2, $3)",
+        await setlocal.current_tenant(conn),
         key_id,
         since,
     )
@@ -68,6 +70,36 @@ async def pending_duplicate(
     )
 
 
+def every_target_visible(v: Visibility, p: Params, alias: str = "m") -> str:
+    """SQL boolean over a candidate ``alias``: ``v`` sees every memory it would supersede.
+
+    A reviewer who cannot see a target must not be able to learn that it exists, as its
+    approval would tell (``supersedes: memory not found``): to such a reviewer the
+    candidate is not in the review queue and not reviewable."""
+    tenant = p.add(v.tenant_id)
+    return f"""NOT EXISTS (
+        SELECT 1 FROM unnest({alias}.supersedes) AS t (id)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM memories x
+            WHERE x.tenant_id = {tenant}::uuid AND x.memory_id = t.id
+              AND x.retired_at IS NULL AND {visibility_predicate(v, p, "x")}))"""
+
+
+async def sees_every_target(
+    conn: asyncpg.Connection, v: Visibility, candidate: asyncpg.Record
+) -> bool:
+    """Whether ``v`` sees every memory ``candidate`` would supersede."""
+    p = Params(candidate["memory_id"])
+    return bool(
+        await conn.fetchval(
+            f"""SELECT {every_target_visible(v, p)} FROM memories m
+                WHERE m.tenant_id = {p.add(v.tenant_id)}::uuid AND m.memory_id = $1
+                  AND m.retired_at IS NULL""",
+            *p.values,
+        )
+    )
+
+
 async def candidates_page(
     conn: asyncpg.Connection,
     v: Visibility,
@@ -75,13 +107,15 @@ async def candidates_page(
     after: uuid.UUID | None,
     limit: int,
 ) -> list[asyncpg.Record]:
-    """Pending, unexpired candidates, newest first."""
+    """Pending, unexpired candidates, newest first: the caller's own, and others' whose
+    every supersede target it sees (``every_target_visible``)."""
     p = Params()
     clauses = [
         "m.status = 'candidate'",
         "m.retired_at IS NULL",
         "m.candidate_expires_at > now()",
         visibility_predicate(v, p),
+        f"(m.created_by = {p.add(v.principal)} OR {every_target_visible(v, p)})",
     ]
     if proposed_by:
         clauses.append(f"m.created_by = {p.add(proposed_by)}")
@@ -106,8 +140,11 @@ async def readmit_tombstone(conn: asyncpg.Connection, tombstone_id: uuid.UUID, b
 
 
 async def namespace_policy(conn: asyncpg.Connection, namespace: str) -> asyncpg.Record | None:
+    """The namespace's review policy. The tenant is named (RLS adds it too, but Citus's
+    planner routes a statement to one shard only by a tenant it can see)."""
     return await conn.fetchrow(
         "SELECT review_required, candidate_ttl, max_pending FROM namespace_policies "
-        "WHERE namespace = $1",
+        "WHERE tenant_id = $1::uuid AND namespace = $2",
+        await setlocal.current_tenant(conn),
         namespace,
     )

@@ -49,3 +49,11 @@ async def set_local(conn: asyncpg.Connection, settings: Mapping[str, str]) -> No
     """Set ``settings`` for the rest of the current transaction, in one round trip."""
     if settings:
         await conn.execute(statements(settings))  # no arguments: the simple-query protocol
+
+
+async def current_tenant(conn: asyncpg.Connection) -> str | None:
+    """The tenant this transaction was opened for (``brain.tenant_id``), to pass to a
+    definer function as its tenant argument: on Citus a call whose tenant is a parameter
+    runs where the tenant's shard is (migration 0059)."""
+    value: str | None = await conn.fetchval("SELECT brain_current_tenant()::text")
+    return value

@@ -113,6 +113,19 @@ def cell_predicate(v: Visibility, p: Params, alias: str = "c") -> str:
     return object_visibility(v, p, alias)
 
 
+def audit_cell_predicate(v: Visibility, p: Params, alias: str = "c") -> str:
+    """SQL boolean over an ``audit_cells`` row (migration 0055) of kind 'object': whether
+    ``v`` sees the objects filed there — the object rule, and a cell of proposals never
+    admitted only for its proposer and for reviewers, as ``visibility_predicate`` reads a
+    head."""
+    if not v.app_filter:
+        return "TRUE"
+    rule = object_visibility(v, p, alias)
+    if v.may_review:
+        return rule
+    return f"({rule} AND {alias}.proposer IN ('', {p.add(v.principal)}))"
+
+
 def _scope_rule(v: Visibility, p: Params, a: str) -> str:
     """The key's tenant and confinement, and the request's scope."""
     c, s = v.confinement, v.scope

@@ -199,21 +199,22 @@ class Knowledge:
         content was never there). RESOURCE_EXHAUSTED past the tenant's document quotas."""
         await tombstones.lock_contents(conn, caller.tenant_id, where, [fingerprint])
         vis = self.memories.visibility(caller)
-        found = await tombstones.before_put(conn, vis, where, fingerprint)
-        if found.held and not req.readmit_tombstoned:
+        held = await tombstones.held_back(conn, vis, where, fingerprint)
+        if held.tombstones and not req.readmit_tombstoned:
             raise FailedPrecondition(
                 f"content: a document with this content was deleted from collection "
-                f"{where[3]} in this bucket (tombstone {found.held[0]}); to put it back, set "
-                "readmit_tombstoned on the put (brain ingest --readmit-tombstoned)"
+                f"{where[3]} in this bucket (tombstone {held.tombstones[0]}); to put it back, "
+                "set readmit_tombstoned on the put (brain ingest --readmit-tombstoned)"
             )
-        quotas.refuse_documents(
-            found.quota,
+        await quotas.reserve_documents(
+            conn,
+            caller.tenant_id,
             adding=1 if current is None else 0,
             adding_bytes=len(req.content.encode()) - (current["size_bytes"] if current else 0),
         )
-        if found.held:
-            await tombstones.readmit(conn, vis, found.held, caller.principal)
-        return found.at
+        if held.tombstones:
+            await tombstones.readmit(conn, vis, held.tombstones, caller.principal)
+        return held.at
 
     async def refuse_unreviewed(
         self, conn: asyncpg.Connection, caller: Caller, namespace: str

@@ -30,6 +30,7 @@ import structlog
 
 from brain.server.domain.knowledge.measures import embedding_text
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError
+from brain.server.domain.retrieval.routing import per_tenant
 from brain.server.storage import chunk_vectors as sql
 from brain.server.telemetry import metrics
 
@@ -124,11 +125,27 @@ class ChunkFiller:
         return True
 
     async def embed_and_store(self, claimed: list[sql.Claimed]) -> None:
-        """Embed and store ``claimed``; a failing embedder gives them back with backoff."""
+        """Embed and store ``claimed``, each tenant's chunks with its embedder (see
+        `routing`); a failing embedder gives them back with backoff."""
+        routes = per_tenant(self.embedder, self.model, [c.tenant_id for c in claimed])
+        for tenant, (embedder, model) in routes.items():
+            await self._embed_and_store(
+                embedder, model, [c for c in claimed if str(c.tenant_id) == tenant]
+            )
+
+    async def _embed_and_store(
+        self, embedder: Embedder, model: str | None, claimed: list[sql.Claimed]
+    ) -> None:
         s = self.settings
+        if embedder.dimension == 0:  # a tenant without vectors: nothing to fill
+            await sql.release(
+                self.pool, claimed, failed=True,
+                base_seconds=s.retry_max_seconds, max_seconds=s.retry_max_seconds,
+            )  # fmt: skip
+            return
         try:
             texts = [embedding_text(c.heading_path, c.content) for c in claimed]
-            vectors = await self.embedder.embed(texts)
+            vectors = await embedder.embed(texts)
         except EmbedderError as exc:
             self._failed(exc, "embedder", len(claimed))
             await sql.release(
@@ -136,7 +153,7 @@ class ChunkFiller:
                 base_seconds=s.retry_base_seconds, max_seconds=s.retry_max_seconds,
             )  # fmt: skip
             return
-        stored = await sql.store(self.pool, claimed, vectors, self.model)
+        stored = await sql.store(self.pool, claimed, vectors, model)
         self._failures = 0
         metrics.CHUNK_EMBEDDINGS.labels("stored").inc(stored)
         # Retired or erased while the embedder ran: no vector for text that is gone.

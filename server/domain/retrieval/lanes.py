@@ -38,6 +38,7 @@ import numpy as np
 from brain.server.domain.graph.assertions import query_names
 from brain.server.domain.retrieval.relevance import (
     HYBRID_MODEL,
+    HYBRID_MODELS,
     LEXICAL_MODEL,
     LaneView,
     RelevanceModel,
@@ -74,6 +75,7 @@ __all__ = [
     "feedback_vector",
     "fuse",
     "graph_lane",
+    "hybrid_model",
     "lexical_lane",
     "lexical_lanes",
     "memory_where",
@@ -123,16 +125,34 @@ class RetrievalParams:
     # returns only hits at or above the model's floor unless the request sets its own.
     lexical_model: RelevanceModel = LEXICAL_MODEL
     hybrid_model: RelevanceModel = HYBRID_MODEL
-    # Below this many rows in view a term's rarity says little (in a bucket of three notes
-    # that all say "alpha", "alpha" is common yet every note is relevant): the default
-    # floor is off there. LoCoMo's buckets (about 550 turns) are well above it.
+    # The default floor applies once the lexical lanes ran over this many rows. A memory
+    # search's N counts at least `prior_rows`, so it always applies there, except to a
+    # semantic-only search (no lexical lane: it keeps its similarity floor); knowledge
+    # search counts its chunks as they are. Measured in docs (Retrieval, Languages): the
+    # floor off under 50 memories left 0-6% of unanswerable questions silent in buckets
+    # of eight.
     floor_min_rows: int = 50
+    # BM25 counts at least this many rows (N in the IDF and in the features' rare-term
+    # unit): in a bucket of three notes that all say "alpha", "alpha" is not common, just
+    # unseen elsewhere yet, so every note is found. LoCoMo's buckets (about 550 turns) are
+    # well above it.
+    prior_rows: int = 50
+
+
+def hybrid_model(params: RetrievalParams, embedding_model: str | None) -> RelevanceModel:
+    """The hybrid relevance model for vectors of ``embedding_model`` (``name:model``): the
+    one fitted with that embedder, unless ``params`` carry a model of their own."""
+    embedder = (embedding_model or "").split(":", 1)[0]
+    if params.hybrid_model is HYBRID_MODEL and embedder in HYBRID_MODELS:
+        return HYBRID_MODELS[embedder]
+    return params.hybrid_model
 
 
 @dataclass
 class LaneHit:
     row: asyncpg.Record
     score: float
+    coverage: float = 0.0  # lexical lanes: score / the query's whole IDF mass, at most 1
 
 
 @dataclass
@@ -145,6 +165,7 @@ class FusedHit:
     semantic_similarity: float = 0.0
     exact_rank: int = 0
     exact_score: float = 0.0
+    coverage: float = 0.0
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
@@ -158,6 +179,7 @@ class FusedHit:
             semantic_similarity=self.semantic_similarity,
             semantic_rank=self.semantic_rank,
             session=self.row.get(session),
+            coverage=self.coverage,
         )
 
 
@@ -197,7 +219,18 @@ async def bm25_lane(
         rows = await sql.bm25_rows(
             conn, corpus, v, where, query, limit, bm25(params), config, corpus_size
         )
-    return [LaneHit(row=r, score=float(r["score"])) for r in rows]
+    return [
+        LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], r["mass"], r["n"]))
+        for r in rows
+    ]
+
+
+def share(score: float, mass: float, n: float) -> float:
+    """How much of the query's IDF mass a hit's BM25 score covers, 0..1; the mass counts
+    as at least one rare term's weight (a term in one row of ``n``), so a query of common
+    words alone covers little however many of them a hit holds."""
+    rare = math.log1p((max(float(n), 1.0) - 0.5) / 1.5)
+    return min(1.0, float(score) / max(float(mass or 0.0), rare)) if rare > 0 else 0.0
 
 
 def bm25(params: RetrievalParams) -> sql.Bm25:
@@ -240,27 +273,33 @@ async def lexical_lanes(
         plan_lane(c, [(r["lexeme"], r["df"], r["len"]) for r in stats if r["config"] == c], params)
         for c in TSVECTORS
     ]  # fmt: skip
-    searched = max(plan.n for plan in plans)
+    searched = int(max(plan.n for plan in plans))
     plans = [plan for plan in plans if plan.weights]
     if not plans:
-        return LexicalHits([], [], 0)
+        return LexicalHits([], [], searched)
     with metrics.lane("lexical"):
         rows, crowded = await sql.candidate_rows(conn, v, plans, f, t, limit, bm25(params))
         for plan in crowded:  # rare: unspecific lanes drawing different terms
             alone, _ = await sql.candidate_rows(conn, v, [plan], f, t, limit, bm25(params))
             rows = [r for r in rows if r["lane"] != plan.config] + alone
     lanes: dict[str, list[LaneHit]] = {"english": [], "simple": []}
+    plan_of = {plan.config: plan for plan in plans}
     for r in rows:
-        lanes[r["lane"]].append(LaneHit(row=r, score=float(r["score"])))
-    # N goes with hits only: a search that matched nothing lexically fuses as it always has.
-    return LexicalHits(lanes["english"], lanes["simple"], int(searched) if rows else 0)
+        plan = plan_of[r["lane"]]
+        lanes[r["lane"]].append(
+            LaneHit(row=r, score=float(r["score"]), coverage=share(r["score"], plan.mass, plan.n))
+        )
+    # N also when nothing matched: the relevance floor then still applies (issue 34: a
+    # query whose words no memory holds used to switch it off). Fusion is unchanged: N
+    # only scales lexical scores, and there are none.
+    return LexicalHits(lanes["english"], lanes["simple"], searched)
 
 
 @dataclass(frozen=True)
 class LexicalHits:
     english: list[LaneHit]
     simple: list[LaneHit]
-    searched_rows: int  # N, the current active rows the caller may see; 0 without hits
+    searched_rows: int  # N, the current active rows the caller may see
 
 
 def plan_lane(
@@ -268,8 +307,9 @@ def plan_lane(
 ) -> LanePlan:
     """The lane's plan from (lexeme, df, total length) of each query term in the cells the
     caller may see, lexeme '' giving the row count and total length."""
-    n, total = next(((df, length) for lexeme, df, length in stats if lexeme == ""), (0.0, 0.0))
-    avgdl = total / n if n > 0 else 1.0
+    rows, total = next(((df, length) for lexeme, df, length in stats if lexeme == ""), (0.0, 0.0))
+    avgdl = total / rows if rows > 0 else 1.0
+    n = max(rows, float(params.prior_rows)) if rows > 0 else 0.0
     terms = sorted((df, lexeme) for lexeme, df, _ in stats if lexeme and df > 0)
     budget = params.lexical_df_cap
     drawn: list[str] = []
@@ -281,11 +321,13 @@ def plan_lane(
     over_budget = bool(terms) and terms[0][0] > budget
     common = over_budget and terms[0][0] * 20 > n
     weights = tuple((lexeme, math.log(1 + (n - df + 0.5) / (df + 0.5))) for df, lexeme in terms)
+    # Every query term's weight, those no row holds at the rarest: what a hit could match.
+    mass = sum(math.log(1 + (n - df + 0.5) / (df + 0.5)) for lexeme, df, _ in stats if lexeme)
     draw = " | ".join(quote_lexeme(lexeme) for lexeme in drawn)
     pair = ""
     if over_budget and not common and len(terms) > 1:
         pair = f"{quote_lexeme(terms[0][1])} & {quote_lexeme(terms[1][1])}"
-    return LanePlan(config, n, avgdl, draw, common, weights, over_budget, pair)
+    return LanePlan(config, n, avgdl, draw, common, weights, over_budget, pair, mass)
 
 
 def quote_lexeme(lexeme: str) -> str:
@@ -293,9 +335,18 @@ def quote_lexeme(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-async def corpus_size(conn: asyncpg.Connection, v: Visibility, f: RowFilter, t: TimeCoords) -> int:
-    """How many memories the search runs over: N in BM25's inverse document frequency."""
-    return await rows_in(conn, MEMORIES, memory_where(v, f, t))
+async def corpus_size(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    f: RowFilter,
+    t: TimeCoords,
+    params: RetrievalParams | None = None,
+) -> int:
+    """N in BM25's inverse document frequency: how many memories the search runs over, at
+    least ``prior_rows`` (when any)."""
+    rows = await rows_in(conn, MEMORIES, memory_where(v, f, t))
+    prior = (params or RetrievalParams()).prior_rows
+    return max(rows, prior) if rows else 0
 
 
 async def semantic_lane(
@@ -418,6 +469,7 @@ def fuse(
             item.score += weight * norm
             if kind == "lexical":
                 item.lexical_rank, item.lexical_score = rank, hit.score
+                item.coverage = hit.coverage
             elif kind == "exact":
                 item.exact_rank, item.exact_score = rank, hit.score
             elif kind == "semantic":

@@ -38,6 +38,10 @@ class QueryVectors:
         if cached is not None:
             self._cache.move_to_end(key)
             return list(cached)
+        # A per-tenant embedder is resolved here, in the caller's request: the batch
+        # drains in a task of its own.
+        resolve = getattr(embedder, "resolve", None)
+        embedder = resolve() if resolve is not None else embedder
         batcher = self._batchers.get(id(embedder))
         if batcher is None or batcher.embedder is not embedder:
             batcher = self._batchers[id(embedder)] = _Batcher(embedder, self.max_batch)
@@ -75,7 +79,9 @@ class _Batcher:
             for key in batch:
                 del self.pending[key]
             try:
-                vectors = await self.embedder.embed([text for _, text in batch])
+                # A model that reads queries its own way (e5's "query: ") says so.
+                embed = getattr(self.embedder, "embed_queries", self.embedder.embed)
+                vectors = await embed([text for _, text in batch])
             except EmbedderError as exc:
                 for future in batch.values():
                     _fail(future, exc)

@@ -22,33 +22,37 @@ END
 $$;
 REVOKE ALL ON FUNCTION brain_documents_used(uuid) FROM PUBLIC;
 
--- Called in a put's own transaction before it stores a version. As for memories (0009):
--- with a quota set it takes a per-tenant transaction lock first, so concurrent puts are
--- counted one after another and cannot overshoot together, and it counts the whole
--- tenant, not only what the caller's key may see (a confined key must not undercount).
--- No row back: the tenant has no document quota.
-CREATE FUNCTION brain_reserve_documents()
+-- Called in a put's own transaction before it stores a version. As for memories (0009,
+-- and 0059's tenant argument): with a quota set it takes a per-tenant transaction lock
+-- first, so concurrent puts are counted one after another and cannot overshoot together,
+-- and it counts the whole tenant, not only what the caller's key may see (a confined key
+-- must not undercount). It answers only for the transaction's own tenant; no row back: the
+-- tenant has no document quota. Its tenant is an argument, so on Citus the call runs on
+-- the tenant's shard (deploy/citus/distribute.sql).
+CREATE FUNCTION brain_reserve_documents(p_tenant uuid)
 RETURNS TABLE (max_documents bigint, max_document_bytes bigint, documents bigint,
                document_bytes bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public
 AS $$
 DECLARE
-    v_tenant uuid := brain_current_tenant();
     v_max bigint;
     v_max_bytes bigint;
 BEGIN
-    SELECT q.max_documents, q.max_document_bytes INTO v_max, v_max_bytes
-    FROM tenant_quotas q WHERE q.tenant_id = v_tenant;
-    IF v_tenant IS NULL OR (v_max IS NULL AND v_max_bytes IS NULL) THEN
+    IF p_tenant IS NULL OR p_tenant IS DISTINCT FROM brain_current_tenant() THEN
         RETURN;
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended('brain.quota.documents/' || v_tenant, 0));
+    SELECT q.max_documents, q.max_document_bytes INTO v_max, v_max_bytes
+    FROM tenant_quotas q WHERE q.tenant_id = p_tenant;
+    IF v_max IS NULL AND v_max_bytes IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('brain.quota.documents/' || p_tenant, 0));
     RETURN QUERY SELECT v_max, v_max_bytes, u.documents, u.document_bytes
-                 FROM brain_documents_used(v_tenant) u;
+                 FROM brain_documents_used(p_tenant) u;
 END
 $$;
-REVOKE ALL ON FUNCTION brain_reserve_documents() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION brain_reserve_documents() TO brain_app;
+REVOKE ALL ON FUNCTION brain_reserve_documents(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION brain_reserve_documents(uuid) TO brain_app;
 
 -- Setting a quota stays one admin event in the tenant's audit chain, now naming every
 -- limit that is set (memories always, as before; the document limits when set).
