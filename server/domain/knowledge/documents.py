@@ -163,24 +163,37 @@ class Knowledge:
         memories.knowledge = self.searching
         # Set by the server: embeds the chunks a put stores (none: they stay pending).
         self.filler: Poke | None = None
-        # Chunk sizes follow the embedder's window, in its own tokens where it has them.
-        self.measure = measures.measure_for(memories.embedder)
+        # How chunks are sized, by embedder (a tenant may have its own: routing.py).
+        self._measures: dict[int, measures.Measure] = {}
+
+    @property
+    def measure(self) -> measures.Measure:
+        """How the chunks of the request being served are sized: by its tenant's embedder's
+        window, in that model's own tokens where the server can count them."""
+        embedder = self.memories.embedder
+        resolve = getattr(embedder, "resolve", None)  # RoutedEmbedder: the caller's tenant's
+        if callable(resolve):
+            embedder = resolve()
+        found = self._measures.get(id(embedder))
+        if found is None:
+            found = self._measures[id(embedder)] = measures.measure_for(embedder)
+        return found
 
     async def prepared(self, content: str, fmt: str) -> tuple[list[chunking.Chunk], bytes]:
         """The document's chunks and its content's fingerprint, made on a chunking thread
         (never on the event loop); INVALID_ARGUMENT naming ``content`` when its structure
         exceeds the limits."""
         loop = asyncio.get_running_loop()
-        pepper = self.memories.pepper
+        pepper, measure = self.memories.pepper, self.measure
         try:
-            return await loop.run_in_executor(
-                _chunkers, _prepare, content, fmt, self.measure, pepper
-            )
+            return await loop.run_in_executor(_chunkers, _prepare, content, fmt, measure, pepper)
         except chunking.TooComplex as exc:
             raise InvalidArgument("content", str(exc)) from exc
         except EmbedderError as exc:  # the tokenizer cannot load: nor can the model
             _log.warning("cannot count tokens; chunks sized in characters", error=str(exc))
-            self.measure = measures.Characters()
+            for key, known in self._measures.items():
+                if known is measure:
+                    self._measures[key] = measures.Characters()
             return await self.prepared(content, fmt)
 
     async def checked(
