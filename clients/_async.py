@@ -33,6 +33,7 @@ from brain.clients._base import (
     is_position_marker,
 )
 from brain.clients._conflicts import AsyncConflictMethods
+from brain.clients._documents import AsyncDocumentMethods
 from brain.clients._requests import (
     Decision,
     DraftFields,
@@ -57,7 +58,7 @@ from brain.v1 import (
 )
 
 
-class AsyncBrainClient(AsyncConflictMethods, ClientBase):
+class AsyncBrainClient(AsyncConflictMethods, AsyncDocumentMethods, ClientBase):
     """The asyncio twin of `BrainClient`: same constructor, same methods, awaited.
 
     Paginated and streaming methods return async iterators. Create it inside the event loop
@@ -369,10 +370,12 @@ class AsyncBrainClient(AsyncConflictMethods, ClientBase):
         *,
         filter: common_pb2.MemoryFilter | None = None,
         cursor: str = "",
+        include_documents: bool = False,
+        document_collections: Iterable[str] = (),
         timeout: float | None = None,
     ) -> AsyncIterator[memory_pb2.WatchMemoriesResponse]:
         """Stream changes as they happen (from now, or after `cursor`); close it to stop."""
-        request = self._requests.watch(filter, cursor)
+        request = self._requests.watch(filter, cursor, include_documents, document_collections)
         return self._stream("WatchMemories", self._memory.WatchMemories, request, timeout)
 
     async def build_context(
@@ -472,56 +475,6 @@ class AsyncBrainClient(AsyncConflictMethods, ClientBase):
         )
 
     # -- KnowledgeService ------------------------------------------------------------------
-
-    async def put_document(
-        self,
-        collection: str,
-        path: str,
-        content: str,
-        *,
-        format: knowledge_pb2.DocumentFormat.ValueType = knowledge_pb2.DOCUMENT_FORMAT_UNSPECIFIED,
-        labels: Iterable[str] = (),
-        timeout: float | None = None,
-    ) -> knowledge_pb2.PutDocumentResponse:
-        """Store a document or its next version; the same content again is a no-op (so a
-        retry is safe)."""
-        request = self._requests.put_document(collection, path, content, format, labels)
-        return await self._unary(
-            "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
-        )
-
-    async def get_document(
-        self,
-        id: str,
-        *,
-        version: int = 0,
-        include_content: bool = False,
-        timeout: float | None = None,
-    ) -> knowledge_pb2.GetDocumentResponse:
-        """One document (the current version unless `version` is given)."""
-        request = self._requests.get_document(id, version, include_content)
-        return await self._unary(
-            "GetDocument", self._knowledge.GetDocument, request, idempotent=True, timeout=timeout
-        )
-
-    def list_documents(
-        self, *, collection: str = "", page_size: int = 0, timeout: float | None = None
-    ) -> AsyncIterator[knowledge_pb2.Document]:
-        """Every current document (of `collection`), fetched page by page."""
-        request = self._requests.list_documents(collection, page_size)
-        return self._pages(
-            "ListDocuments", self._knowledge.ListDocuments, request, lambda p: p.documents, timeout
-        )
-
-    async def delete_document(
-        self, id: str, *, timeout: float | None = None
-    ) -> knowledge_pb2.DeleteDocumentResponse:
-        """Erase a document's text in every version and chunk (safe to retry)."""
-        request = self._requests.delete_document(id)
-        return await self._unary(
-            "DeleteDocument", self._knowledge.DeleteDocument, request, idempotent=True,
-            timeout=timeout,
-        )  # fmt: skip
 
     async def search_knowledge(
         self,

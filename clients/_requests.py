@@ -315,9 +315,16 @@ class Requests:
         )
 
     def watch(
-        self, filter: common_pb2.MemoryFilter | None, cursor: str
+        self,
+        filter: common_pb2.MemoryFilter | None,
+        cursor: str,
+        include_documents: bool = False,
+        document_collections: Iterable[str] = (),
     ) -> memory_pb2.WatchMemoriesRequest:
-        return memory_pb2.WatchMemoriesRequest(scope=self.scope, filter=filter, cursor=cursor)
+        return memory_pb2.WatchMemoriesRequest(
+            scope=self.scope, filter=filter, cursor=cursor, include_documents=include_documents,
+            document_collections=list(document_collections),
+        )  # fmt: skip
 
     def build_context(
         self,

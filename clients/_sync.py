@@ -29,6 +29,7 @@ from brain.clients._base import (
     is_position_marker,
 )
 from brain.clients._conflicts import ConflictMethods
+from brain.clients._documents import DocumentMethods
 from brain.clients._exit import closed_at_exit
 from brain.clients._requests import (
     Decision,
@@ -54,7 +55,7 @@ from brain.v1 import (
 )
 
 
-class BrainClient(ConflictMethods, ClientBase):
+class BrainClient(ConflictMethods, DocumentMethods, ClientBase):
     """Blocking client; see the module docstring for scope, results, deadlines and retries.
 
     Use as a context manager, or call `close()`. `interceptors` are gRPC client interceptors
@@ -355,10 +356,12 @@ class BrainClient(ConflictMethods, ClientBase):
         *,
         filter: common_pb2.MemoryFilter | None = None,
         cursor: str = "",
+        include_documents: bool = False,
+        document_collections: Iterable[str] = (),
         timeout: float | None = None,
     ) -> Iterator[memory_pb2.WatchMemoriesResponse]:
         """Stream changes as they happen (from now, or after `cursor`); close it to stop."""
-        request = self._requests.watch(filter, cursor)
+        request = self._requests.watch(filter, cursor, include_documents, document_collections)
         return self._stream("WatchMemories", self._memory.WatchMemories, request, timeout)
 
     def build_context(
@@ -458,56 +461,6 @@ class BrainClient(ConflictMethods, ClientBase):
         )
 
     # -- KnowledgeService ------------------------------------------------------------------
-
-    def put_document(
-        self,
-        collection: str,
-        path: str,
-        content: str,
-        *,
-        format: knowledge_pb2.DocumentFormat.ValueType = knowledge_pb2.DOCUMENT_FORMAT_UNSPECIFIED,
-        labels: Iterable[str] = (),
-        timeout: float | None = None,
-    ) -> knowledge_pb2.PutDocumentResponse:
-        """Store a document or its next version; the same content again is a no-op (so a
-        retry is safe)."""
-        request = self._requests.put_document(collection, path, content, format, labels)
-        return self._unary(
-            "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
-        )
-
-    def get_document(
-        self,
-        id: str,
-        *,
-        version: int = 0,
-        include_content: bool = False,
-        timeout: float | None = None,
-    ) -> knowledge_pb2.GetDocumentResponse:
-        """One document (the current version unless `version` is given)."""
-        request = self._requests.get_document(id, version, include_content)
-        return self._unary(
-            "GetDocument", self._knowledge.GetDocument, request, idempotent=True, timeout=timeout
-        )
-
-    def list_documents(
-        self, *, collection: str = "", page_size: int = 0, timeout: float | None = None
-    ) -> Iterator[knowledge_pb2.Document]:
-        """Every current document (of `collection`), fetched page by page."""
-        request = self._requests.list_documents(collection, page_size)
-        return self._pages(
-            "ListDocuments", self._knowledge.ListDocuments, request, lambda p: p.documents, timeout
-        )
-
-    def delete_document(
-        self, id: str, *, timeout: float | None = None
-    ) -> knowledge_pb2.DeleteDocumentResponse:
-        """Erase a document's text in every version and chunk (safe to retry)."""
-        request = self._requests.delete_document(id)
-        return self._unary(
-            "DeleteDocument", self._knowledge.DeleteDocument, request, idempotent=True,
-            timeout=timeout,
-        )  # fmt: skip
 
     def search_knowledge(
         self,

@@ -20,7 +20,9 @@ value), like ``brain-mcp``; no admin access. It
 - gives ``--labels`` to new documents only: a changed file's put keeps the labels its
   document has (someone may have restricted it since);
 - with ``--prune``, deletes (erases) the collection's documents under the walked paths
-  whose files are gone;
+  whose files are gone (each deletion leaves a tombstone, as every delete does);
+- fails a file whose content a deleted document of the collection had (the server keeps it
+  out unnoticed) unless ``--readmit-tombstoned`` says to put such content back;
 - shows progress in bytes and files on a terminal (tqdm) and ends with one summary line;
   exit status 1 when any file failed.
 """
@@ -172,6 +174,7 @@ def ingest(
     cwd: Path | None = None,
     jobs: int = DEFAULT_JOBS,
     progress: Callable[[int, int], Progress] | None = None,
+    readmit_tombstoned: bool = False,
 ) -> Report:
     """Bring ``collection`` in line with the files under ``roots``; see the module docstring.
     ``progress`` is called with the number of files and their bytes, once, before any."""
@@ -202,7 +205,10 @@ def ingest(
             return "unchanged", "", 0
         try:
             # Labels are for new documents: a re-put without them keeps the document's.
-            done = client.put_document(collection, name, text, labels=() if known else labels)
+            done = client.put_document(
+                collection, name, text, labels=() if known else labels,
+                readmit_tombstoned=readmit_tombstoned,
+            )  # fmt: skip
         except BrainClientError as exc:
             return "failed", str(exc), 0
         outcome = {
@@ -300,6 +306,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     ing.add_argument("--labels", default="", help="comma-separated labels for new documents")
     ing.add_argument(
+        "--readmit-tombstoned", action="store_true",
+        help="put back files whose content a deleted document of the collection had",
+    )  # fmt: skip
+    ing.add_argument(
         "--jobs", type=int, default=DEFAULT_JOBS,
         help=f"puts in flight at once (default {DEFAULT_JOBS})",
     )  # fmt: skip
@@ -332,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ) as client:
             report = ingest(
                 client, args.paths, args.collection, prune=args.prune, labels=labels,
-                jobs=args.jobs, progress=_Bar,
+                jobs=args.jobs, progress=_Bar, readmit_tombstoned=args.readmit_tombstoned,
             )  # fmt: skip
     except (BrainClientError, OutsideFolder) as exc:
         sys.exit(f"brain ingest: {exc}")

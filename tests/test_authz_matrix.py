@@ -170,10 +170,12 @@ class Call:
         return saved.memory.id
 
     async def fresh_document(self) -> str:
+        # Its own text: a deleted document's text is kept out of the collection (tombstones).
+        token = secrets.token_hex(4)
         put = await knowledge_pb2_grpc.KnowledgeServiceStub(self.world.channel).PutDocument(
             knowledge_pb2.PutDocumentRequest(
                 scope=common_pb2.Scope(namespace=NS, user_id="alice"), collection="world",
-                path=f"fresh-{secrets.token_hex(4)}.md", content="# fresh\n\nfresh text\n",
+                path=f"fresh-{token}.md", content=f"# fresh\n\nfresh text {token}\n",
             ),
             metadata=self.world.full_a.md,
         )  # fmt: skip

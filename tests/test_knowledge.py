@@ -456,7 +456,7 @@ async def test_concurrent_puts_and_deletes_take_turns(
         == [knowledge_pb2.PUT_OUTCOME_CREATED] + [knowledge_pb2.PUT_OUTCOME_UNCHANGED] * 3
     )
     for n in range(3):
-        doc = (await put(api, f"raced{n}.md", "# r\n\nfirst\n")).document
+        doc = (await put(api, f"raced{n}.md", f"# r\n\nfirst {n}\n")).document
         changed, deleted = await asyncio.gather(
             outcome(put(api, f"raced{n}.md", f"# r\n\nsecond {n}\n")),
             outcome(delete_call(api, doc.id)),

@@ -12,6 +12,7 @@ measures wall-clock time.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -237,6 +238,12 @@ async def test_failing_embedder_leaves_chunks_pending_then_fills_every_one(
             assert down.hits and down.hits[0].source.path == "doc3.md"
             status = server.admin("embeddings", "status", "--tenant", tenant).stdout
             assert "0 document chunks embedded, 10 pending (10 after a failed" in status
+            assert "one failed" in status and "the oldest pending chunk has waited" in status
+            report = json.loads(
+                server.admin("embeddings", "status", "--tenant", tenant, "--json").stdout
+            )
+            assert report["chunks_pending"] == report["chunks_retrying"] == 10
+            assert report["chunks_most_failed_attempts"] >= 2
             embeddings.down = False
 
             async def all_embedded() -> bool:
@@ -246,6 +253,7 @@ async def test_failing_embedder_leaves_chunks_pending_then_fills_every_one(
             await until(all_embedded, "every chunk's vector lands")
             status = server.admin("embeddings", "status", "--tenant", tenant).stdout
             assert "10 document chunks embedded, 0 pending" in status
+            assert "oldest" not in status  # nothing waits: nothing to report (control)
             up = await search(api, "note 3")
             assert up.lanes == knowledge_pb2.KNOWLEDGE_LANES_HYBRID
 
@@ -254,7 +262,8 @@ async def test_two_fillers_never_embed_one_chunk_twice(
     pg_cluster: PgCluster, loop_thread: LoopThread, quiet: None
 ) -> None:
     """Two servers on one database (as two workers are) fill 24 pending chunks together:
-    each chunk text reaches the embedder exactly once and every chunk gets its vector."""
+    each chunk reaches the embedder exactly once, as its heading path then its text, and
+    every chunk gets its vector."""
     with serving(Embeddings()) as embeddings:
         async with (
             toy_server(pg_cluster, loop_thread, embeddings) as one,
@@ -271,8 +280,15 @@ async def test_two_fillers_never_embed_one_chunk_twice(
                     (await put(api, f"d{n}.md", f"# D{n}\n\nfirst {n}\n\n## S\n\nsecond {n}\n"))
                     for n in range(12)
                 ]
-                texts = {c for d in docs for _, _, c in vectors(one, d.document.id)}
-                assert len(texts) == 24
+                texts = {
+                    f"{' > '.join(r['heading_path'])}\n{r['content']}"
+                    for d in docs
+                    for r in one.sql(
+                        "SELECT heading_path, content FROM document_chunks WHERE document_id = $1",
+                        d.document.id,
+                    )
+                }
+                assert len(texts) == 24 and "D3 > S\n## S\n\nsecond 3" in texts
                 for filler in fillers:
                     loop_thread.loop.call_soon_threadsafe(filler.start)
 
@@ -289,7 +305,7 @@ async def test_filler_columns_are_behind_row_level_security_and_its_doors_are_na
     pg_cluster: PgCluster, loop_thread: LoopThread, quiet: None
 ) -> None:
     """The app role sees and changes the filler's columns (embed_after, embed_attempts) of
-    its transaction's tenant only; the filler's three functions are executable by the app
+    its transaction's tenant only; the filler's four functions are executable by the app
     role alone (not PUBLIC), and a claim never returns an erased chunk."""
     import asyncpg
 
@@ -360,7 +376,10 @@ async def test_filler_columns_are_behind_row_level_security_and_its_doors_are_na
                 "has_function_privilege('brain_app', p.oid, 'EXECUTE') AS app "
                 "FROM pg_proc p WHERE p.proname LIKE 'brain\\_%chunk\\_embedding%'"
             )
-            assert len(public) == 3
+            assert sorted(r["proname"] for r in public) == [
+                "brain_chunk_embedding_headings", "brain_claim_chunk_embeddings",
+                "brain_release_chunk_embeddings", "brain_store_chunk_embedding",
+            ]  # fmt: skip
             assert all(r["app"] and not r["pub"] for r in public)
 
 

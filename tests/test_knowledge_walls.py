@@ -664,10 +664,10 @@ async def test_chunking_runs_beside_the_event_loop(
     released_by: list[str] = []
     real_chunk = chunking.chunk
 
-    def gated_chunk(text: str, fmt: str) -> list[chunking.Chunk]:
+    def gated_chunk(text: str, fmt: str, **options: Any) -> list[chunking.Chunk]:
         entered.set()
         released_by.append("victim" if answered.wait(timeout=15) else "deadlock breaker")
-        return real_chunk(text, fmt)
+        return real_chunk(text, fmt, **options)
 
     monkeypatch.setattr(chunking, "chunk", gated_chunk)
     put_task = asyncio.ensure_future(put(attacker, "h.md", "# h\n\nbody\n"))

@@ -7,12 +7,14 @@ import json
 
 import grpc
 
-from brain.v1 import common_pb2, review_pb2
+from brain.v1 import common_pb2, knowledge_pb2, review_pb2
 
 from .conftest import BrainServer, unique
 from .helpers import Api, rpc_error
+from .test_knowledge import delete_call, put
 
 WRITER = "memories:read,memories:write,memories:forget,memories:propose"
+NO_QUOTAS = {"memories": None, "documents": None, "document_bytes": None}
 
 
 def stored(brain_server: BrainServer, tenant: str) -> int:
@@ -72,10 +74,10 @@ async def test_a_save_past_the_quota_is_refused_naming_it_and_admin_shows_usage(
         tenant,
     )
     assert [e["outcome"] for e in events] == ["memories=2"]
-    assert by_name[tenant]["quotas"] == {"memories": 2}
-    assert by_name[tenant]["usage"] == {"memories": 2}
-    assert by_name[other]["quotas"] == {"memories": None}
-    assert by_name[other]["usage"] == {"memories": 3}
+    assert by_name[tenant]["quotas"] == {**NO_QUOTAS, "memories": 2}
+    assert by_name[tenant]["usage"] == {"memories": 2, "documents": 0, "document_bytes": 0}
+    assert by_name[other]["quotas"] == NO_QUOTAS
+    assert by_name[other]["usage"] == {"memories": 3, "documents": 0, "document_bytes": 0}
 
 
 async def test_concurrent_writers_do_not_overshoot_the_quota(
@@ -144,11 +146,20 @@ def test_set_quota_refuses_bad_input(brain_server: BrainServer) -> None:
     )
     assert done.returncode == 2 and "no tenant named" in done.stderr
     listed = json.loads(brain_server.admin("tenants", "list", "--json").stdout)
-    assert {t["name"]: t for t in listed}[tenant]["quotas"] == {"memories": None}
-    # Positive control: the same command with a valid count sets it.
-    brain_server.admin("tenants", "set-quota", tenant, "--memories", "3")
+    done = brain_server.admin("tenants", "set-quota", tenant, "--document-bytes", "-5", check=False)
+    assert done.returncode == 2 and "--document-bytes" in done.stderr
+    done = brain_server.admin("tenants", "set-quota", tenant, check=False)
+    assert done.returncode == 2 and "--documents" in done.stderr  # names what to give
     listed = json.loads(brain_server.admin("tenants", "list", "--json").stdout)
-    assert {t["name"]: t for t in listed}[tenant]["quotas"] == {"memories": 3}
+    assert {t["name"]: t for t in listed}[tenant]["quotas"] == NO_QUOTAS
+    # Positive control: the same command with a valid count sets it, and a later one
+    # setting another limit leaves it as it is.
+    brain_server.admin("tenants", "set-quota", tenant, "--memories", "3")
+    brain_server.admin("tenants", "set-quota", tenant, "--documents", "7")
+    listed = json.loads(brain_server.admin("tenants", "list", "--json").stdout)
+    assert {t["name"]: t for t in listed}[tenant]["quotas"] == {
+        **NO_QUOTAS, "memories": 3, "documents": 7,
+    }  # fmt: skip
 
 
 async def test_a_quota_refusal_counts_nothing_the_caller_cannot_see(
@@ -175,3 +186,133 @@ async def test_a_quota_refusal_counts_nothing_the_caller_cannot_see(
     assert "at most 4" in (refused.details() or "") and "at most 6" in (again.details() or "")
     assert (refused.details() or "").replace("4", "6") == again.details()  # no hidden count
     assert "stores 4" not in (refused.details() or "")
+
+
+# --- documents (issue 31) ----------------------------------------------------------------
+
+KB = "knowledge:read,knowledge:write,knowledge:delete"
+
+
+def documents_stored(brain_server: BrainServer, tenant: str) -> int:
+    rows = brain_server.sql(
+        """SELECT count(*) AS n FROM documents d JOIN tenants t USING (tenant_id)
+           WHERE t.name = $1 AND d.retired_at IS NULL AND d.status = 'active'""",
+        tenant,
+    )
+    return int(rows[0]["n"])
+
+
+async def test_documents_count_in_the_quota_and_a_put_past_it_is_refused_naming_it(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Past --documents a new document is RESOURCE_EXHAUSTED naming the limit and writes
+    nothing, while a new version of a stored one still lands; a delete frees room. Past
+    --document-bytes a put that grows the content is refused, one that shrinks it is not.
+    `tenants list` shows both limits and the usage."""
+    tenant = unique("dquota")
+    api = Api(channel, brain_server.mint_key(tenant, "w", permissions=KB))
+    brain_server.admin("tenants", "set-quota", tenant, "--documents", "2")
+    first = (await put(api, "a.md", "# A\n\nalpha\n")).document
+    await put(api, "b.md", "# B\n\nbravo\n")
+    err = await rpc_error(put(api, "c.md", "# C\n\ncharlie\n"))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (err.details() or "").startswith("quota documents exceeded")
+    assert "at most 2 documents" in (err.details() or "")
+    assert documents_stored(brain_server, tenant) == 2  # nothing half-written
+    updated = await put(api, "a.md", "# A\n\nalpha, revised\n")  # a version, no new document
+    assert updated.outcome == knowledge_pb2.PUT_OUTCOME_UPDATED
+    await delete_call(api, first.id)
+    assert (await put(api, "c.md", "# C\n\ncharlie\n")).outcome == knowledge_pb2.PUT_OUTCOME_CREATED
+
+    brain_server.admin("tenants", "set-quota", tenant, "--documents", "none")
+    used = int(
+        brain_server.sql(
+            "SELECT sum(size_bytes) AS n FROM documents d JOIN tenants t USING (tenant_id)"
+            " WHERE t.name = $1 AND d.retired_at IS NULL AND d.status = 'active'",
+            tenant,
+        )[0]["n"]
+    )
+    brain_server.admin("tenants", "set-quota", tenant, "--document-bytes", str(used + 20))
+    err = await rpc_error(put(api, "d.md", "# D\n\n" + "delta " * 10))  # 66 bytes > 20
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "at most " + str(used + 20) + " bytes" in (err.details() or "")
+    small = await put(api, "e.md", "# E\n\necho\n")  # 12 bytes fit (control)
+    assert small.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
+    shrunk = await put(api, "c.md", "# C\n")  # over the limit now? it shrinks: allowed
+    assert shrunk.outcome == knowledge_pb2.PUT_OUTCOME_UPDATED
+    listed = {
+        t["name"]: t for t in json.loads(brain_server.admin("tenants", "list", "--json").stdout)
+    }
+    assert listed[tenant]["quotas"] == {**NO_QUOTAS, "document_bytes": used + 20}
+    assert listed[tenant]["usage"]["documents"] == 3
+    events = brain_server.sql(
+        """SELECT e.outcome FROM audit_events e JOIN tenants t USING (tenant_id)
+           WHERE t.name = $1 AND e.method = 'admin.tenants.set_quota' ORDER BY e.seq""",
+        tenant,
+    )
+    assert events[0]["outcome"] == "memories=none documents=2 document_bytes=none"
+
+
+async def test_a_document_quota_refusal_counts_nothing_the_caller_cannot_see(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A key confined to alice is refused with the same words however many documents other
+    users stored (only the limit is named); her put under the limit lands (control)."""
+    tenant = unique("dquota")
+    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=KB, user="alice"),
+                user_id="alice")  # fmt: skip
+    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=KB, user="bob"),
+              user_id="bob")  # fmt: skip
+    for i in range(3):
+        await put(bob, f"bob{i}.md", f"# Bob\n\nhidden {i}\n")
+    brain_server.admin("tenants", "set-quota", tenant, "--documents", "4")
+    assert (await put(alice, "mine.md", "# Mine\n\nalice\n")).outcome == 1  # control
+    refused = await rpc_error(put(alice, "second.md", "# Second\n\nalice\n"))
+    brain_server.admin("tenants", "set-quota", tenant, "--documents", "6")
+    await put(bob, "bob3.md", "# Bob\n\nhidden 3\n")
+    await put(bob, "bob4.md", "# Bob\n\nhidden 4\n")
+    again = await rpc_error(put(alice, "third.md", "# Third\n\nalice\n"))
+    assert refused.code() == again.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (refused.details() or "").replace("4", "6") == again.details()  # no hidden count
+
+
+async def test_concurrent_puts_do_not_overshoot_the_document_quota(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Eight concurrent puts of new documents against a quota of three: exactly three land."""
+    tenant = unique("dquota-race")
+    api = Api(channel, brain_server.mint_key(tenant, "w", permissions=KB))
+    brain_server.admin("tenants", "set-quota", tenant, "--documents", "3")
+
+    async def one(i: int) -> grpc.StatusCode:
+        try:
+            await put(api, f"race{i}.md", f"# Race\n\nracing document {i}\n")
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+        return grpc.StatusCode.OK
+
+    codes = await asyncio.gather(*(one(i) for i in range(8)))
+    assert codes.count(grpc.StatusCode.OK) == 3
+    assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 5
+    assert documents_stored(brain_server, tenant) == 3
+
+
+async def test_per_request_caps_are_invalid_argument_naming_the_cap(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Caps on one put (size, chunk count) are the caller's mistake: INVALID_ARGUMENT naming
+    `content` and the cap, nothing written, whatever the tenant's quota; a put just under
+    the size cap is stored (control)."""
+    tenant = unique("dcap")
+    api = Api(channel, brain_server.mint_key(tenant, "w", permissions=KB))
+    brain_server.admin("tenants", "set-quota", tenant, "--documents", "100")
+    big = await rpc_error(put(api, "big.txt", "x" * (1024 * 1024 + 1)))
+    assert big.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (big.details() or "").startswith("content: is 1048577 bytes; the limit is 1048576")
+    # Under 1 MiB, but every line is a window of the local model's tokens on its own.
+    many = await rpc_error(put(api, "many.txt", ("!" * 250 + "\n") * 4100))
+    assert many.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (many.details() or "").startswith("content: would make more than 4000 chunks")
+    assert documents_stored(brain_server, tenant) == 0
+    near = await put(api, "near.txt", ("word " * 200 + "\n\n") * 1000)
+    assert near.outcome == knowledge_pb2.PUT_OUTCOME_CREATED

@@ -220,6 +220,7 @@ class PutDocumentRequest(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    READMIT_TOMBSTONED_FIELD_NUMBER: _builtins.int
     collection: _builtins.str
     """Required: a name such as "runbooks" (letters, digits and . _ : @ / + -)."""
     path: _builtins.str
@@ -227,6 +228,11 @@ class PutDocumentRequest(_message.Message):
     content: _builtins.str
     """Required, UTF-8, at most 1 MiB."""
     format: Global___DocumentFormat.ValueType
+    readmit_tombstoned: _builtins.bool
+    """Put back content that a deleted document of this collection (in this bucket) had.
+    Without it such a put is FAILED_PRECONDITION naming the tombstone; with it the put
+    lifts the tombstone. Tombstones bind only keys that could see the deleted document.
+    """
     @_builtins.property
     def scope(self) -> _common_pb2.Scope: ...
     @_builtins.property
@@ -244,10 +250,11 @@ class PutDocumentRequest(_message.Message):
         content: _builtins.str = ...,
         format: Global___DocumentFormat.ValueType = ...,
         labels: _abc.Iterable[_builtins.str] | None = ...,
+        readmit_tombstoned: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "content", b"content", "format", b"format", "labels", b"labels", "path", b"path", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "content", b"content", "format", b"format", "labels", b"labels", "path", b"path", "readmit_tombstoned", b"readmit_tombstoned", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -75,7 +75,9 @@ class KnowledgeServiceServicer:
         """Store a document, or a new version of the one at the same collection and path.
         The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED (for a key
         with knowledge:read; a key without it always writes a version and gets a receipt).
-        FAILED_PRECONDITION in a review-required namespace for a key without memories:review.
+        FAILED_PRECONDITION in a review-required namespace for a key without memories:review,
+        and for content a deleted document of the collection had (see readmit_tombstoned).
+        RESOURCE_EXHAUSTED past the tenant's document quotas.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -96,7 +98,9 @@ class KnowledgeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteDocument(self, request, context):
-        """Erase a document: the text of every version and chunk is blanked; ids and audit remain.
+        """Erase a document: the text of every version and chunk is blanked; ids and audit remain,
+        and a tombstone keeps each content it had from being put back in its collection
+        unnoticed (PutDocumentRequest.readmit_tombstoned).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -41,14 +41,19 @@ class KnowledgeServiceStub:
     """Store a document, or a new version of the one at the same collection and path.
     The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED (for a key
     with knowledge:read; a key without it always writes a version and gets a receipt).
-    FAILED_PRECONDITION in a review-required namespace for a key without memories:review.
+    FAILED_PRECONDITION in a review-required namespace for a key without memories:review,
+    and for content a deleted document of the collection had (see readmit_tombstoned).
+    RESOURCE_EXHAUSTED past the tenant's document quotas.
     """
     GetDocument: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentRequest, _knowledge_pb2.GetDocumentResponse]
     """Read one document by id; NOT_FOUND when it does not exist or is outside the key's scope."""
     ListDocuments: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.ListDocumentsRequest, _knowledge_pb2.ListDocumentsResponse]
     """Page through the current documents in scope, optionally of one collection."""
     DeleteDocument: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.DeleteDocumentRequest, _knowledge_pb2.DeleteDocumentResponse]
-    """Erase a document: the text of every version and chunk is blanked; ids and audit remain."""
+    """Erase a document: the text of every version and chunk is blanked; ids and audit remain,
+    and a tombstone keeps each content it had from being put back in its collection
+    unnoticed (PutDocumentRequest.readmit_tombstoned).
+    """
     SearchKnowledge: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.SearchKnowledgeRequest, _knowledge_pb2.SearchKnowledgeResponse]
     """Hybrid (lexical + semantic) search over the chunks of current documents. Answers only
     when its best chunk's relevance reaches the floor, else no hits (see below_floor).
@@ -66,14 +71,19 @@ class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
     """Store a document, or a new version of the one at the same collection and path.
     The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED (for a key
     with knowledge:read; a key without it always writes a version and gets a receipt).
-    FAILED_PRECONDITION in a review-required namespace for a key without memories:review.
+    FAILED_PRECONDITION in a review-required namespace for a key without memories:review,
+    and for content a deleted document of the collection had (see readmit_tombstoned).
+    RESOURCE_EXHAUSTED past the tenant's document quotas.
     """
     GetDocument: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentRequest, _knowledge_pb2.GetDocumentResponse]  # type: ignore[assignment]
     """Read one document by id; NOT_FOUND when it does not exist or is outside the key's scope."""
     ListDocuments: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.ListDocumentsRequest, _knowledge_pb2.ListDocumentsResponse]  # type: ignore[assignment]
     """Page through the current documents in scope, optionally of one collection."""
     DeleteDocument: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.DeleteDocumentRequest, _knowledge_pb2.DeleteDocumentResponse]  # type: ignore[assignment]
-    """Erase a document: the text of every version and chunk is blanked; ids and audit remain."""
+    """Erase a document: the text of every version and chunk is blanked; ids and audit remain,
+    and a tombstone keeps each content it had from being put back in its collection
+    unnoticed (PutDocumentRequest.readmit_tombstoned).
+    """
     SearchKnowledge: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.SearchKnowledgeRequest, _knowledge_pb2.SearchKnowledgeResponse]  # type: ignore[assignment]
     """Hybrid (lexical + semantic) search over the chunks of current documents. Answers only
     when its best chunk's relevance reaches the floor, else no hits (see below_floor).
@@ -94,7 +104,9 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
         """Store a document, or a new version of the one at the same collection and path.
         The same content again (same SHA-256) is a no-op: PUT_OUTCOME_UNCHANGED (for a key
         with knowledge:read; a key without it always writes a version and gets a receipt).
-        FAILED_PRECONDITION in a review-required namespace for a key without memories:review.
+        FAILED_PRECONDITION in a review-required namespace for a key without memories:review,
+        and for content a deleted document of the collection had (see readmit_tombstoned).
+        RESOURCE_EXHAUSTED past the tenant's document quotas.
         """
 
     @_abc_1.abstractmethod
@@ -119,7 +131,10 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _knowledge_pb2.DeleteDocumentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_knowledge_pb2.DeleteDocumentResponse, _abc.Awaitable[_knowledge_pb2.DeleteDocumentResponse]]:
-        """Erase a document: the text of every version and chunk is blanked; ids and audit remain."""
+        """Erase a document: the text of every version and chunk is blanked; ids and audit remain,
+        and a tombstone keeps each content it had from being put back in its collection
+        unnoticed (PutDocumentRequest.readmit_tombstoned).
+        """
 
     @_abc_1.abstractmethod
     def SearchKnowledge(

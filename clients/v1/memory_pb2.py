@@ -25,71 +25,72 @@ _sym_db = _symbol_database.Default()
 
 from . import common_pb2 as brain_dot_v1_dot_common__pb2
 from . import graph_pb2 as brain_dot_v1_dot_graph__pb2
+from . import knowledge_pb2 as brain_dot_v1_dot_knowledge__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rain/v1/memory.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x14\x62rain/v1/graph.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x01\n\x11SaveMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12%\n\x06memory\x18\x02 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12\x12\n\nsupersedes\x18\x03 \x03(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"\x85\x01\n\x12SaveMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12&\n\x07outcome\x18\x02 \x01(\x0e\x32\x15.brain.v1.SaveOutcome\x12%\n\tconflicts\x18\x03 \x03(\x0b\x32\x12.brain.v1.Conflict\"b\n\x10GetMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\"\n\x04time\x18\x03 \x01(\x0b\x32\x14.brain.v1.TimeTravel\"5\n\x11GetMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"\xf0\x01\n\x13UpdateMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12$\n\x05patch\x18\x03 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12/\n\x0bupdate_mask\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x18\n\x10\x65xpected_version\x18\x05 \x01(\x05\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"_\n\x14UpdateMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12%\n\tconflicts\x18\x02 \x03(\x0b\x32\x12.brain.v1.Conflict\"Q\n\x13\x46orgetMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"8\n\x14\x46orgetMemoryResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0ctombstone_id\x18\x02 \x01(\t\"\x8c\x02\n\x15SearchMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12&\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x05 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\"\n\x04mode\x18\x06 \x01(\x0e\x32\x14.brain.v1.SearchMode\x12\x17\n\x0fquery_embedding\x18\x07 \x03(\x02\x12\x1a\n\rmin_relevance\x18\x08 \x01(\x02H\x00\x88\x01\x01\x42\x10\n\x0e_min_relevance\"\x96\x02\n\tSearchHit\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x14\n\x0clexical_rank\x18\x03 \x01(\x05\x12\x15\n\rsemantic_rank\x18\x04 \x01(\x05\x12\x15\n\rlexical_score\x18\x05 \x01(\x02\x12\x1b\n\x13semantic_similarity\x18\x06 \x01(\x02\x12\x14\n\x0crerank_score\x18\x07 \x01(\x02\x12\x12\n\nexact_rank\x18\x08 \x01(\x05\x12\x13\n\x0b\x65xact_score\x18\t \x01(\x02\x12\x11\n\trelevance\x18\n \x01(\x02\x12%\n\tconflicts\x18\x0b \x03(\x0b\x32\x12.brain.v1.Conflict\"t\n\x16SearchMemoriesResponse\x12!\n\x04hits\x18\x01 \x03(\x0b\x32\x13.brain.v1.SearchHit\x12\"\n\x07ranking\x18\x02 \x01(\x0e\x32\x11.brain.v1.Ranking\x12\x13\n\x0b\x62\x65low_floor\x18\x03 \x01(\x05\"\xa8\x01\n\x13ListMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x03 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"S\n\x14ListMemoriesResponse\x12\"\n\x08memories\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x17GetMemoryHistoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\">\n\x18GetMemoryHistoryResponse\x12\"\n\x08versions\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\"\x88\x01\n\x15\x45xportMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\x17\n\x0finclude_history\x18\x04 \x01(\x08\"J\n\x16\x45xportMemoriesResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\"n\n\x14WatchMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\"\x9d\x01\n\x15WatchMemoriesResponse\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.brain.v1.ChangeKind\x12 \n\x06memory\x18\x02 \x01(\x0b\x32\x10.brain.v1.Memory\x12.\n\nchanged_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x63ursor\x18\x04 \x01(\t\"\xf6\x01\n\x13\x42uildContextRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x03 \x01(\x05\x12&\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x05 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\x14\n\x0cmax_memories\x18\x06 \x01(\x05\x12\x1d\n\x15knowledge_collections\x18\x14 \x03(\t\x12\x19\n\x11\x65xclude_knowledge\x18\x15 \x01(\x08\"\xc6\x02\n\x0b\x43ontextItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.brain.v1.MemoryStatus\x12.\n\nvalid_from\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08valid_to\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x07 \x01(\t\x12\'\n\x04kind\x18\x14 \x01(\x0e\x32\x19.brain.v1.ContextItemKind\x12%\n\x06source\x18\x15 \x01(\x0b\x32\x15.brain.v1.ChunkSource\x12%\n\tconflicts\x18\x16 \x03(\x0b\x32\x12.brain.v1.Conflict\"s\n\x14\x42uildContextResponse\x12\x0f\n\x07\x63ontext\x18\x01 \x01(\t\x12$\n\x05items\x18\x02 \x03(\x0b\x32\x15.brain.v1.ContextItem\x12\x13\n\x0btokens_used\x18\x03 \x01(\x05\x12\x0f\n\x07omitted\x18\x04 \x01(\x05*\x9a\x01\n\x0bSaveOutcome\x12\x1c\n\x18SAVE_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14SAVE_OUTCOME_CREATED\x10\x01\x12\x1d\n\x19SAVE_OUTCOME_DEDUPLICATED\x10\x02\x12\x19\n\x15SAVE_OUTCOME_PROPOSED\x10\x03\x12\x19\n\x15SAVE_OUTCOME_REPLAYED\x10\x04*t\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x02\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x03*s\n\x07Ranking\x12\x17\n\x13RANKING_UNSPECIFIED\x10\x00\x12\x11\n\rRANKING_FUSED\x10\x01\x12\x14\n\x10RANKING_RERANKED\x10\x02\x12&\n\"RANKING_FUSED_RERANKER_UNAVAILABLE\x10\x03*\xfb\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43HANGE_KIND_CREATED\x10\x01\x12\x17\n\x13\x43HANGE_KIND_UPDATED\x10\x02\x12\x1a\n\x16\x43HANGE_KIND_SUPERSEDED\x10\x03\x12\x19\n\x15\x43HANGE_KIND_FORGOTTEN\x10\x04\x12\x18\n\x14\x43HANGE_KIND_PROPOSED\x10\x05\x12\x18\n\x14\x43HANGE_KIND_APPROVED\x10\x06\x12\x18\n\x14\x43HANGE_KIND_REJECTED\x10\x07\x12\x19\n\x15\x43HANGE_KIND_WITHDRAWN\x10\x08*s\n\x0f\x43ontextItemKind\x12!\n\x1d\x43ONTEXT_ITEM_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43ONTEXT_ITEM_KIND_MEMORY\x10\x01\x12\x1f\n\x1b\x43ONTEXT_ITEM_KIND_KNOWLEDGE\x10\x02\x32\xb5\x06\n\rMemoryService\x12G\n\nSaveMemory\x12\x1b.brain.v1.SaveMemoryRequest\x1a\x1c.brain.v1.SaveMemoryResponse\x12\x44\n\tGetMemory\x12\x1a.brain.v1.GetMemoryRequest\x1a\x1b.brain.v1.GetMemoryResponse\x12M\n\x0cUpdateMemory\x12\x1d.brain.v1.UpdateMemoryRequest\x1a\x1e.brain.v1.UpdateMemoryResponse\x12M\n\x0c\x46orgetMemory\x12\x1d.brain.v1.ForgetMemoryRequest\x1a\x1e.brain.v1.ForgetMemoryResponse\x12S\n\x0eSearchMemories\x12\x1f.brain.v1.SearchMemoriesRequest\x1a .brain.v1.SearchMemoriesResponse\x12M\n\x0cListMemories\x12\x1d.brain.v1.ListMemoriesRequest\x1a\x1e.brain.v1.ListMemoriesResponse\x12Y\n\x10GetMemoryHistory\x12!.brain.v1.GetMemoryHistoryRequest\x1a\".brain.v1.GetMemoryHistoryResponse\x12U\n\x0e\x45xportMemories\x12\x1f.brain.v1.ExportMemoriesRequest\x1a .brain.v1.ExportMemoriesResponse0\x01\x12R\n\rWatchMemories\x12\x1e.brain.v1.WatchMemoriesRequest\x1a\x1f.brain.v1.WatchMemoriesResponse0\x01\x12M\n\x0c\x42uildContext\x12\x1d.brain.v1.BuildContextRequest\x1a\x1e.brain.v1.BuildContextResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62rain/v1/memory.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x14\x62rain/v1/graph.proto\x1a\x18\x62rain/v1/knowledge.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x01\n\x11SaveMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12%\n\x06memory\x18\x02 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12\x12\n\nsupersedes\x18\x03 \x03(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"\x85\x01\n\x12SaveMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12&\n\x07outcome\x18\x02 \x01(\x0e\x32\x15.brain.v1.SaveOutcome\x12%\n\tconflicts\x18\x03 \x03(\x0b\x32\x12.brain.v1.Conflict\"b\n\x10GetMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\"\n\x04time\x18\x03 \x01(\x0b\x32\x14.brain.v1.TimeTravel\"5\n\x11GetMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\"\xf0\x01\n\x13UpdateMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12$\n\x05patch\x18\x03 \x01(\x0b\x32\x15.brain.v1.MemoryDraft\x12/\n\x0bupdate_mask\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x18\n\x10\x65xpected_version\x18\x05 \x01(\x05\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12#\n\x05graph\x18\x14 \x01(\x0b\x32\x14.brain.v1.GraphDraft\"_\n\x14UpdateMemoryResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12%\n\tconflicts\x18\x02 \x03(\x0b\x32\x12.brain.v1.Conflict\"Q\n\x13\x46orgetMemoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"8\n\x14\x46orgetMemoryResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0ctombstone_id\x18\x02 \x01(\t\"\x8c\x02\n\x15SearchMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12&\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x05 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\"\n\x04mode\x18\x06 \x01(\x0e\x32\x14.brain.v1.SearchMode\x12\x17\n\x0fquery_embedding\x18\x07 \x03(\x02\x12\x1a\n\rmin_relevance\x18\x08 \x01(\x02H\x00\x88\x01\x01\x42\x10\n\x0e_min_relevance\"\x96\x02\n\tSearchHit\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x14\n\x0clexical_rank\x18\x03 \x01(\x05\x12\x15\n\rsemantic_rank\x18\x04 \x01(\x05\x12\x15\n\rlexical_score\x18\x05 \x01(\x02\x12\x1b\n\x13semantic_similarity\x18\x06 \x01(\x02\x12\x14\n\x0crerank_score\x18\x07 \x01(\x02\x12\x12\n\nexact_rank\x18\x08 \x01(\x05\x12\x13\n\x0b\x65xact_score\x18\t \x01(\x02\x12\x11\n\trelevance\x18\n \x01(\x02\x12%\n\tconflicts\x18\x0b \x03(\x0b\x32\x12.brain.v1.Conflict\"t\n\x16SearchMemoriesResponse\x12!\n\x04hits\x18\x01 \x03(\x0b\x32\x13.brain.v1.SearchHit\x12\"\n\x07ranking\x18\x02 \x01(\x0e\x32\x11.brain.v1.Ranking\x12\x13\n\x0b\x62\x65low_floor\x18\x03 \x01(\x05\"\xa8\x01\n\x13ListMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x03 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"S\n\x14ListMemoriesResponse\x12\"\n\x08memories\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x17GetMemoryHistoryRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\">\n\x18GetMemoryHistoryResponse\x12\"\n\x08versions\x18\x01 \x03(\x0b\x32\x10.brain.v1.Memory\"\x88\x01\n\x15\x45xportMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\x17\n\x0finclude_history\x18\x04 \x01(\x08\"J\n\x16\x45xportMemoriesResponse\x12 \n\x06memory\x18\x01 \x01(\x0b\x32\x10.brain.v1.Memory\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\"\xa7\x01\n\x14WatchMemoriesRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12&\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\x19\n\x11include_documents\x18\x1e \x01(\x08\x12\x1c\n\x14\x64ocument_collections\x18\x1f \x03(\t\"\xc3\x01\n\x15WatchMemoriesResponse\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.brain.v1.ChangeKind\x12 \n\x06memory\x18\x02 \x01(\x0b\x32\x10.brain.v1.Memory\x12.\n\nchanged_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x63ursor\x18\x04 \x01(\t\x12$\n\x08\x64ocument\x18\x1e \x01(\x0b\x32\x12.brain.v1.Document\"\xf6\x01\n\x13\x42uildContextRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x03 \x01(\x05\x12&\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x16.brain.v1.MemoryFilter\x12\"\n\x04time\x18\x05 \x01(\x0b\x32\x14.brain.v1.TimeTravel\x12\x14\n\x0cmax_memories\x18\x06 \x01(\x05\x12\x1d\n\x15knowledge_collections\x18\x14 \x03(\t\x12\x19\n\x11\x65xclude_knowledge\x18\x15 \x01(\x08\"\xc6\x02\n\x0b\x43ontextItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.brain.v1.MemoryStatus\x12.\n\nvalid_from\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08valid_to\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06tokens\x18\x06 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x07 \x01(\t\x12\'\n\x04kind\x18\x14 \x01(\x0e\x32\x19.brain.v1.ContextItemKind\x12%\n\x06source\x18\x15 \x01(\x0b\x32\x15.brain.v1.ChunkSource\x12%\n\tconflicts\x18\x16 \x03(\x0b\x32\x12.brain.v1.Conflict\"s\n\x14\x42uildContextResponse\x12\x0f\n\x07\x63ontext\x18\x01 \x01(\t\x12$\n\x05items\x18\x02 \x03(\x0b\x32\x15.brain.v1.ContextItem\x12\x13\n\x0btokens_used\x18\x03 \x01(\x05\x12\x0f\n\x07omitted\x18\x04 \x01(\x05*\x9a\x01\n\x0bSaveOutcome\x12\x1c\n\x18SAVE_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14SAVE_OUTCOME_CREATED\x10\x01\x12\x1d\n\x19SAVE_OUTCOME_DEDUPLICATED\x10\x02\x12\x19\n\x15SAVE_OUTCOME_PROPOSED\x10\x03\x12\x19\n\x15SAVE_OUTCOME_REPLAYED\x10\x04*t\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x02\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x03*s\n\x07Ranking\x12\x17\n\x13RANKING_UNSPECIFIED\x10\x00\x12\x11\n\rRANKING_FUSED\x10\x01\x12\x14\n\x10RANKING_RERANKED\x10\x02\x12&\n\"RANKING_FUSED_RERANKER_UNAVAILABLE\x10\x03*\x82\x03\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43HANGE_KIND_CREATED\x10\x01\x12\x17\n\x13\x43HANGE_KIND_UPDATED\x10\x02\x12\x1a\n\x16\x43HANGE_KIND_SUPERSEDED\x10\x03\x12\x19\n\x15\x43HANGE_KIND_FORGOTTEN\x10\x04\x12\x18\n\x14\x43HANGE_KIND_PROPOSED\x10\x05\x12\x18\n\x14\x43HANGE_KIND_APPROVED\x10\x06\x12\x18\n\x14\x43HANGE_KIND_REJECTED\x10\x07\x12\x19\n\x15\x43HANGE_KIND_WITHDRAWN\x10\x08\x12\x1c\n\x18\x43HANGE_KIND_DOCUMENT_PUT\x10\x1e\x12!\n\x1d\x43HANGE_KIND_DOCUMENT_REPLACED\x10\x1f\x12\"\n\x1e\x43HANGE_KIND_DOCUMENT_RELABELED\x10 \x12 \n\x1c\x43HANGE_KIND_DOCUMENT_DELETED\x10!*s\n\x0f\x43ontextItemKind\x12!\n\x1d\x43ONTEXT_ITEM_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43ONTEXT_ITEM_KIND_MEMORY\x10\x01\x12\x1f\n\x1b\x43ONTEXT_ITEM_KIND_KNOWLEDGE\x10\x02\x32\xb5\x06\n\rMemoryService\x12G\n\nSaveMemory\x12\x1b.brain.v1.SaveMemoryRequest\x1a\x1c.brain.v1.SaveMemoryResponse\x12\x44\n\tGetMemory\x12\x1a.brain.v1.GetMemoryRequest\x1a\x1b.brain.v1.GetMemoryResponse\x12M\n\x0cUpdateMemory\x12\x1d.brain.v1.UpdateMemoryRequest\x1a\x1e.brain.v1.UpdateMemoryResponse\x12M\n\x0c\x46orgetMemory\x12\x1d.brain.v1.ForgetMemoryRequest\x1a\x1e.brain.v1.ForgetMemoryResponse\x12S\n\x0eSearchMemories\x12\x1f.brain.v1.SearchMemoriesRequest\x1a .brain.v1.SearchMemoriesResponse\x12M\n\x0cListMemories\x12\x1d.brain.v1.ListMemoriesRequest\x1a\x1e.brain.v1.ListMemoriesResponse\x12Y\n\x10GetMemoryHistory\x12!.brain.v1.GetMemoryHistoryRequest\x1a\".brain.v1.GetMemoryHistoryResponse\x12U\n\x0e\x45xportMemories\x12\x1f.brain.v1.ExportMemoriesRequest\x1a .brain.v1.ExportMemoriesResponse0\x01\x12R\n\rWatchMemories\x12\x1e.brain.v1.WatchMemoriesRequest\x1a\x1f.brain.v1.WatchMemoriesResponse0\x01\x12M\n\x0c\x42uildContext\x12\x1d.brain.v1.BuildContextRequest\x1a\x1e.brain.v1.BuildContextResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'brain.v1.memory_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SAVEOUTCOME']._serialized_start=3338
-  _globals['_SAVEOUTCOME']._serialized_end=3492
-  _globals['_SEARCHMODE']._serialized_start=3494
-  _globals['_SEARCHMODE']._serialized_end=3610
-  _globals['_RANKING']._serialized_start=3612
-  _globals['_RANKING']._serialized_end=3727
-  _globals['_CHANGEKIND']._serialized_start=3730
-  _globals['_CHANGEKIND']._serialized_end=3981
-  _globals['_CONTEXTITEMKIND']._serialized_start=3983
-  _globals['_CONTEXTITEMKIND']._serialized_end=4098
-  _globals['_SAVEMEMORYREQUEST']._serialized_start=148
-  _globals['_SAVEMEMORYREQUEST']._serialized_end=320
-  _globals['_SAVEMEMORYRESPONSE']._serialized_start=323
-  _globals['_SAVEMEMORYRESPONSE']._serialized_end=456
-  _globals['_GETMEMORYREQUEST']._serialized_start=458
-  _globals['_GETMEMORYREQUEST']._serialized_end=556
-  _globals['_GETMEMORYRESPONSE']._serialized_start=558
-  _globals['_GETMEMORYRESPONSE']._serialized_end=611
-  _globals['_UPDATEMEMORYREQUEST']._serialized_start=614
-  _globals['_UPDATEMEMORYREQUEST']._serialized_end=854
-  _globals['_UPDATEMEMORYRESPONSE']._serialized_start=856
-  _globals['_UPDATEMEMORYRESPONSE']._serialized_end=951
-  _globals['_FORGETMEMORYREQUEST']._serialized_start=953
-  _globals['_FORGETMEMORYREQUEST']._serialized_end=1034
-  _globals['_FORGETMEMORYRESPONSE']._serialized_start=1036
-  _globals['_FORGETMEMORYRESPONSE']._serialized_end=1092
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=1095
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=1363
-  _globals['_SEARCHHIT']._serialized_start=1366
-  _globals['_SEARCHHIT']._serialized_end=1644
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=1646
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=1762
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=1765
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=1933
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1935
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=2018
-  _globals['_GETMEMORYHISTORYREQUEST']._serialized_start=2020
-  _globals['_GETMEMORYHISTORYREQUEST']._serialized_end=2089
-  _globals['_GETMEMORYHISTORYRESPONSE']._serialized_start=2091
-  _globals['_GETMEMORYHISTORYRESPONSE']._serialized_end=2153
-  _globals['_EXPORTMEMORIESREQUEST']._serialized_start=2156
-  _globals['_EXPORTMEMORIESREQUEST']._serialized_end=2292
-  _globals['_EXPORTMEMORIESRESPONSE']._serialized_start=2294
-  _globals['_EXPORTMEMORIESRESPONSE']._serialized_end=2368
-  _globals['_WATCHMEMORIESREQUEST']._serialized_start=2370
-  _globals['_WATCHMEMORIESREQUEST']._serialized_end=2480
-  _globals['_WATCHMEMORIESRESPONSE']._serialized_start=2483
-  _globals['_WATCHMEMORIESRESPONSE']._serialized_end=2640
-  _globals['_BUILDCONTEXTREQUEST']._serialized_start=2643
-  _globals['_BUILDCONTEXTREQUEST']._serialized_end=2889
-  _globals['_CONTEXTITEM']._serialized_start=2892
-  _globals['_CONTEXTITEM']._serialized_end=3218
-  _globals['_BUILDCONTEXTRESPONSE']._serialized_start=3220
-  _globals['_BUILDCONTEXTRESPONSE']._serialized_end=3335
-  _globals['_MEMORYSERVICE']._serialized_start=4101
-  _globals['_MEMORYSERVICE']._serialized_end=4922
+  _globals['_SAVEOUTCOME']._serialized_start=3460
+  _globals['_SAVEOUTCOME']._serialized_end=3614
+  _globals['_SEARCHMODE']._serialized_start=3616
+  _globals['_SEARCHMODE']._serialized_end=3732
+  _globals['_RANKING']._serialized_start=3734
+  _globals['_RANKING']._serialized_end=3849
+  _globals['_CHANGEKIND']._serialized_start=3852
+  _globals['_CHANGEKIND']._serialized_end=4238
+  _globals['_CONTEXTITEMKIND']._serialized_start=4240
+  _globals['_CONTEXTITEMKIND']._serialized_end=4355
+  _globals['_SAVEMEMORYREQUEST']._serialized_start=174
+  _globals['_SAVEMEMORYREQUEST']._serialized_end=346
+  _globals['_SAVEMEMORYRESPONSE']._serialized_start=349
+  _globals['_SAVEMEMORYRESPONSE']._serialized_end=482
+  _globals['_GETMEMORYREQUEST']._serialized_start=484
+  _globals['_GETMEMORYREQUEST']._serialized_end=582
+  _globals['_GETMEMORYRESPONSE']._serialized_start=584
+  _globals['_GETMEMORYRESPONSE']._serialized_end=637
+  _globals['_UPDATEMEMORYREQUEST']._serialized_start=640
+  _globals['_UPDATEMEMORYREQUEST']._serialized_end=880
+  _globals['_UPDATEMEMORYRESPONSE']._serialized_start=882
+  _globals['_UPDATEMEMORYRESPONSE']._serialized_end=977
+  _globals['_FORGETMEMORYREQUEST']._serialized_start=979
+  _globals['_FORGETMEMORYREQUEST']._serialized_end=1060
+  _globals['_FORGETMEMORYRESPONSE']._serialized_start=1062
+  _globals['_FORGETMEMORYRESPONSE']._serialized_end=1118
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=1121
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=1389
+  _globals['_SEARCHHIT']._serialized_start=1392
+  _globals['_SEARCHHIT']._serialized_end=1670
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=1672
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=1788
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=1791
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=1959
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1961
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=2044
+  _globals['_GETMEMORYHISTORYREQUEST']._serialized_start=2046
+  _globals['_GETMEMORYHISTORYREQUEST']._serialized_end=2115
+  _globals['_GETMEMORYHISTORYRESPONSE']._serialized_start=2117
+  _globals['_GETMEMORYHISTORYRESPONSE']._serialized_end=2179
+  _globals['_EXPORTMEMORIESREQUEST']._serialized_start=2182
+  _globals['_EXPORTMEMORIESREQUEST']._serialized_end=2318
+  _globals['_EXPORTMEMORIESRESPONSE']._serialized_start=2320
+  _globals['_EXPORTMEMORIESRESPONSE']._serialized_end=2394
+  _globals['_WATCHMEMORIESREQUEST']._serialized_start=2397
+  _globals['_WATCHMEMORIESREQUEST']._serialized_end=2564
+  _globals['_WATCHMEMORIESRESPONSE']._serialized_start=2567
+  _globals['_WATCHMEMORIESRESPONSE']._serialized_end=2762
+  _globals['_BUILDCONTEXTREQUEST']._serialized_start=2765
+  _globals['_BUILDCONTEXTREQUEST']._serialized_end=3011
+  _globals['_CONTEXTITEM']._serialized_start=3014
+  _globals['_CONTEXTITEM']._serialized_end=3340
+  _globals['_BUILDCONTEXTRESPONSE']._serialized_start=3342
+  _globals['_BUILDCONTEXTRESPONSE']._serialized_end=3457
+  _globals['_MEMORYSERVICE']._serialized_start=4358
+  _globals['_MEMORYSERVICE']._serialized_end=5179
 # @@protoc_insertion_point(module_scope)

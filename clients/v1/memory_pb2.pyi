@@ -6,6 +6,7 @@ isort:skip_file
 
 from . import common_pb2 as _common_pb2
 from . import graph_pb2 as _graph_pb2
+from . import knowledge_pb2 as _knowledge_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
@@ -115,6 +116,14 @@ class _ChangeKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ChangeKind
     CHANGE_KIND_APPROVED: _ChangeKind.ValueType  # 6
     CHANGE_KIND_REJECTED: _ChangeKind.ValueType  # 7
     CHANGE_KIND_WITHDRAWN: _ChangeKind.ValueType  # 8
+    CHANGE_KIND_DOCUMENT_PUT: _ChangeKind.ValueType  # 30
+    """Knowledge documents (WatchMemoriesRequest.include_documents): `document` is set, not
+    `memory`. A new document; a new version of one (its content changed); its labels
+    changed (same version); its deletion (the version that records it).
+    """
+    CHANGE_KIND_DOCUMENT_REPLACED: _ChangeKind.ValueType  # 31
+    CHANGE_KIND_DOCUMENT_RELABELED: _ChangeKind.ValueType  # 32
+    CHANGE_KIND_DOCUMENT_DELETED: _ChangeKind.ValueType  # 33
 
 class ChangeKind(_ChangeKind, metaclass=_ChangeKindEnumTypeWrapper): ...
 
@@ -127,6 +136,14 @@ CHANGE_KIND_PROPOSED: ChangeKind.ValueType  # 5
 CHANGE_KIND_APPROVED: ChangeKind.ValueType  # 6
 CHANGE_KIND_REJECTED: ChangeKind.ValueType  # 7
 CHANGE_KIND_WITHDRAWN: ChangeKind.ValueType  # 8
+CHANGE_KIND_DOCUMENT_PUT: ChangeKind.ValueType  # 30
+"""Knowledge documents (WatchMemoriesRequest.include_documents): `document` is set, not
+`memory`. A new document; a new version of one (its content changed); its labels
+changed (same version); its deletion (the version that records it).
+"""
+CHANGE_KIND_DOCUMENT_REPLACED: ChangeKind.ValueType  # 31
+CHANGE_KIND_DOCUMENT_RELABELED: ChangeKind.ValueType  # 32
+CHANGE_KIND_DOCUMENT_DELETED: ChangeKind.ValueType  # 33
 Global___ChangeKind: _TypeAlias = ChangeKind  # noqa: Y015
 
 class _ContextItemKind:
@@ -702,22 +719,35 @@ class WatchMemoriesRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     FILTER_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
+    INCLUDE_DOCUMENTS_FIELD_NUMBER: _builtins.int
+    DOCUMENT_COLLECTIONS_FIELD_NUMBER: _builtins.int
     cursor: _builtins.str
     """Resume after this cursor; empty starts from now."""
+    include_documents: _builtins.bool
+    """Also stream the changes to knowledge documents the key may see, in the same order and
+    under the same cursor (the key needs knowledge:read as well). `filter` applies to
+    memories only.
+    """
     @_builtins.property
     def scope(self) -> _common_pb2.Scope: ...
     @_builtins.property
     def filter(self) -> _common_pb2.MemoryFilter: ...
+    @_builtins.property
+    def document_collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With include_documents: only documents of these collections; empty: every one."""
+
     def __init__(
         self,
         *,
         scope: _common_pb2.Scope | None = ...,
         filter: _common_pb2.MemoryFilter | None = ...,
         cursor: _builtins.str = ...,
+        include_documents: _builtins.bool = ...,
+        document_collections: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "filter", b"filter", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "document_collections", b"document_collections", "filter", b"filter", "include_documents", b"include_documents", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -736,6 +766,7 @@ class WatchMemoriesResponse(_message.Message):
     MEMORY_FIELD_NUMBER: _builtins.int
     CHANGED_AT_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
+    DOCUMENT_FIELD_NUMBER: _builtins.int
     kind: Global___ChangeKind.ValueType
     cursor: _builtins.str
     @_builtins.property
@@ -744,6 +775,12 @@ class WatchMemoriesResponse(_message.Message):
 
     @_builtins.property
     def changed_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def document(self) -> _knowledge_pb2.Document:
+        """For a CHANGE_KIND_DOCUMENT_* change: the document version it left, without content
+        (path and hash empty once the document is deleted).
+        """
+
     def __init__(
         self,
         *,
@@ -751,10 +788,11 @@ class WatchMemoriesResponse(_message.Message):
         memory: _common_pb2.Memory | None = ...,
         changed_at: _timestamp_pb2.Timestamp | None = ...,
         cursor: _builtins.str = ...,
+        document: _knowledge_pb2.Document | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["changed_at", b"changed_at", "memory", b"memory"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changed_at", b"changed_at", "document", b"document", "memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_at", b"changed_at", "cursor", b"cursor", "kind", b"kind", "memory", b"memory"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_at", b"changed_at", "cursor", b"cursor", "document", b"document", "kind", b"kind", "memory", b"memory"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

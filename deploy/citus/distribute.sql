@@ -34,7 +34,8 @@ SELECT create_distributed_table('memories', 'tenant_id');
 SELECT create_distributed_table(t, 'tenant_id', colocate_with => 'memories')
 FROM unnest(ARRAY['api_keys', 'tombstones', 'idempotency_keys', 'namespace_policies',
                   'audit_events', 'audit_heads', 'tenant_quotas', 'lexical_cells',
-                  'lexical_terms', 'documents', 'document_chunks', 'graph_entities',
+                  'lexical_terms', 'documents', 'document_chunks', 'document_tombstones',
+                  'graph_entities',
                   'graph_mentions', 'graph_relations', 'audit_cells', 'audit_cell_events',
                   'memory_conflicts']) AS t
 WHERE to_regclass(t) IS NOT NULL;
@@ -49,7 +50,8 @@ END $$;
 -- in the request's connection (migration 0059 says why).
 SELECT create_distributed_function(f::regprocedure, 'p_tenant', colocate_with => 'memories',
                                    force_delegation => true)
-FROM unnest(ARRAY['brain_reserve_memories(uuid)', 'brain_pending_candidates(uuid, text)',
+FROM unnest(ARRAY['brain_reserve_memories(uuid)', 'brain_reserve_documents(uuid)',
+                  'brain_pending_candidates(uuid, text)',
                   'brain_proposals_since(uuid, text, timestamptz)',
                   'brain_graph_entities(uuid, text[])', 'brain_graph_reopen(uuid, uuid, boolean)',
                   'brain_graph_drop_orphans(uuid, uuid[])',

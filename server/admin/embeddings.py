@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import operator
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +14,7 @@ import asyncpg
 from pgvector.asyncpg import register_vector
 
 from brain.server.admin.registry import Context, UsageError, command, output
+from brain.server.domain.knowledge.measures import embedding_text
 from brain.server.domain.memories import model_id
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError, build_embedder
 from brain.server.runtime.config import add_embedder_arguments, embedder_settings
@@ -75,7 +78,11 @@ async def cmd_status(ctx: Context) -> None:
             f"""SELECT count(*) FILTER (WHERE m.embedding IS NOT NULL) AS embedded,
                        count(*) FILTER (WHERE {_CHUNK_VECTORS.pending}) AS pending,
                        count(*) FILTER (WHERE {_CHUNK_VECTORS.pending}
-                                          AND m.embed_attempts > 0) AS retrying
+                                          AND m.embed_attempts > 0) AS retrying,
+                       COALESCE(max(m.embed_attempts) FILTER (
+                           WHERE {_CHUNK_VECTORS.pending}), 0) AS most_attempts,
+                       COALESCE(extract(epoch FROM clock_timestamp() - min(m.recorded_at)
+                           FILTER (WHERE {_CHUNK_VECTORS.pending})), 0)::bigint AS oldest
                 FROM document_chunks m WHERE m.retired_at IS NULL AND {where}""",
             *args,
         )
@@ -89,7 +96,14 @@ async def cmd_status(ctx: Context) -> None:
         "chunks_embedded": chunks["embedded"],
         "chunks_pending": chunks["pending"],
         "chunks_retrying": chunks["retrying"],
+        "chunks_most_failed_attempts": chunks["most_attempts"],
+        "chunks_oldest_pending_seconds": chunks["oldest"],
     }
+    waiting = ""
+    if chunks["pending"]:
+        waiting = f"; the oldest pending chunk has waited {chunks['oldest']} s" + (
+            f", one failed {chunks['most_attempts']} times" if chunks["most_attempts"] else ""
+        )
 
     output(
         ctx.args,
@@ -97,7 +111,7 @@ async def cmd_status(ctx: Context) -> None:
         f"dimension {dimension}: {row['embedded']} memories embedded "
         f"({', '.join(data['models']) or 'no model yet'}), {row['pending']} waiting for a vector; "
         f"{chunks['embedded']} document chunks embedded, {chunks['pending']} pending "
-        f"({chunks['retrying']} after a failed embedding, retried with backoff)",
+        f"({chunks['retrying']} after a failed embedding, retried with backoff){waiting}",
     )
 
 
@@ -159,6 +173,9 @@ class _Vectors:
     key: tuple[str, ...]
     pending: str
     noun: str
+    # The columns a vector is made from, and how (a chunk's: its heading path and text).
+    columns: str = "m.content"
+    text: Callable[[asyncpg.Record], str] = operator.itemgetter("content")
 
 
 _MEMORY_VECTORS = _Vectors("memories", ("memory_id", "version"), _PENDING, "memories")
@@ -167,6 +184,8 @@ _CHUNK_VECTORS = _Vectors(
     ("chunk_id",),
     "m.embedding IS NULL AND m.retired_at IS NULL AND m.content <> ''",
     "document chunks",
+    "m.content, m.heading_path",
+    lambda r: embedding_text(r["heading_path"], r["content"]),
 )
 
 
@@ -188,7 +207,7 @@ async def _backfill(
     after = ("00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000")
     while True:
         rows = await conn.fetch(
-            f"""SELECT m.tenant_id, {", ".join(f"m.{c}" for c in rows_of.key)}, m.content
+            f"""SELECT m.tenant_id, {", ".join(f"m.{c}" for c in rows_of.key)}, {rows_of.columns}
                 FROM {table} m
                 WHERE {rows_of.pending} AND {where}
                   AND (m.tenant_id, m.{page_key}) > (${n + 1}::uuid, ${n + 2}::uuid)
@@ -200,7 +219,7 @@ async def _backfill(
         if not rows:
             return done
         try:
-            vectors = await embedder.embed([r["content"] for r in rows])
+            vectors = await embedder.embed([rows_of.text(r) for r in rows])
         except EmbedderError as exc:
             raise UsageError(f"embedder failed after {done} {rows_of.noun}: {exc}") from exc
         await conn.executemany(

@@ -47,14 +47,16 @@ async def cmd_tenants_list(ctx: Context) -> None:
                 "tenant_id": r["tenant_id"],
                 "name": r["name"],
                 "created_at": r["created_at"],
-                "quotas": {"memories": r["max_memories"]},
-                "usage": {"memories": r["memories"]},
+                "quotas": {name: r[column] for name, column in store.QUOTA_COLUMNS.items()},
+                "usage": {name: r[name] for name in store.QUOTA_COLUMNS},
             }
             for r in rows
         ],
         "\n".join(
             f"{r['name']}\t{r['tenant_id']}\t{r['created_at']:%Y-%m-%d}\t"
-            f"memories {r['memories']}/{_limit_text(r['max_memories'])}"
+            f"memories {r['memories']}/{_limit_text(r['max_memories'])}\t"
+            f"documents {r['documents']}/{_limit_text(r['max_documents'])}\t"
+            f"document bytes {r['document_bytes']}/{_limit_text(r['max_document_bytes'])}"
             for r in rows
         ),
     )
@@ -62,6 +64,9 @@ async def cmd_tenants_list(ctx: Context) -> None:
 
 def _limit_text(limit: int | None) -> str:
     return "unlimited" if limit is None else str(limit)
+
+
+_UNCHANGED: Any = object()  # a quota flag not given: that limit stays as it is
 
 
 def _quota(text: str) -> int | None:
@@ -79,12 +84,20 @@ def _quota(text: str) -> int | None:
 
 async def cmd_tenants_set_quota(ctx: Context) -> None:
     args = ctx.args
+    asked = {
+        name: getattr(args, name)
+        for name in store.QUOTA_COLUMNS
+        if getattr(args, name) is not _UNCHANGED
+    }
+    if not asked:
+        raise UsageError("name at least one of --memories, --documents, --document-bytes")
     async with ctx.connect() as conn:
-        tenant_id = await store.set_memory_quota(conn, args.tenant, args.memories)
+        tenant_id, limits = await store.set_quotas(conn, args.tenant, asked)
     output(
         args,
-        {"tenant_id": tenant_id, "name": args.tenant, "quotas": {"memories": args.memories}},
-        f"tenant {args.tenant}: memories quota {_limit_text(args.memories)}",
+        {"tenant_id": tenant_id, "name": args.tenant, "quotas": limits},
+        f"tenant {args.tenant}: "
+        + ", ".join(f"{n.replace('_', ' ')} quota {_limit_text(v)}" for n, v in limits.items()),
     )
 
 
@@ -202,12 +215,23 @@ async def cmd_namespaces_list(ctx: Context) -> None:
 
 
 async def cmd_tombstones_list(ctx: Context) -> None:
+    """A tenant's tombstones: memories' (forget, reject), then documents' (delete)."""
     async with ctx.connect() as conn:
         tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
         rows = await conn.fetch(
-            """SELECT tombstone_id, namespace, user_id, session_id, memory_id, cause,
-                      created_at, created_by, readmitted_at, readmitted_by
+            """SELECT tombstone_id, 'memory' AS kind, namespace, user_id, session_id,
+                      memory_id, cause, created_at, created_by, readmitted_at, readmitted_by
                FROM tombstones WHERE tenant_id = $1::uuid
+                 AND ($2::text IS NULL OR namespace = $2)
+               ORDER BY created_at""",
+            tenant_id,
+            ctx.args.namespace,
+        )
+        documents = await conn.fetch(
+            """SELECT tombstone_id, 'document' AS kind, namespace, user_id, session_id,
+                      collection, document_id, 'delete' AS cause, created_at, created_by,
+                      readmitted_at, readmitted_by
+               FROM document_tombstones WHERE tenant_id = $1::uuid
                  AND ($2::text IS NULL OR namespace = $2)
                ORDER BY created_at""",
             tenant_id,
@@ -215,31 +239,40 @@ async def cmd_tombstones_list(ctx: Context) -> None:
         )
     output(
         ctx.args,
-        [dict(r) for r in rows],
+        [dict(r) for r in [*rows, *documents]],
         "\n".join(
             f"{r['tombstone_id']}\t{r['namespace']}\tuser={r['user_id'] or '*'}\t"
-            f"{r['cause']} of {r['memory_id']} by {r['created_by']}\t"
+            + (
+                f"{r['cause']} of {r['memory_id']}"
+                if r["kind"] == "memory"
+                else f"delete of document {r['document_id']} in collection {r['collection']}"
+            )
+            + f" by {r['created_by']}\t"
             f"{'readmitted by ' + r['readmitted_by'] if r['readmitted_at'] else 'live'}"
-            for r in rows
+            for r in [*rows, *documents]
         )
         or "no tombstones",
     )
 
 
 async def cmd_tombstones_readmit(ctx: Context) -> None:
-    """Lift a tombstone so its value may be saved again in its bucket."""
+    """Lift a tombstone (of a memory's value or a deleted document's content) so that it
+    may be stored again in its bucket (and collection)."""
     import getpass
 
     async with ctx.connect() as conn:
         tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
-        status = await conn.execute(
-            """UPDATE tombstones SET readmitted_at = now(), readmitted_by = $3
-               WHERE tenant_id = $1::uuid AND tombstone_id::text = $2
-                 AND readmitted_at IS NULL""",
-            tenant_id,
-            ctx.args.tombstone_id,
-            f"admin:{getpass.getuser()}",
-        )
+        for table in ("tombstones", "document_tombstones"):
+            status = await conn.execute(
+                f"""UPDATE {table} SET readmitted_at = now(), readmitted_by = $3
+                    WHERE tenant_id = $1::uuid AND tombstone_id::text = $2
+                      AND readmitted_at IS NULL""",
+                tenant_id,
+                ctx.args.tombstone_id,
+                f"admin:{getpass.getuser()}",
+            )
+            if status != "UPDATE 0":
+                break
     if status == "UPDATE 0":
         raise UsageError(f"no live tombstone {ctx.args.tombstone_id} in tenant {ctx.args.tenant}")
     output(ctx.args, {"readmitted": ctx.args.tombstone_id}, f"readmitted {ctx.args.tombstone_id}")
@@ -347,8 +380,20 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--memories",
         type=_quota,
-        required=True,
+        default=_UNCHANGED,
         help="most stored (active or candidate) memories; 'none' lifts the limit",
+    )
+    p.add_argument(
+        "--documents",
+        type=_quota,
+        default=_UNCHANGED,
+        help="most current knowledge documents; 'none' lifts the limit",
+    )
+    p.add_argument(
+        "--document-bytes",
+        type=_quota,
+        default=_UNCHANGED,
+        help="most bytes of content in current knowledge documents; 'none' lifts the limit",
     )
 
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="sub", required=True)
@@ -396,7 +441,7 @@ def register(sub: Any) -> None:
     p.add_argument("--tenant")
 
     tombstones = sub.add_parser(
-        "tombstones", help="values kept from coming back after forget or reject"
+        "tombstones", help="values kept from coming back after forget, reject or delete"
     ).add_subparsers(dest="sub", required=True)
     p = command(tombstones, "list", cmd_tombstones_list, "list a tenant's tombstones")
     p.add_argument("--tenant", required=True)

@@ -1,4 +1,4 @@
-"""Per-tenant quotas: the check every write that adds stored memories makes first."""
+"""Per-tenant quotas: the check every write that adds memories or documents makes first."""
 
 from __future__ import annotations
 
@@ -24,4 +24,33 @@ async def reserve_memories(conn: asyncpg.Connection, adding: int) -> None:
             f"quota memories exceeded: this tenant may store at most {quota.limit} "
             "memories; forget some or ask an operator to raise the quota "
             "(brain-admin tenants set-quota)"
+        )
+
+
+async def reserve_documents(
+    conn: asyncpg.Connection, tenant_id: str, adding: int, adding_bytes: int
+) -> None:
+    """Refuse a put that would take the tenant past its document quotas: ``adding``
+    documents (1 for a new one, 0 for a new version) and ``adding_bytes`` of content (the
+    new version's size less the old one's). Called as ``reserve_memories`` is, in the
+    put's transaction right before it writes, and, like it, names the limit and never how
+    much the tenant stores."""
+    if adding <= 0 and adding_bytes <= 0:
+        return
+    quota = await sql.reserve_documents(conn, tenant_id)
+    if quota is None:
+        return
+    limit = quota.max_documents
+    if adding > 0 and limit is not None and quota.documents + adding > limit:
+        raise ResourceExhausted(
+            f"quota documents exceeded: this tenant may store at most {limit} documents; "
+            "delete some or ask an operator to raise the quota "
+            "(brain-admin tenants set-quota --documents)"
+        )
+    limit = quota.max_document_bytes
+    if adding_bytes > 0 and limit is not None and quota.document_bytes + adding_bytes > limit:
+        raise ResourceExhausted(
+            f"quota document bytes exceeded: this tenant may store at most {limit} bytes of "
+            "documents; delete some or ask an operator to raise the quota "
+            "(brain-admin tenants set-quota --document-bytes)"
         )

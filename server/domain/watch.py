@@ -1,14 +1,15 @@
-"""WatchMemories: the change feed, built on the audit log.
+"""WatchMemories: the change feed, built on the audit log, of memories and (asked for with
+``include_documents``) knowledge documents.
 
 Every write transaction NOTIFYs ``brain_audit`` with ``<tenant id>`` when it commits
 (storage/db.py: sent by the server, not by the audit trigger, which on Citus runs on a
 worker; migration 0033). One LISTEN connection per server process (held only while someone watches)
 wakes the watchers of that tenant; a slow poll covers lost notifications and a lost
 listener. The notification carries no data a tenant could not see: each watcher then
-reads the new events in its own tenant transaction, joined to the memory versions they
-produced, through the same visibility predicate as every other read; it finds them on
-the audit cells it may see (migration 0055), so its work never grows with events it
-cannot see. The resume cursor is the audit seq, sealed.
+reads the new events in its own tenant transaction, joined to the memory (and document)
+versions they produced, through the same visibility predicate as every other read; it
+finds them on the audit cells it may see (migration 0055), so its work never grows with
+events it cannot see. The resume cursor is the audit seq, sealed.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from typing import Any
 import asyncpg
 import structlog
 
-from brain.authz import Caller, KeyStoreUnavailable
+from brain.authz import Caller, KeyStoreUnavailable, Permission
+from brain.server.domain import validation as check
 from brain.server.domain.memories import Memories, row_filter
-from brain.server.errors import PermissionDenied, Unavailable
+from brain.server.errors import InvalidArgument, PermissionDenied, Unavailable
 from brain.server.storage import audit as sql
 from brain.server.storage.db import Database
 from brain.server.telemetry import metrics
@@ -52,6 +54,7 @@ CHANGE_KIND = {
     "consolidate": memory_pb2.CHANGE_KIND_PROPOSED,
 }
 BATCH_EVENTS = 100
+MAX_COLLECTIONS = 16
 KEY_RECHECK_SECONDS = 5.0
 # What the dedicated LISTEN connection may raise when the database goes away (a broken
 # connection can leave asyncpg's protocol mid-operation: InternalClientError).
@@ -215,12 +218,41 @@ async def _ensure_key_still_valid(memories: Memories, caller: Caller) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """A change to report; with no row, the position marker that opens every stream."""
+    """A change to report; with no row, the position marker that opens every stream. The
+    row is a memory version, or, with ``document``, a knowledge document version."""
 
     seq: int
     kind: int
     row: asyncpg.Record | None
     changed_at: datetime | None
+    document: bool = False
+
+
+def document_kind(row: asyncpg.Record) -> int:
+    """What a document event did: the version it left says put or delete; a put event
+    whose transaction put no content changed the labels only."""
+    if row["change"] == "delete":
+        return memory_pb2.CHANGE_KIND_DOCUMENT_DELETED
+    if "document.put" not in row["event_outcome"].split(","):
+        return memory_pb2.CHANGE_KIND_DOCUMENT_RELABELED
+    if row["version"] == 1:
+        return memory_pb2.CHANGE_KIND_DOCUMENT_PUT
+    return memory_pb2.CHANGE_KIND_DOCUMENT_REPLACED
+
+
+def document_options(caller: Caller, req: memory_pb2.WatchMemoriesRequest) -> list[str] | None:
+    """The collections whose document changes the stream carries (empty: all), or None
+    when it carries none; the key must also hold knowledge:read to ask for them."""
+    if not req.include_documents:
+        if req.document_collections:
+            raise InvalidArgument("document_collections", "needs include_documents")
+        return None
+    if not caller.has(Permission.KNOWLEDGE_READ.value):
+        raise PermissionDenied(
+            "include_documents: this key lacks knowledge:read, which document changes need; "
+            "watch without include_documents, or use a key that holds it"
+        )
+    return check.names("document_collections", req.document_collections, limit=MAX_COLLECTIONS)
 
 
 async def changes(
@@ -233,6 +265,7 @@ async def changes(
     """Changes visible to ``caller`` after ``req.cursor`` (or from now), until cancelled."""
     feed = feed or feed_for(memories.db)
     cursor = memories.tokens.decode_seq("cursor", req.cursor)
+    collections = document_options(caller, req)
     f = row_filter(req.filter)
     if not req.filter.statuses:
         f = dataclasses.replace(f, statuses=ALL_STATUSES)
@@ -264,13 +297,24 @@ async def changes(
                 head = await sql.head_seq(conn, caller.tenant_id)
                 seqs = await sql.watch_batch(conn, visibility, cursor, head, BATCH_EVENTS)
                 rows = await sql.changed_memories(conn, visibility, f, seqs) if seqs else []
-            for row in rows:
-                yield Change(
-                    seq=row["audit_seq"],
-                    kind=CHANGE_KIND.get(row["change"], memory_pb2.CHANGE_KIND_UNSPECIFIED),
-                    row=row,
-                    changed_at=row["changed_at"],
-                )
+                found = [
+                    Change(
+                        seq=row["audit_seq"],
+                        kind=CHANGE_KIND.get(row["change"], memory_pb2.CHANGE_KIND_UNSPECIFIED),
+                        row=row,
+                        changed_at=row["changed_at"],
+                    )
+                    for row in rows
+                ]
+                if seqs and collections is not None:
+                    rows = await sql.changed_documents(conn, visibility, collections, seqs)
+                    found += [
+                        Change(row["audit_seq"], document_kind(row), row, row["changed_at"], True)
+                        for row in rows
+                    ]
+                    found.sort(key=lambda c: c.seq)  # stable: an event's rows keep their order
+            for change in found:
+                yield change
             full = len(seqs) >= BATCH_EVENTS
             cursor = seqs[-1] if full else max(cursor, head)
             if not full:

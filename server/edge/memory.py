@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from brain.authz import caller
 from brain.authz._grpc_types import Ctx
 from brain.server.domain import convert, watch
+from brain.server.domain.knowledge.documents import document_message
 from brain.server.domain.memories import Memories
 from brain.server.edge.status import streaming, timeout_ms, unary
 from brain.v1 import memory_pb2, memory_pb2_grpc
@@ -97,7 +98,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                     kind=change.kind,  # type: ignore[arg-type]
                     cursor=self.memories.tokens.encode_seq(change.seq),
                 )
-                if change.row is not None:
+                if change.row is not None and change.document:
+                    response.document.CopyFrom(document_message(change.row))
+                elif change.row is not None:
                     response.memory.CopyFrom(convert.memory(change.row))
                 if change.changed_at is not None:
                     response.changed_at.FromDatetime(change.changed_at)

@@ -84,6 +84,7 @@ class RunningServer:
     port: int
     memories: Memories
     supervisor: DatabaseSupervisor
+    knowledge: Knowledge | None = None  # the KnowledgeService's domain (puts, deletes)
     filler: ChunkFiller | None = None  # None with --embedder none
     embedded_pg: embedded.EmbeddedPostgres | None = None
     metrics_server: metrics.MetricsServer | None = None
@@ -383,6 +384,7 @@ async def _serve(
         port=port,
         memories=memories,
         supervisor=supervisor,
+        knowledge=knowledge,
         filler=filler,
         embedded_pg=pg,
         metrics_server=metrics_server,

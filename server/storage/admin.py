@@ -134,28 +134,47 @@ async def key_row(conn: asyncpg.Connection, key_id: str) -> asyncpg.Record:
     return row
 
 
-async def set_memory_quota(conn: asyncpg.Connection, tenant: str, limit: int | None) -> str:
-    """Set (or, with None, lift) a tenant's limit on stored memories; its id back."""
-    if limit is not None and limit < 0:
-        raise AdminError(f"--memories must be 0 or more, or 'none'; got {limit}")
+QUOTA_COLUMNS = {
+    "memories": "max_memories",
+    "documents": "max_documents",
+    "document_bytes": "max_document_bytes",
+}
+
+
+async def set_quotas(
+    conn: asyncpg.Connection, tenant: str, limits: dict[str, int | None]
+) -> tuple[str, dict[str, int | None]]:
+    """Set (or, with None, lift) the named limits of a tenant (keys of ``QUOTA_COLUMNS``),
+    leaving the others as they are; its id and all its limits back."""
+    for name, limit in limits.items():
+        if name not in QUOTA_COLUMNS:
+            raise AdminError(f"unknown quota {name!r}; choose from {sorted(QUOTA_COLUMNS)}")
+        if limit is not None and limit < 0:
+            raise AdminError(f"--{name.replace('_', '-')} must be 0 or more, or 'none'")
     tenant_id = await tenant_id_by_name(conn, tenant)
-    await conn.execute(
-        """INSERT INTO tenant_quotas (tenant_id, max_memories) VALUES ($1::uuid, $2)
-           ON CONFLICT (tenant_id)
-           DO UPDATE SET max_memories = EXCLUDED.max_memories, updated_at = now()""",
+    columns = [QUOTA_COLUMNS[n] for n in limits]
+    row = await conn.fetchrow(
+        f"""INSERT INTO tenant_quotas (tenant_id, {", ".join(columns)})
+            VALUES ($1::uuid, {", ".join(f"${i + 2}" for i in range(len(columns)))})
+            ON CONFLICT (tenant_id) DO UPDATE
+            SET {", ".join(f"{c} = EXCLUDED.{c}" for c in columns)}, updated_at = now()
+            RETURNING {", ".join(QUOTA_COLUMNS.values())}""",
         tenant_id,
-        limit,
+        *limits.values(),
     )
-    return tenant_id
+    assert row is not None
+    return tenant_id, {name: row[column] for name, column in QUOTA_COLUMNS.items()}
 
 
 async def list_tenants(conn: asyncpg.Connection) -> list[asyncpg.Record]:
-    """Every tenant with its memory quota (NULL: unlimited) and the memories it stores."""
+    """Every tenant with its quotas (NULL: unlimited) and what it stores."""
     return list(
         await conn.fetch(
-            """SELECT t.tenant_id, t.name, t.created_at, q.max_memories,
-                      brain_memories_used(t.tenant_id) AS memories
+            """SELECT t.tenant_id, t.name, t.created_at, q.max_memories, q.max_documents,
+                      q.max_document_bytes, brain_memories_used(t.tenant_id) AS memories,
+                      d.documents, d.document_bytes
                FROM tenants t LEFT JOIN tenant_quotas q USING (tenant_id)
+               CROSS JOIN LATERAL brain_documents_used(t.tenant_id) d
                ORDER BY t.name"""
         )
     )

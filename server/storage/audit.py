@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 
+from brain.server.storage.knowledge import DOCUMENT_COLUMNS
 from brain.server.storage.memories import RowFilter, filter_predicate, memory_columns
 from brain.server.storage.visibility import (
     Params,
@@ -209,6 +210,42 @@ async def changed_memories(
     """For each of these events (``watch_batch``), each memory it touched as that event
     left it — only where that version passes the visibility predicate and the filter."""
     sql, values = changed_memories_statement(v, f, seqs)
+    return list(await conn.fetch(sql, *values))
+
+
+def changed_documents_statement(
+    v: Visibility, collections: list[str], seqs: list[int]
+) -> tuple[str, list[Any]]:
+    """The statement ``changed_documents`` runs, and its parameters."""
+    p = Params(v.tenant_id, seqs)
+    where = [object_visibility(v, p, "d")]
+    if collections:
+        where.append(f"d.collection = ANY({p.add(collections)}::text[])")
+    sql = f"""SELECT e.seq AS audit_seq, e.at AS changed_at, e.outcome AS event_outcome,
+                     {DOCUMENT_COLUMNS}
+              FROM unnest($2::bigint[]) AS s (seq)
+              CROSS JOIN LATERAL (
+                  SELECT * FROM audit_events
+                  WHERE tenant_id = $1::uuid AND seq = s.seq LIMIT 1) e
+              CROSS JOIN LATERAL unnest(e.memory_ids) WITH ORDINALITY AS u (document_id, ord)
+              CROSS JOIN LATERAL (
+                  SELECT * FROM documents r
+                  WHERE r.tenant_id = e.tenant_id AND r.document_id = u.document_id
+                    AND r.recorded_at <= e.at
+                  ORDER BY r.version DESC LIMIT 1) d
+              WHERE e.outcome LIKE '%document.%' AND {" AND ".join(where)}
+              ORDER BY e.seq, u.ord"""
+    return sql, p.values
+
+
+async def changed_documents(
+    conn: asyncpg.Connection, v: Visibility, collections: list[str], seqs: list[int]
+) -> list[asyncpg.Record]:
+    """For each of these events (``watch_batch``) about knowledge documents, each document
+    it touched as that event left it (the version recorded by then), with the event's
+    ``outcome`` — only where that row passes the visibility predicate (a document's rows
+    all carry its scope and labels) and is in ``collections`` (all when empty)."""
+    sql, values = changed_documents_statement(v, collections, seqs)
     return list(await conn.fetch(sql, *values))
 
 

@@ -1,8 +1,8 @@
 """SQL of the chunk-vector filler: claim pending chunks, store their vectors, release them.
 
-The filler serves every tenant of the database, so it goes through the three narrow
-``SECURITY DEFINER`` functions of migrations 0032 and 0035, never past row-level security itself.
-Each call is its own short transaction.
+The filler serves every tenant of the database, so it goes through the four narrow
+``SECURITY DEFINER`` functions of migrations 0032, 0035, 0040 and 0058, never past
+row-level security itself. Each call is its own short transaction.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import asyncpg
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A pending chunk leased to this filler, with the text its vector must be made from."""
+    """A pending chunk leased to this filler: its text (which the store checks is still
+    there) and heading path, from which its vector is made."""
 
     tenant_id: uuid.UUID
     chunk_id: uuid.UUID
     content: str
+    heading_path: tuple[str, ...]
     attempts: int
 
 
@@ -36,7 +38,18 @@ async def claim(
             "SELECT * FROM brain_claim_chunk_embeddings($1, $2, $3, $4)",
             limit, lease_seconds, quiet_seconds, yield_seconds,
         )  # fmt: skip
-    return [Claimed(r["tenant_id"], r["chunk_id"], r["content"], r["embed_attempts"]) for r in rows]
+        paths: dict[uuid.UUID, tuple[str, ...]] = {}
+        for tenant in {r["tenant_id"] for r in rows}:  # one call per tenant (its shard)
+            for h in await conn.fetch(
+                "SELECT * FROM brain_chunk_embedding_headings($1, $2::uuid[])",
+                tenant, [r["chunk_id"] for r in rows if r["tenant_id"] == tenant],
+            ):  # fmt: skip
+                paths[h["chunk_id"]] = tuple(h["heading_path"])
+    return [
+        Claimed(r["tenant_id"], r["chunk_id"], r["content"], paths.get(r["chunk_id"], ()),
+                r["embed_attempts"])
+        for r in rows
+    ]  # fmt: skip
 
 
 async def store(

@@ -27,3 +27,26 @@ async def reserve_memories(conn: asyncpg.Connection) -> MemoryQuota | None:
     if row is None:
         return None
     return MemoryQuota(limit=row["max_memories"], used=row["used"])
+
+
+@dataclass(frozen=True)
+class DocumentQuota:
+    max_documents: int | None
+    max_document_bytes: int | None
+    documents: int
+    document_bytes: int
+
+
+async def reserve_documents(conn: asyncpg.Connection, tenant_id: str) -> DocumentQuota | None:
+    """The tenant's document quotas and current usage, or None when it has none; with a
+    quota set, holds the tenant's document quota lock until the transaction ends
+    (migration 0042). ``tenant_id`` is the transaction's own (the function refuses others)."""
+    row = await conn.fetchrow("SELECT * FROM brain_reserve_documents($1::uuid)", tenant_id)
+    if row is None:
+        return None
+    return DocumentQuota(
+        max_documents=row["max_documents"],
+        max_document_bytes=row["max_document_bytes"],
+        documents=row["documents"],
+        document_bytes=row["document_bytes"],
+    )

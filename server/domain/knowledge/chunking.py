@@ -11,8 +11,10 @@
   whole in the next one.
 - Plain text: paragraphs, consecutive small ones packed together.
 
-Every chunk knows its 1-based, inclusive line range. A section over ``max_chars`` is
-split at paragraph breaks, then at lines, then (one huge line) at characters.
+Every chunk knows its 1-based, inclusive line range. Sizes follow a ``Measure``
+(``measures.py``): the embedder's window in its own tokens, the chunk's heading path
+included, or characters. A section over the limit is split at paragraph breaks, then at
+lines, then (one huge line) where a token starts; every piece keeps its heading path.
 
 Chunking is bounded, so that no document of the allowed size costs more than about a second
 of CPU: Markdown is parsed for its block structure only (headings need no inline markup,
@@ -32,7 +34,10 @@ from pathlib import PurePosixPath
 
 from markdown_it import MarkdownIt
 
-MAX_CHUNK_CHARS = 2000
+from brain.server.domain.knowledge.measures import MAX_CHUNK_CHARS, Characters, Measure
+
+__all__ = ["FORMATS", "MAX_CHUNK_CHARS", "Chunk", "TooComplex", "chunk", "detect_format"]
+
 CODE_WINDOW_LINES = 40
 CODE_OVERLAP_LINES = 8
 FORMATS = ("markdown", "python", "code", "text")
@@ -76,12 +81,17 @@ def detect_format(path: str) -> str:
     return "text"
 
 
-def chunk(text: str, fmt: str, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
-    """The chunks of ``text`` under the rule ``fmt`` (one of FORMATS); ``TooComplex`` when
-    the document has more lines, headings or chunks than the limits allow."""
+def chunk(
+    text: str, fmt: str, max_chars: int = MAX_CHUNK_CHARS, *, measure: Measure | None = None
+) -> list[Chunk]:
+    """The chunks of ``text`` under the rule ``fmt`` (one of FORMATS), each within
+    ``measure`` (default: ``max_chars`` characters); ``TooComplex`` when the document has
+    more lines, headings or chunks than the limits allow."""
     lines = text.splitlines()
     if len(lines) > MAX_LINES:
         raise TooComplex(f"has {len(lines)} lines; the limit is {MAX_LINES} per document")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}")
     if fmt == "markdown":
         headings = sum(1 for _ in itertools.islice(_HEADING_LINE.finditer(text), MAX_HEADINGS + 1))
         if headings > MAX_HEADINGS:
@@ -89,15 +99,15 @@ def chunk(text: str, fmt: str, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
                 f"has more than {MAX_HEADINGS} heading lines; the limit is {MAX_HEADINGS} "
                 "per Markdown document (split it, or put it as format TEXT)"
             )
-        pieces = _markdown(text, lines, max_chars)
+    cutter = _Cutter(lines, measure or Characters(max_chars))
+    if fmt == "markdown":
+        pieces = cutter.markdown(text)
     elif fmt == "python":
-        pieces = _python(text, lines, max_chars)
+        pieces = cutter.python(text)
     elif fmt == "code":
-        pieces = _windows(lines, 1, (), max_chars)
-    elif fmt == "text":
-        pieces = _blocks(lines, 1, (), max_chars)
+        pieces = cutter.windows(0, len(lines), ())
     else:
-        raise ValueError(f"unknown format {fmt!r}")
+        pieces = cutter.blocks(0, len(lines), ())
     kept = list(itertools.islice((c for c in pieces if c.content.strip()), MAX_CHUNKS + 1))
     if len(kept) > MAX_CHUNKS:
         raise TooComplex(
@@ -106,129 +116,146 @@ def chunk(text: str, fmt: str, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
     return kept
 
 
-def _markdown(text: str, lines: list[str], max_chars: int) -> Iterator[Chunk]:
-    # Block structure only (a parser per call: chunking runs on worker threads).
-    tokens = MarkdownIt("commonmark").disable("inline").parse(text)
-    # (first line, level, title) of each heading, 0-based lines.
-    headings: list[tuple[int, int, str]] = []
-    tokens_end: dict[int, int] = {}  # first line of a heading -> the line after it
-    for i, token in enumerate(tokens):
-        if token.type == "heading_open" and token.map is not None:
-            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
-            headings.append((token.map[0], int(token.tag[1:]), " ".join(title.split())))
-            tokens_end[token.map[0]] = token.map[1]
-    stack: list[tuple[int, str]] = []
-    starts = [h[0] for h in headings]
-    if not starts or starts[0] > 0:
-        yield from _blocks(lines[: starts[0] if starts else len(lines)], 1, (), max_chars)
-    carried: int | None = None
-    for n, (start, level, title) in enumerate(headings):
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, title))
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        body_from = tokens_end.get(start, start + 1)
-        first = start if carried is None else carried
-        if end < len(lines) and not any(line.strip() for line in lines[body_from:end]):
-            carried = first  # a heading with nothing under it opens the next section's chunk
-            continue
-        carried = None
-        path = tuple(t for _, t in stack)
-        yield from _blocks(lines[first:end], first + 1, path, max_chars)
+class _Cutter:
+    """One document's lines, each measured once; the rules cut ranges of them (0-based,
+    end exclusive) into chunks whose text is exactly the lines of their range."""
 
+    def __init__(self, lines: list[str], measure: Measure) -> None:
+        self.lines = lines
+        self.measure = measure
+        self.sums = list(itertools.accumulate(measure.lines(lines), initial=0))
 
-def _python(text: str, lines: list[str], max_chars: int) -> Iterator[Chunk]:
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        yield from _windows(lines, 1, (), max_chars)
-        return
-    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    covered = 0  # lines[:covered] are chunked already (0-based, exclusive)
-    for node in tree.body:
-        if not isinstance(node, definitions) or node.end_lineno is None:
-            continue
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-        if first > covered:
-            yield from _blocks(lines[covered:first], covered + 1, (), max_chars)
-        yield from _windows(lines[first : node.end_lineno], first + 1, (node.name,), max_chars)
-        covered = node.end_lineno
-    if covered < len(lines):
-        yield from _blocks(lines[covered:], covered + 1, (), max_chars)
+    def size(self, start: int, end: int) -> int:
+        """The measure of lines[start:end] joined by newlines."""
+        return self.sums[end] - self.sums[start] + self.measure.newline * max(end - start - 1, 0)
 
+    def budget(self, path: tuple[str, ...]) -> int:
+        """What a chunk under ``path`` may measure (its heading prefix takes its share)."""
+        return max(self.measure.limit - self.measure.reserve(path), 1)
 
-def _windows(
-    lines: list[str], first_line: int, path: tuple[str, ...], max_chars: int
-) -> Iterator[Chunk]:
-    """Code: the whole span when it fits, else overlapping windows of lines."""
-    if len("\n".join(lines)) <= max_chars and len(lines) <= CODE_WINDOW_LINES * 2:
-        yield Chunk("\n".join(lines), path, first_line, first_line + max(len(lines), 1) - 1)
-        return
-    step = CODE_WINDOW_LINES - CODE_OVERLAP_LINES
-    for at in range(0, max(len(lines) - CODE_OVERLAP_LINES, 1), step):
-        window = lines[at : at + CODE_WINDOW_LINES]
-        yield from _fit(window, first_line + at, path, max_chars)
+    def piece(self, start: int, end: int, path: tuple[str, ...]) -> Chunk:
+        return Chunk("\n".join(self.lines[start:end]), path, start + 1, max(end, start + 1))
 
-
-def _blocks(
-    lines: list[str], first_line: int, path: tuple[str, ...], max_chars: int
-) -> Iterator[Chunk]:
-    """Paragraphs (split at blank lines), packed together while they fit ``max_chars``."""
-    packed: list[str] = []
-    packed_start = first_line
-    for start, block in _paragraphs(lines, first_line):
-        joined = "\n".join([*packed, "", *block]) if packed else "\n".join(block)
-        if packed and len(joined) > max_chars:
-            yield Chunk("\n".join(packed), path, packed_start, packed_start + len(packed) - 1)
-            packed = []
-        if not packed:
-            packed_start = start
-            if len("\n".join(block)) > max_chars:
-                yield from _fit(block, start, path, max_chars)
+    def markdown(self, text: str) -> Iterator[Chunk]:
+        # Block structure only (a parser per call: chunking runs on worker threads).
+        tokens = MarkdownIt("commonmark").disable("inline").parse(text)
+        # (first line, level, title) of each heading, 0-based lines.
+        headings: list[tuple[int, int, str]] = []
+        tokens_end: dict[int, int] = {}  # first line of a heading -> the line after it
+        for i, token in enumerate(tokens):
+            if token.type == "heading_open" and token.map is not None:
+                title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+                headings.append((token.map[0], int(token.tag[1:]), " ".join(title.split())))
+                tokens_end[token.map[0]] = token.map[1]
+        lines = self.lines
+        stack: list[tuple[int, str]] = []
+        starts = [h[0] for h in headings]
+        if not starts or starts[0] > 0:
+            yield from self.blocks(0, starts[0] if starts else len(lines), ())
+        carried: int | None = None
+        for n, (start, level, title) in enumerate(headings):
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+            body_from = tokens_end.get(start, start + 1)
+            first = start if carried is None else carried
+            if end < len(lines) and not any(line.strip() for line in lines[body_from:end]):
+                carried = first  # a heading with nothing under it opens the next section's chunk
                 continue
-            packed = list(block)
-        else:
-            # Keep the blank lines between paragraphs so the line range stays exact.
-            packed.extend([""] * (start - (packed_start + len(packed))) + block)
-    if packed:
-        yield Chunk("\n".join(packed), path, packed_start, packed_start + len(packed) - 1)
+            carried = None
+            yield from self.blocks(first, end, tuple(t for _, t in stack))
 
+    def python(self, text: str) -> Iterator[Chunk]:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            yield from self.windows(0, len(self.lines), ())
+            return
+        definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        covered = 0  # lines[:covered] are chunked already
+        for node in tree.body:
+            if not isinstance(node, definitions) or node.end_lineno is None:
+                continue
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            if first > covered:
+                yield from self.blocks(covered, first, ())
+            yield from self.windows(first, node.end_lineno, (node.name,))
+            covered = node.end_lineno
+        if covered < len(self.lines):
+            yield from self.blocks(covered, len(self.lines), ())
 
-def _paragraphs(lines: list[str], first_line: int) -> Iterator[tuple[int, list[str]]]:
-    block: list[str] = []
-    start = first_line
-    for i, line in enumerate(lines):
-        if line.strip():
-            if not block:
-                start = first_line + i
-            block.append(line)
-        elif block:
-            yield start, block
-            block = []
-    if block:
-        yield start, block
+    def windows(self, start: int, end: int, path: tuple[str, ...]) -> Iterator[Chunk]:
+        """Code: the whole span when it fits, else windows of at most CODE_WINDOW_LINES
+        lines that fit, each overlapping the last by up to CODE_OVERLAP_LINES (a fifth of
+        its length at most), so a statement cut at a window's end is whole in the next."""
+        budget = self.budget(path)
+        if self.size(start, end) <= budget and end - start <= CODE_WINDOW_LINES * 2:
+            yield self.piece(start, end, path)
+            return
+        at = start
+        while at < end:
+            stop = at
+            while (
+                stop < end and stop - at < CODE_WINDOW_LINES and self.size(at, stop + 1) <= budget
+            ):
+                stop += 1
+            if stop == at:  # one line over the budget: cut where its tokens start
+                yield from self.fit(at, at + 1, path)
+                at += 1
+                continue
+            yield self.piece(at, stop, path)
+            if stop >= end:
+                return
+            at = max(stop - min(CODE_OVERLAP_LINES, (stop - at) // 5), at + 1)
 
+    def blocks(self, start: int, end: int, path: tuple[str, ...]) -> Iterator[Chunk]:
+        """Paragraphs (split at blank lines), packed together while they fit."""
+        budget = self.budget(path)
+        packed: int | None = None  # first line of the paragraphs packed so far
+        packed_end = start
+        for first, stop in self.paragraphs(start, end):
+            if packed is not None and self.size(packed, stop) > budget:
+                yield self.piece(packed, packed_end, path)
+                packed = None
+            if packed is None:
+                if self.size(first, stop) > budget:
+                    yield from self.fit(first, stop, path)
+                    continue
+                packed = first
+            packed_end = stop
+        if packed is not None:
+            yield self.piece(packed, packed_end, path)
 
-def _fit(
-    lines: list[str], first_line: int, path: tuple[str, ...], max_chars: int
-) -> Iterator[Chunk]:
-    """Lines packed up to ``max_chars``; a single longer line is cut at characters."""
-    packed: list[str] = []
-    start = first_line
-    for i, line in enumerate(lines):
-        number = first_line + i
-        if len(line) > max_chars:
-            if packed:
-                yield Chunk("\n".join(packed), path, start, number - 1)
-                packed = []
-            for at in range(0, len(line), max_chars):
-                yield Chunk(line[at : at + max_chars], path, number, number)
-            continue
-        if packed and len("\n".join([*packed, line])) > max_chars:
-            yield Chunk("\n".join(packed), path, start, number - 1)
-            packed = []
-        if not packed:
-            start = number
-        packed.append(line)
-    if packed:
-        yield Chunk("\n".join(packed), path, start, first_line + len(lines) - 1)
+    def paragraphs(self, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """(first, end) of each run of non-blank lines in lines[start:end]."""
+        first: int | None = None
+        for i in range(start, end):
+            if self.lines[i].strip():
+                if first is None:
+                    first = i
+            elif first is not None:
+                yield first, i
+                first = None
+        if first is not None:
+            yield first, end
+
+    def fit(self, start: int, end: int, path: tuple[str, ...]) -> Iterator[Chunk]:
+        """Lines packed while they fit; a single line over the budget is cut into pieces."""
+        budget = self.budget(path)
+        packed: int | None = None
+        for i in range(start, end):
+            if self.size(i, i + 1) > budget:
+                if packed is not None:
+                    yield self.piece(packed, i, path)
+                    packed = None
+                for part in self.measure.cut(self.lines[i], budget):
+                    yield Chunk(part, path, i + 1, i + 1)
+                continue
+            if packed is not None and self.size(packed, i + 1) > budget:
+                yield self.piece(packed, i, path)
+                packed = None
+            if packed is None:
+                packed = i
+        if packed is not None:
+            yield self.piece(packed, end, path)

