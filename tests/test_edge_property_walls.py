@@ -175,7 +175,11 @@ class Checks:
         documents = await self.documents(name, api) if k.has(KREAD) else set()
         context = await api.memories.BuildContext(
             memory_pb2.BuildContextRequest(
-                scope=api.scope(), query="zebra", token_budget=32_000, max_memories=100
+                scope=api.scope(),
+                query="zebra",
+                token_budget=32_000,
+                max_memories=100,
+                min_relevance=0,
             ),
             metadata=api.md,
         )

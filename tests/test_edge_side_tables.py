@@ -8,6 +8,7 @@ refused or hidden case with a positive control: the key that may see shows it wo
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import grpc
 
@@ -188,19 +189,27 @@ async def test_supersede_of_invisible_and_random_ids_answers_byte_identically(
     memo = (await team.save("Team memo")).memory.id
     assert (await team.save("Team memo, revised", supersedes=[memo])).memory.supersedes == [memo]
 
-    # A candidate whose target the reviewer cannot see: the link is hidden from the
-    # reviewer and approval fails exactly like a missing target.
+    # A candidate whose target the reviewer cannot see is not in its queue, and reviewing
+    # it answers exactly like a random id (issue 32: the approval would tell the target
+    # exists).
     candidate = await propose(lead, "Layoffs cancelled", supersedes=[secret])
     listed = await reviewer.review.ListCandidates(
         review_pb2.ListCandidatesRequest(scope=reviewer.scope()), metadata=reviewer.md
     )
-    assert [list(c.supersedes) for c in listed.candidates if c.id == candidate.id] == [[]]
-    err = await rpc_error(reviewer.review.ReviewCandidate(
-        review_pb2.ReviewCandidateRequest(
-            scope=reviewer.scope(), id=candidate.id, reason="ok",
-            decision=review_pb2.REVIEW_DECISION_APPROVE),
-        metadata=reviewer.md))  # fmt: skip
-    assert (err.code(), err.details()) == random_errors[0]
+    assert candidate.id not in [c.id for c in listed.candidates]
+    assert revised.id in [c.id for c in listed.candidates]  # positive control
+
+    def review_call(memory_id: str) -> Any:
+        return reviewer.review.ReviewCandidate(
+            review_pb2.ReviewCandidateRequest(
+                scope=reviewer.scope(), id=memory_id, reason="ok",
+                decision=review_pb2.REVIEW_DECISION_APPROVE),
+            metadata=reviewer.md)  # fmt: skip
+
+    hidden = await rpc_error(review_call(candidate.id))
+    missing = await rpc_error(review_call(str(uuid.uuid4())))
+    assert (hidden.code(), hidden.details()) == (missing.code(), missing.details())
+    assert hidden.code() == grpc.StatusCode.NOT_FOUND
     assert (await lead.get(secret)).status == common_pb2.MEMORY_STATUS_ACTIVE
     # Positive control: the same approval of a candidate with a visible target goes through.
     approved = await decide(reviewer, revised.id, approve=True)

@@ -808,6 +808,7 @@ class BuildContextRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
     MAX_MEMORIES_FIELD_NUMBER: _builtins.int
+    MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     KNOWLEDGE_COLLECTIONS_FIELD_NUMBER: _builtins.int
     EXCLUDE_KNOWLEDGE_FIELD_NUMBER: _builtins.int
     query: _builtins.str
@@ -815,6 +816,10 @@ class BuildContextRequest(_message.Message):
     """Upper bound for the packed context, in tokens (approximate). Default 1000."""
     max_memories: _builtins.int
     """At most this many memories. Default 20."""
+    min_relevance: _builtins.float
+    """The relevance floor (0..1) for memories and knowledge chunks alike, as in
+    SearchMemoriesRequest. Unset: the server's default floor; 0: no floor.
+    """
     exclude_knowledge: _builtins.bool
     """Leave knowledge out: memories only."""
     @_builtins.property
@@ -838,14 +843,17 @@ class BuildContextRequest(_message.Message):
         filter: _common_pb2.MemoryFilter | None = ...,
         time: _common_pb2.TimeTravel | None = ...,
         max_memories: _builtins.int = ...,
+        min_relevance: _builtins.float | None = ...,
         knowledge_collections: _abc.Iterable[_builtins.str] | None = ...,
         exclude_knowledge: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "scope", b"scope", "time", b"time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "filter", b"filter", "min_relevance", b"min_relevance", "scope", b"scope", "time", b"time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["exclude_knowledge", b"exclude_knowledge", "filter", b"filter", "knowledge_collections", b"knowledge_collections", "max_memories", b"max_memories", "query", b"query", "scope", b"scope", "time", b"time", "token_budget", b"token_budget"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "exclude_knowledge", b"exclude_knowledge", "filter", b"filter", "knowledge_collections", b"knowledge_collections", "max_memories", b"max_memories", "min_relevance", b"min_relevance", "query", b"query", "scope", b"scope", "time", b"time", "token_budget", b"token_budget"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__min_relevance: _TypeAlias = _typing.Literal["min_relevance"]  # noqa: Y015
+    _WhichOneofArgType__min_relevance: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_relevance) -> _WhichOneofReturnType__min_relevance | None: ...
 
 Global___BuildContextRequest: _TypeAlias = BuildContextRequest  # noqa: Y015
 

@@ -202,12 +202,13 @@ class ChunkSearch:
         timeout_ms: int | None,
         vector: Sequence[float] | None,
         lexical_only: bool,
+        min_relevance: float | None = None,
     ) -> list[FusedHit]:
         """The chunks BuildContext mixes with memories (``KnowledgeRecall``), searched with
-        the query vector it already has, under the default floor."""
+        the query vector it already has, under its floor (default: the model's)."""
         found = await self.recall(
             caller, query_text, limit, collections, timeout_ms,
-            lexical_only=lexical_only, vector=vector,
+            lexical_only=lexical_only, vector=vector, min_relevance=min_relevance,
         )  # fmt: skip
         return found.hits
 

@@ -168,6 +168,7 @@ class KnowledgeRecall(Protocol):
         timeout_ms: int | None,
         vector: Sequence[float] | None,
         lexical_only: bool,
+        min_relevance: float | None = None,
     ) -> list[FusedHit]: ...
 
     async def neighbours(

@@ -156,6 +156,11 @@ class MemoryReads(MemoryBase):
             "knowledge_collections", req.knowledge_collections, limit=MAX_KNOWLEDGE_COLLECTIONS
         )
         query = check.query("query", req.query)
+        floor = (
+            check.unit_interval("min_relevance", req.min_relevance)
+            if req.HasField("min_relevance")
+            else None
+        )
         # One query vector serves memories and documents: a slow or failing embedder is
         # waited for once, and both fall back to their lexical lanes together.
         vector: list[float] | None = None
@@ -169,7 +174,7 @@ class MemoryReads(MemoryBase):
         found = await self.recall(
             caller, query, count, req.filter, req.time, timeout_ms,
             mode=memory_pb2.SEARCH_MODE_LEXICAL if lexical_only else memory_pb2.SEARCH_MODE_HYBRID,
-            query_embedding=vector or (),
+            query_embedding=vector or (), min_relevance=floor,
         )  # fmt: skip
         chunks: list[FusedHit] = []
         if (
@@ -178,7 +183,14 @@ class MemoryReads(MemoryBase):
             and caller.has(Permission.KNOWLEDGE_READ.value)
         ):
             chunks = await self.knowledge.recall_chunks(
-                caller, query, count, collections, timeout_ms, vector, lexical_only
+                caller,
+                query,
+                count,
+                collections,
+                timeout_ms,
+                vector,
+                lexical_only,
+                min_relevance=floor,
             )
             around = await self.knowledge.neighbours(caller, chunks, timeout_ms)
             return context.pack(found.hits, token_budget, chunks, found.conflicts, around)
@@ -254,7 +266,13 @@ class MemoryReads(MemoryBase):
                     if min_relevance is not None
                     else self.default_floor(relevance, found.rows)
                 )
-                if fused and max(h.relevance for h in fused) < floor:
+                # A memory asserting an entity the query names matched a content word
+                # (the graph lane): the floor does not silence it.
+                if (
+                    fused
+                    and max(h.relevance for h in fused) < floor
+                    and not any(h.graph_rank for h in fused)
+                ):
                     return Recalled(
                         [], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused))
                     )

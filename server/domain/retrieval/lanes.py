@@ -166,6 +166,8 @@ class FusedHit:
     exact_rank: int = 0
     exact_score: float = 0.0
     coverage: float = 0.0
+    # The graph lane's rank: the memory asserts an entity the query names (0: not found so).
+    graph_rank: int = 0
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
@@ -474,6 +476,8 @@ def fuse(
                 item.exact_rank, item.exact_score = rank, hit.score
             elif kind == "semantic":
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
+            else:
+                item.graph_rank = rank
     items = list(fused.values())
     model = model or (params.hybrid_model if semantic else params.lexical_model)
     features = feature_rows(
