@@ -9,6 +9,18 @@ from urllib.parse import urlsplit, urlunsplit
 import structlog
 
 
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when a line is written, not when logging was configured:
+    a host (a test harness, an embedding program) may swap the stream and close the old
+    one, and a log line must never fail the request that writes it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info", fmt: str = "json", worker: int | None = None) -> None:
     """Logs at ``level`` as JSON or console lines; a worker process tags each with its index."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
@@ -35,7 +47,7 @@ def configure(level: str = "info", fmt: str = "json", worker: int | None = None)
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 
