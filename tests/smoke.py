@@ -20,7 +20,9 @@ Steps, one line each on stdout (``smoke: ok <step>: <what was seen>``):
              finds a made-up word of one of them.
 6. graph     SaveMemory carrying a GraphDraft (an entity with an alias and a relation),
              then GraphService.LookupEntity by the alias returns the entity and relation.
-7. mcp       ``<bin-dir>/brain-mcp`` spawned by the MCP SDK's stdio client lists its tools
+7. conflict  Two SaveMemory calls, the second changing the first's port: its response
+             names the first as the memory it may replace (issue 30).
+8. mcp       ``<bin-dir>/brain-mcp`` spawned by the MCP SDK's stdio client lists its tools
              (remember, recall, build_context, lookup_entity, entity_neighbours,
              search_knowledge at least) and its ``recall`` finds the saved memory.
 
@@ -189,6 +191,15 @@ class Smoke:
         check(relations == [(person, "leads", project)], f"relations: {relations}")
         return f"entity {found.entity.id} ({person}) with relation leads -> {project}"
 
+    def conflict(self) -> str:
+        gateway = f"smoke gateway {word()}"
+        with self.client(self.scope) as client:
+            old = client.save(f"The {gateway} listens on port 7101.").memory.id
+            new = client.save(f"The {gateway} now listens on port 7102.")
+        named = [(c.older_id, c.newer_id) for c in new.conflicts]
+        check(named == [(old, new.memory.id)], f"the update named conflicts {named}")
+        return f"the update names {old} as the memory it may replace"
+
     def mcp(self) -> str:
         return asyncio.run(asyncio.wait_for(self._mcp(), COMMAND_TIMEOUT))
 
@@ -269,6 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         ("context", smoke.context),
         ("ingest", smoke.ingest),
         ("graph", smoke.graph),
+        ("conflict", smoke.conflict),
         ("mcp", smoke.mcp),
     ]
     started = time.monotonic()

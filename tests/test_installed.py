@@ -32,7 +32,7 @@ KINDS = ("wheel", "sdist")
 SCRIPTS = ("brain-server", "brain-admin", "brain-mcp", "brain-eval", "brain-bench", "brain")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
-SMOKE_STEPS = ("whoami", "save", "search", "context", "ingest", "graph", "mcp")
+SMOKE_STEPS = ("whoami", "save", "search", "context", "ingest", "graph", "conflict", "mcp")
 
 
 @dataclass(frozen=True)
