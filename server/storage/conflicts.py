@@ -82,12 +82,10 @@ async def peers(
     term statistics the lexical lanes keep (exact-form lexemes, content words only), so a
     write costs a few index probes however large the namespace grows; a statement made
     only of common words is found by its embedding."""
-    stats = await retrieval.term_statistics(conn, v, content)
-    rare = sorted(
-        (r["df"], r["lexeme"])
-        for r in stats
-        if r["config"] == "simple" and r["lexeme"] and 1 < r["df"] <= TERM_CAP
-    )[:MAX_TERMS]
+    stats = await retrieval.term_statistics(conn, v, content, configs=("simple",))
+    rare = sorted((r["df"], r["lexeme"]) for r in stats if r["lexeme"] and 1 < r["df"] <= TERM_CAP)[
+        :MAX_TERMS
+    ]
     p = Params(namespace, memory_id, v.tenant_id)
     vis = visibility_predicate(v, p)
     power = write_predicate(v, p)

@@ -177,26 +177,33 @@ async def bm25_rows(
 
 
 async def term_statistics(
-    conn: asyncpg.Connection, v: Visibility, query: str
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    configs: Sequence[str] = ("english", "simple"),
 ) -> list[asyncpg.Record]:
     """(config, lexeme, df, len) of each query term, summed over the visibility cells
-    ``v`` may see (migration 0010); lexeme '' is the cells' row count and total length."""
+    ``v`` may see (migration 0010); lexeme '' is the cells' row count and total length.
+    ``configs``: the text search configurations to read (both lanes' by default)."""
     p = Params(query)
     tenant = f"{p.add(v.tenant_id)}::uuid"
+    branches = []
+    for config in configs:
+        if config not in TSVECTORS:
+            raise ValueError(f"no tsvector column for text search configuration {config!r}")
+        words = f"WHERE {content_word('l')}" if config == "simple" else ""
+        branches += [
+            f"SELECT '{config}'::text AS config, l AS lexeme FROM unnest(tsvector_to_array("
+            f"brain_tsv('{config}'::regconfig, $1))) l {words}",
+            f"SELECT '{config}', ''",
+        ]
     rows = await conn.fetch(
         f"""
         WITH cells AS (
             SELECT c.cell_id FROM lexical_cells c
             WHERE c.tenant_id = {tenant} AND {cell_predicate(v, p, "c")}
         ),
-        terms AS (
-            SELECT 'english'::text AS config, l AS lexeme
-            FROM unnest(tsvector_to_array(brain_tsv('english'::regconfig, $1))) l
-            UNION ALL SELECT 'simple', l
-            FROM unnest(tsvector_to_array(brain_tsv('simple'::regconfig, $1))) l
-            WHERE {content_word("l")}
-            UNION ALL SELECT 'english', '' UNION ALL SELECT 'simple', ''
-        )
+        terms AS ({" UNION ALL ".join(branches)})
         -- Lexeme '' is each cell's row count and total length (see migration 0010).
         SELECT t.config, t.lexeme, s.df, s.len FROM terms t, LATERAL (
             SELECT COALESCE(sum(s.df), 0)::float8 AS df,

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
+import numpy as np
 
 from brain.server.domain import cursors, graph
 from brain.server.domain.conflicts.detectors import RESTATED, Rule, compare, statement
@@ -40,6 +41,8 @@ CONSOLIDATE = "consolidate"
 REOPEN_TTL = timedelta(days=7)
 # At most this many memories of a namespace are clustered in one request.
 MAX_SCANNED = 2000
+# A word held by more memories of a cell than this is too common to pair them by.
+COMMON_WORD = 50
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,24 @@ def _cell(row: Any) -> tuple[str, str, str, tuple[str, ...]]:
 def _cosine(a: Any, b: Any) -> float:
     if a is None or b is None:
         return 0.0
-    va, vb = a.to_list(), b.to_list()  # pgvector's Vector
-    dot = sum(x * y for x, y in zip(va, vb, strict=False))
-    na = sum(x * x for x in va) ** 0.5
-    nb = sum(y * y for y in vb) ** 0.5
-    return dot / (na * nb) if na and nb else 0.0
+    va, vb = a.to_numpy(), b.to_numpy()  # pgvector's Vector
+    norms = float(np.linalg.norm(va) * np.linalg.norm(vb))
+    return float(va @ vb) / norms if norms else 0.0
+
+
+def _sharing_pairs(members: list[asyncpg.Record]) -> list[tuple[int, int]]:
+    """The pairs of a cell that share a content word (every rule needs one), found through
+    an index of words, so a cell of thousands of memories is not compared pair by pair.
+    A word in more than ``COMMON_WORD`` memories of the cell pairs nothing by itself."""
+    holders: dict[str, list[int]] = {}
+    for i, row in enumerate(members):
+        for word in statement(row["content"]).words:
+            holders.setdefault(word, []).append(i)
+    pairs: set[tuple[int, int]] = set()
+    for held in holders.values():
+        if len(held) <= COMMON_WORD:
+            pairs.update((a, b) for n, a in enumerate(held) for b in held[n + 1 :])
+    return sorted(pairs)
 
 
 def _completeness(row: Any) -> tuple[int, Any, Any]:
@@ -83,19 +99,19 @@ def clusters(rows: list[asyncpg.Record], min_overlap: float = RESTATED) -> list[
     for r in rows:
         by_cell.setdefault(_cell(r), []).append(r)
     for members in by_cell.values():
-        for i, a in enumerate(members):
-            for b in members[i + 1 :]:
-                cosine = _cosine(a["embedding"], b["embedding"])
-                found = compare(a["content"], b["content"], cosine)
-                if found is None or found.rule != Rule.RESTATEMENT:
-                    continue
-                if found.overlap < min_overlap and cosine < 0.92:
-                    continue
-                ra, rb = root(a["memory_id"]), root(b["memory_id"])
-                if ra != rb:
-                    parent[rb] = ra
-                key = (min(a["memory_id"], b["memory_id"]), max(a["memory_id"], b["memory_id"]))
-                worst[key] = found.overlap
+        for i, j in _sharing_pairs(members):
+            a, b = members[i], members[j]
+            cosine = _cosine(a["embedding"], b["embedding"])
+            found = compare(a["content"], b["content"], cosine)
+            if found is None or found.rule != Rule.RESTATEMENT:
+                continue
+            if found.overlap < min_overlap and cosine < 0.92:
+                continue
+            ra, rb = root(a["memory_id"]), root(b["memory_id"])
+            if ra != rb:
+                parent[rb] = ra
+            key = (min(a["memory_id"], b["memory_id"]), max(a["memory_id"], b["memory_id"]))
+            worst[key] = found.overlap
     groups: dict[uuid.UUID, list[asyncpg.Record]] = {}
     for r in rows:
         groups.setdefault(root(r["memory_id"]), []).append(r)

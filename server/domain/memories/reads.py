@@ -60,6 +60,15 @@ class Lanes(NamedTuple):
     graph: list[retrieval.LaneHit] = []  # the entity graph lane (off by default)
 
 
+def requested_floor(
+    req: memory_pb2.SearchMemoriesRequest | memory_pb2.BuildContextRequest,
+) -> float | None:
+    """The request's ``min_relevance`` (0..1), or None for the server's default floor."""
+    if not req.HasField("min_relevance"):
+        return None
+    return check.unit_interval("min_relevance", req.min_relevance)
+
+
 class MemoryReads(MemoryBase):
     """Carries out the memory RPCs that read."""
 
@@ -137,11 +146,7 @@ class MemoryReads(MemoryBase):
         self, caller: Caller, req: memory_pb2.SearchMemoriesRequest, timeout_ms: int | None = None
     ) -> Recalled:
         limit = self.page_size("limit", req.limit, DEFAULT_SEARCH_LIMIT)
-        floor = (
-            check.unit_interval("min_relevance", req.min_relevance)
-            if req.HasField("min_relevance")
-            else None
-        )
+        floor = requested_floor(req)
         return await self.recall(
             caller, req.query, limit, req.filter, req.time, timeout_ms,
             mode=req.mode or memory_pb2.SEARCH_MODE_HYBRID, query_embedding=req.query_embedding,
@@ -156,11 +161,7 @@ class MemoryReads(MemoryBase):
             "knowledge_collections", req.knowledge_collections, limit=MAX_KNOWLEDGE_COLLECTIONS
         )
         query = check.query("query", req.query)
-        floor = (
-            check.unit_interval("min_relevance", req.min_relevance)
-            if req.HasField("min_relevance")
-            else None
-        )
+        floor = requested_floor(req)
         # One query vector serves memories and documents: a slow or failing embedder is
         # waited for once, and both fall back to their lexical lanes together.
         vector: list[float] | None = None
