@@ -29,6 +29,7 @@ from brain.server.domain.memories._common import (
     row_filter,
     time_coords,
 )
+from brain.server.domain.retrieval import hops
 from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import FusedHit
@@ -41,8 +42,10 @@ from brain.server.errors import (
     Unavailable,
     memory_not_found,
 )
+from brain.server.storage import hops as hop_sql
 from brain.server.storage import memories as sql
 from brain.server.storage.visibility import Visibility
+from brain.server.telemetry import metrics
 from brain.v1 import common_pb2, memory_pb2
 
 _log = structlog.get_logger("brain.memories")
@@ -256,8 +259,6 @@ class MemoryReads(MemoryBase):
                     found.lexical, found.semantic, None, self.params, exact=found.exact,
                     graph=found.graph, corpus_size=found.rows, model=relevance,
                 )  # fmt: skip
-                if self.observer is not None:
-                    self.observer(fused, found.rows)
                 # The search answers only when its best hit reaches the floor: weaker hits of
                 # an answered query still come (ranked lower), but a query that matched
                 # nothing well returns nothing (see the relevance module and README,
@@ -274,9 +275,23 @@ class MemoryReads(MemoryBase):
                     and max(h.relevance for h in fused) < floor
                     and not any(h.graph_rank for h in fused)
                 ):
+                    if self.observer is not None:
+                        self.observer(fused, found.rows)
                     return Recalled(
                         [], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused))
                     )
+                # Two hops: a second round with the names the best hits mention (an
+                # answered search only, through the same walls; see retrieval.hops).
+                if mode != memory_pb2.SEARCH_MODE_SEMANTIC and fused:
+                    hop = await self.second_round(conn, vis, query, f, t, n, fused)
+                    if hop:
+                        fused = retrieval.fuse(
+                            found.lexical, found.semantic, None, self.params,
+                            exact=found.exact, graph=found.graph, hop=hop,
+                            corpus_size=found.rows, model=relevance,
+                        )  # fmt: skip
+                if self.observer is not None:
+                    self.observer(fused, found.rows)
                 depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
                 # The lanes read what ranking needs; the hits shown are read in full here.
                 head = await retrieval.shown(conn, vis, fused[:depth])
@@ -341,6 +356,38 @@ class MemoryReads(MemoryBase):
                 conn, vis, vector, f, t, n, self.params, model=model
             )
         return Lanes(lexical, exact, semantic, size, hybrid=vector is not None, graph=graph)
+
+    async def second_round(
+        self,
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        query: str,
+        f: sql.RowFilter,
+        t: sql.TimeCoords,
+        n: int,
+        fused: Sequence[FusedHit],
+    ) -> list[retrieval.LaneHit]:
+        """The `english` lane again, the query expanded with at most ``hop_entities``
+        names of the best ``hop_hits`` hits (read again through ``vis``); nothing when
+        they name nothing the query does not hold (see `retrieval.hops`)."""
+        cap, depth = self.params.hop_entities, self.params.hop_hits
+        if cap <= 0 or depth <= 0:
+            return []
+        keys = [(h.row["tenant_id"], h.row["memory_id"], h.row["version"]) for h in fused[:depth]]
+        names = hops.bridge_names(query, await hop_sql.hit_sources(conn, vis, t, keys), cap)
+        if not names:
+            return []
+        expanded = hops.expanded_query(query, names)
+        with metrics.lane("hop"):
+            if retrieval.uses_term_statistics(f, t):
+                both = await retrieval.lexical_lanes(
+                    conn, vis, expanded, f, t, n, self.params, configs=("english",)
+                )
+                return both.english
+            size = await retrieval.corpus_size(conn, vis, f, t)
+            return await retrieval.lexical_lane(
+                conn, vis, expanded, f, t, n, self.params, corpus_size=size
+            )
 
     async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
         """The reranker's order for the top N, the rest after them in fused order.

@@ -121,6 +121,13 @@ class RetrievalParams:
     # it on for deployments whose agents assert entities.
     graph_weight: float = 0.0
     graph_neighbour_weight: float = 0.5
+    # Two hops (issue 34, see `hops`): a second lexical round with at most `hop_entities`
+    # names that the first round's best `hop_hits` hits mention and the query does not
+    # (0: no second round). Its rank and score are features of the learned order;
+    # `hop_weight` is its weight in the min-max and reciprocal-rank fusions.
+    hop_entities: int = 3
+    hop_hits: int = 3
+    hop_weight: float = 0.0
     # Every hit's relevance (0..1) comes from these models (see `relevance`); a search
     # returns only hits at or above the model's floor unless the request sets its own.
     lexical_model: RelevanceModel = LEXICAL_MODEL
@@ -168,6 +175,9 @@ class FusedHit:
     coverage: float = 0.0
     # The graph lane's rank: the memory asserts an entity the query names (0: not found so).
     graph_rank: int = 0
+    # The second round's rank and BM25 score (0: it did not find the hit; see `hops`).
+    hop_rank: int = 0
+    hop_score: float = 0.0
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
@@ -182,6 +192,8 @@ class FusedHit:
             semantic_rank=self.semantic_rank,
             session=self.row.get(session),
             coverage=self.coverage,
+            hop_score=self.hop_score,
+            hop_rank=self.hop_rank,
         )
 
 
@@ -253,8 +265,11 @@ async def lexical_lanes(
     t: TimeCoords,
     limit: int,
     params: RetrievalParams,
+    *,
+    configs: Sequence[str] = tuple(TSVECTORS),
 ) -> LexicalHits:
-    """Both BM25 lanes (``english``, ``simple``) from kept statistics, in two statements.
+    """Both BM25 lanes (``english``, ``simple``; or those of ``configs``) from kept
+    statistics, in two statements.
 
     Document frequencies and the corpus size are sums of the write-time counts of the
     visibility cells the caller may see (migration 0010), never of other cells, so they
@@ -270,10 +285,10 @@ async def lexical_lanes(
     unspecific), their rows are read once for both. Every choice depends only on rows and
     statistics the caller may see.
     """
-    stats = await sql.term_statistics(conn, v, query)
+    stats = await sql.term_statistics(conn, v, query, configs)
     plans = [
         plan_lane(c, [(r["lexeme"], r["df"], r["len"]) for r in stats if r["config"] == c], params)
-        for c in TSVECTORS
+        for c in configs
     ]  # fmt: skip
     searched = int(max(plan.n for plan in plans))
     plans = [plan for plan in plans if plan.weights]
@@ -450,6 +465,7 @@ def fuse(
     corpus: Corpus = MEMORIES,
     graph: Sequence[LaneHit] = (),
     *,
+    hop: Sequence[LaneHit] = (),
     corpus_size: int = 0,
     model: RelevanceModel | None = None,
 ) -> list[FusedHit]:
@@ -463,6 +479,7 @@ def fuse(
         ("exact", exact, params.exact_weight),
         ("semantic", semantic, params.semantic_weight),
         ("graph", graph, params.graph_weight),
+        ("hop", hop, params.hop_weight),
     )
     for kind, hits, weight in lanes:
         norms = _reciprocal(hits, params.rrf_k) if params.fusion == "rrf" else _minmax(hits)
@@ -476,6 +493,8 @@ def fuse(
                 item.exact_rank, item.exact_score = rank, hit.score
             elif kind == "semantic":
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
+            elif kind == "hop":
+                item.hop_rank, item.hop_score = rank, hit.score
             else:
                 item.graph_rank = rank
     items = list(fused.values())

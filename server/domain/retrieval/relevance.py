@@ -62,6 +62,10 @@ FEATURES = (
     # least one rare term's). A hit sharing one word of a three-word question ("the office
     # wifi password") is weak evidence however rare that word (issue 34).
     "coverage",
+    # The second round (two hops, see `hops`): 1 / rank in its lexical lane, and its best
+    # score minus this hit's, in rare-term units (both 0 when it did not find the hit).
+    "hop_rr",
+    "hop_gap",
 )
 # `lexical` = best - gap, and the best is the same for every hit of a query: it would only
 # shift all of a query's scores, so the order leaves it out. The relevance reads each hit's
@@ -82,6 +86,8 @@ class LaneView:
     semantic_rank: int
     session: Any  # hits with equal values come from one session (their valid_from)
     coverage: float = 0.0  # see FEATURES
+    hop_score: float = 0.0  # the second round's BM25 (0: not found there)
+    hop_rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,11 +102,21 @@ class RelevanceModel:
 
     def order_scores(self, features: np.ndarray) -> np.ndarray:
         """Higher first; comparable only between hits of one query."""
-        return features @ np.asarray(self.order, dtype=np.float64)
+        scores: np.ndarray = features @ _padded(self.order, features.shape[1])
+        return scores
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
-        z = self.bias + features @ np.asarray(self.weights, dtype=np.float64)
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0)))
+        z: np.ndarray = self.bias + features @ _padded(self.weights, features.shape[1])
+        probabilities: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0)))
+        return probabilities
+
+
+def _padded(weights: Sequence[float], width: int) -> np.ndarray:
+    """Weights for ``width`` features: a model fitted before later features were added
+    weighs them 0."""
+    w = np.zeros(width)
+    w[: len(weights)] = weights
+    return w
 
 
 def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
@@ -113,6 +129,7 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
     scale = math.log1p((n - 0.5) / 1.5)
     top_lexical = max(h.lexical_score for h in hits) / scale
     top_similarity = max(h.semantic_similarity for h in hits)
+    top_hop = max(h.hop_score for h in hits) / scale
     # Per session, its hits' 1 / lexical rank, best first and second best: the best among
     # a hit's *other* hits of the session is the second when the hit holds the first (one
     # pass per session, not a sort per hit: a bulk import can put every hit in one).
@@ -143,6 +160,8 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
                 (len(sessions[h.session]) - 1) / others,
                 neighbour,
                 h.coverage,
+                1.0 / h.hop_rank if h.hop_rank else 0.0,
+                top_hop - h.hop_score / scale if h.hop_rank else 0.0,
             )
         )
     return np.asarray(rows, dtype=np.float64)
