@@ -92,7 +92,9 @@ async def test_a_hidden_bridge_never_expands_a_visible_one_does(
         if named == "in its text":
             saved = await writer.save(f"Alice leads {project}", labels=["secret"])
         else:
-            saved = await save(writer, "alice leads the rollout", draft([project]), labels=["secret"])
+            saved = await save(
+                writer, "alice leads the rollout", draft([project]), labels=["secret"]
+            )
         bridge = saved.memory.id
         answer = (await writer.save(f"{project} is due on the third of March")).memory.id
         own = (await writer.save("Alice likes green tea")).memory.id
