@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from brain.authz import CommandParser, add_version_argument
@@ -39,13 +40,18 @@ from brain.server.measure.cpu import Watched
 from brain.server.measure.load import drive, start_echo_server
 from brain.server.measure.private import private_brain, worker_server
 from brain.server.measure.synthetic import fill, sentence, tenant_of, vocabulary
-from brain.server.telemetry import logs
+from brain.server.telemetry import logs, metrics
 
 # search: hybrid with an embedder, else lexical; semantic: the query's vector alone (the
 # workload of a vector-only memory service); get: one memory by id, the floor of any call
 # that reads the database through the whole stack (authorization, transaction, one row).
-KINDS = ("search", "semantic", "save", "get")
+# search-one-round: the same searches with the second retrieval round (two hops) off, on
+# the same data (the in-process server only: --workers 1).
+KINDS = ("search", "search-one-round", "semantic", "save", "get")
 DEFAULT_KINDS = ("search", "save")
+# Words of this rank and rarer are stored capitalised (names): about half the rows hold
+# one, so most searches' best hits name something the query does not (a second round).
+NAMES_FROM = 20
 
 
 async def run(
@@ -57,6 +63,7 @@ async def run(
     seed: int,
     kinds: Sequence[str] = DEFAULT_KINDS,
     workers: int = 1,
+    names_from: int = NAMES_FROM,
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     spawn = multiprocessing.get_context("spawn")
@@ -71,9 +78,14 @@ async def run(
             address: str, key: str, kind: str, c: int, watched: dict[str, Watched]
         ) -> dict[str, Any]:
             print(f"  {kind} at concurrency {c}…", file=sys.stderr)
+            sent = "search" if kind == "search-one-round" else kind
+            rounds = second_rounds()
             measured: dict[str, Any] = await loop.run_in_executor(
-                pool, drive, address, key, kind, c, ops, next(streams), seconds, watched
+                pool, drive, address, key, sent, c, ops, next(streams), seconds, watched
             )
+            if sent == "search" and workers == 1:  # the in-process server's own count
+                calls = (measured["ok"] + sum(measured["errors"].values())) or 1
+                measured["second_round_share"] = round((second_rounds() - rounds) / calls, 3)
             return measured
 
         print("echo ceiling…", file=sys.stderr)
@@ -102,10 +114,18 @@ async def run(
                     print(f"{embedder}: filling to {size} memories…", file=sys.stderr)
                     dimension = 0 if embedder == "none" else brain.memories.embedding_dimension
                     model = brain.memories.embedding_model or ""
-                    cost = await fill(brain.owner_dsn, tenant, size, dimension, seed, model, words)
+                    cost = await fill(
+                        brain.owner_dsn, tenant, size, dimension, seed, model, words, names_from
+                    )
+                    shipped = brain.memories.params
                     for kind in kinds:
                         if kind == "semantic" and embedder == "none":
                             continue
+                        if kind == "search-one-round":
+                            if workers > 1:
+                                print("  search-one-round needs --workers 1", file=sys.stderr)
+                                continue
+                            brain.memories.params = replace(shipped, hop_entities=0)
                         for c in concurrencies:
                             measured = await load(address, bucket.api_key, kind, c, watched)
                             echo = results["echo"][c]["per_s"] or 1.0
@@ -115,6 +135,7 @@ async def run(
                                 {"embedder": embedder, "rows": size, "kind": kind,
                                  "concurrency": c, "workers": workers, **measured, **cost}
                             )  # fmt: skip
+                        brain.memories.params = shipped
     return results
 
 
@@ -132,6 +153,14 @@ async def embedding_cost(embedder: Embedder, seed: int) -> dict[str, float]:
             await embedder.embed(texts[i : i + size])
         cost[f"cpu_ms_{batch}"] = round((time.process_time() - started) * 1000 / queries, 2)
     return cost
+
+
+def second_rounds() -> float:
+    """How many second retrieval rounds this process's server has run."""
+    count = metrics.REGISTRY.get_sample_value(
+        "brain_retrieval_lane_duration_seconds_count", {"lane": "hop"}
+    )
+    return count or 0.0
 
 
 def _cpu(row: dict[str, Any]) -> str:
@@ -156,7 +185,9 @@ def report(results: dict[str, Any]) -> str:
             f"{r['embedder']:>8} {r['rows']:>9} {r['kind']:>8} {r['concurrency']:>4} "
             f"{r['per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['vs_echo']:>8} "
             f"{sum(r['errors'].values()):>6}  {_cpu(r)}"
-        )
+            + (f"  second round in {r['second_round_share']:.0%}"
+               if "second_round_share" in r else "")
+        )  # fmt: skip
     fills = {(r["embedder"], r["rows"]): r for r in results["runs"]}
     for (embedder, rows), r in fills.items():
         hnsw = (
@@ -209,6 +240,11 @@ def main(argv: list[str] | None = None) -> None:
         "--workers", type=int, default=os.cpu_count() or 1,
         help="server processes (brain-server --workers); 1: the private in-process server",
     )  # fmt: skip
+    parser.add_argument(
+        "--names-from", type=int, default=NAMES_FROM,
+        help="words of this frequency rank and rarer are stored capitalised, as names the "
+        "second retrieval round can add (0: none)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -217,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     logs.configure("warning")
     results = asyncio.run(
         run(args.rows, args.concurrency, args.embedders, args.ops, args.seconds, args.seed,
-            args.kinds, args.workers)
+            args.kinds, args.workers, args.names_from)
     )  # fmt: skip
     print(json.dumps(results) if args.json else report(results))
 

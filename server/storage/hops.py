@@ -44,3 +44,29 @@ async def hit_sources(
         *p.values,
     )
     return [(r["content"], list(r["names"])) for r in rows]
+
+
+async def naming(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    t: TimeCoords,
+    memory_ids: Sequence[Any],
+    names: Sequence[str],
+) -> frozenset[Any]:
+    """Which of ``memory_ids`` (hits the caller was shown) assert an entity named (by
+    normalised name or alias) in ``names``. Only those memories' own mentions are read."""
+    if not memory_ids or not names:
+        return frozenset()
+    p = Params(list(memory_ids), sorted(set(names)))
+    tenant = p.add(v.tenant_id)
+    rows = await conn.fetch(
+        f"""SELECT DISTINCT x.memory_id FROM graph_mentions x
+            WHERE x.tenant_id = {tenant}::uuid AND x.memory_id = ANY ($1::uuid[])
+              AND {mention_time(t, p, "x")}
+              AND (x.alias_norms && $2::text[]
+                   OR EXISTS (SELECT 1 FROM graph_entities e
+                              WHERE e.tenant_id = x.tenant_id AND e.entity_id = x.entity_id
+                                AND e.name_norm = ANY ($2::text[])))""",
+        *p.values,
+    )
+    return frozenset(r["memory_id"] for r in rows)

@@ -18,6 +18,7 @@ from brain.authz import Caller, Permission
 from brain.server.domain import context, convert, cursors
 from brain.server.domain import validation as check
 from brain.server.domain.conflicts.service import conflict_marks
+from brain.server.domain.graph.assertions import query_names
 from brain.server.domain.memories._common import (
     ALL_STATUSES,
     DEFAULT_PAGE_SIZE,
@@ -255,9 +256,11 @@ class MemoryReads(MemoryBase):
                     if found.hybrid
                     else self.params.lexical_model
                 )
+                ids = {h.row["memory_id"] for hits in (*found[:3], found.graph) for h in hits}
+                named = await self.naming(conn, vis, query, t, ids)
                 fused = retrieval.fuse(
                     found.lexical, found.semantic, None, self.params, exact=found.exact,
-                    graph=found.graph, corpus_size=found.rows, model=relevance,
+                    graph=found.graph, named=named, corpus_size=found.rows, model=relevance,
                 )  # fmt: skip
                 # The search answers only when its best hit reaches the floor: weaker hits of
                 # an answered query still come (ranked lower), but a query that matched
@@ -285,9 +288,11 @@ class MemoryReads(MemoryBase):
                 if mode != memory_pb2.SEARCH_MODE_SEMANTIC and fused:
                     hop = await self.second_round(conn, vis, query, f, t, n, fused)
                     if hop:
+                        new = {h.row["memory_id"] for h in hop} - ids
+                        named |= await self.naming(conn, vis, query, t, new)
                         fused = retrieval.fuse(
                             found.lexical, found.semantic, None, self.params,
-                            exact=found.exact, graph=found.graph, hop=hop,
+                            exact=found.exact, graph=found.graph, hop=hop, named=named,
                             corpus_size=found.rows, model=relevance,
                         )  # fmt: skip
                 if self.observer is not None:
@@ -356,6 +361,19 @@ class MemoryReads(MemoryBase):
                 conn, vis, vector, f, t, n, self.params, model=model
             )
         return Lanes(lexical, exact, semantic, size, hybrid=vector is not None, graph=graph)
+
+    async def naming(
+        self,
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        query: str,
+        t: sql.TimeCoords,
+        ids: set[uuid.UUID],
+    ) -> frozenset[uuid.UUID]:
+        """Which candidates assert an entity the query names (feature ``named``)."""
+        if not self.params.named_entities or not ids:
+            return frozenset()
+        return await hop_sql.naming(conn, vis, t, sorted(ids), query_names(query))
 
     async def second_round(
         self,

@@ -128,6 +128,8 @@ class RetrievalParams:
     hop_entities: int = 3
     hop_hits: int = 3
     hop_weight: float = 0.0
+    # Whether hits asserting an entity the query names are marked (feature `named`).
+    named_entities: bool = True
     # Every hit's relevance (0..1) comes from these models (see `relevance`); a search
     # returns only hits at or above the model's floor unless the request sets its own.
     lexical_model: RelevanceModel = LEXICAL_MODEL
@@ -178,6 +180,7 @@ class FusedHit:
     # The second round's rank and BM25 score (0: it did not find the hit; see `hops`).
     hop_rank: int = 0
     hop_score: float = 0.0
+    named: bool = False  # the memory asserts an entity the query names
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
@@ -194,6 +197,7 @@ class FusedHit:
             coverage=self.coverage,
             hop_score=self.hop_score,
             hop_rank=self.hop_rank,
+            named=self.named,
         )
 
 
@@ -466,6 +470,7 @@ def fuse(
     graph: Sequence[LaneHit] = (),
     *,
     hop: Sequence[LaneHit] = (),
+    named: frozenset[Any] = frozenset(),
     corpus_size: int = 0,
     model: RelevanceModel | None = None,
 ) -> list[FusedHit]:
@@ -498,6 +503,8 @@ def fuse(
             else:
                 item.graph_rank = rank
     items = list(fused.values())
+    for item in items:
+        item.named = item.row["memory_id"] in named
     model = model or (params.hybrid_model if semantic else params.lexical_model)
     features = feature_rows(
         [item.lanes(corpus.session) for item in items], corpus_size or len(items)

@@ -66,6 +66,9 @@ FEATURES = (
     # score minus this hit's, in rare-term units (both 0 when it did not find the hit).
     "hop_rr",
     "hop_gap",
+    # 1 when the hit asserts an entity the query names (by name or alias; entities
+    # asserted at write time, see the graph): the memory is about whom the question is.
+    "named",
 )
 # `lexical` = best - gap, and the best is the same for every hit of a query: it would only
 # shift all of a query's scores, so the order leaves it out. The relevance reads each hit's
@@ -88,6 +91,7 @@ class LaneView:
     coverage: float = 0.0  # see FEATURES
     hop_score: float = 0.0  # the second round's BM25 (0: not found there)
     hop_rank: int = 0
+    named: bool = False  # the hit asserts an entity the query names
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,7 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
                 h.coverage,
                 1.0 / h.hop_rank if h.hop_rank else 0.0,
                 top_hop - h.hop_score / scale if h.hop_rank else 0.0,
+                float(h.named),
             )
         )
     return np.asarray(rows, dtype=np.float64)

@@ -14,6 +14,7 @@ and removed afterwards, with one fresh tenant and key per conversation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections import Counter, defaultdict
@@ -135,6 +136,12 @@ async def run_locomo(
         embedder = f"(as configured on {target})"
     else:
         async with private_brain(embedder, scratch_dir, embedder_options) as private:
+            # Every candidate keeps the server's second-round setting (--hop-entities).
+            flags = private.memories.params
+            grid = [
+                dataclasses.replace(p, hop_entities=flags.hop_entities, hop_hits=flags.hop_hits)
+                for p in grid
+            ]
             await _run_all(private, conversations, k, concurrency, progress, tally, grid, graph)
     return EvalResult(
         overall=summarise(tally.scores),
@@ -181,7 +188,7 @@ async def _run_all(
             tally.load_seconds += time.perf_counter() - started
             tally.turns += len(conv.turns)
             loaded.append((bucket, turns_of))
-        shipped = RetrievalParams()
+        shipped = grid[0] if grid else RetrievalParams()
         # With --folds the shipped pass and the silence questions are captured: every
         # candidate the server fused, to fit the relevance model fold by fold.
         capture = Capture(brain.memories) if grid and isinstance(brain, PrivateBrain) else None
