@@ -19,6 +19,7 @@ import pytest
 
 from brain.server.domain.retrieval.hops import bridge_names, expanded_query, names_in
 from brain.server.domain.retrieval.relevance import FEATURES, LaneView, feature_rows
+from brain.server.measure.bench import second_rounds
 from brain.v1 import memory_pb2
 
 from .conftest import BrainServer, unique
@@ -109,3 +110,24 @@ async def test_a_hidden_bridge_never_expands_a_visible_one_does(
             assert answer in await team.search(project, mode=LEXICAL)
         with hops(server, 0):  # no second round: the answer shares no word with the question
             assert answer not in await cleared.search(QUESTION, mode=LEXICAL)
+
+
+async def test_the_second_round_runs_only_when_the_best_hits_name_something_new(
+    brain_server: BrainServer,
+) -> None:
+    """Bounded: no round when the best hits name nothing the query lacks, nor when it is
+    switched off; one round otherwise (counted as brain-bench counts them)."""
+    server, ns = brain_server, unique("ns")
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        api = Api(channel, server.mint_key(unique("hop"), "w", permissions=WRITER), ns)
+        await api.save("alice likes green tea")
+        await api.save("Alice met Bob for tea")
+        before = second_rounds()
+        with hops(server, 3):
+            await api.search("what tea does alice like?", mode=LEXICAL)
+            assert second_rounds() == before + 1  # "Bob" is new
+            await api.search("what tea do alice and bob like?", mode=LEXICAL)
+            assert second_rounds() == before + 1  # nothing new: no round
+        with hops(server, 0):
+            await api.search("what tea does alice like?", mode=LEXICAL)
+            assert second_rounds() == before + 1
