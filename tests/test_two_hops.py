@@ -131,3 +131,30 @@ async def test_the_second_round_runs_only_when_the_best_hits_name_something_new(
         with hops(server, 0):
             await api.search("what tea does alice like?", mode=LEXICAL)
             assert second_rounds() == before + 1
+
+
+async def test_a_hit_asserting_the_entity_the_query_names_ranks_first(
+    walled_server: BrainServer,
+) -> None:
+    """Of two memories matching the question, the one asserting the entity it names (the
+    ``named`` feature) ranks first, though the other matches more strongly and ranks
+    first without the feature. Another user's memory asserting it is never a hit."""
+    server, tenant, ns = walled_server, unique("hop"), unique("ns")
+    name = f"Ilse{secrets.token_hex(3)}"
+    question = f"Which tea does {name} like?"
+    async with grpc.aio.insecure_channel(server.target) as channel:
+
+        def user(who: str) -> Api:
+            key = server.mint_key(tenant, who, permissions=WRITER, user=who)
+            return Api(channel, key, ns, user_id=who)
+
+        ann, ben = user("ann"), user("ben")
+        plain = (await ann.save("likes black tea, iced tea in summer")).memory.id
+        about = (await save(ann, "likes green tea in the morning", draft([name]))).memory.id
+        hidden = (await save(ben, "likes white tea in the morning", draft([name]))).memory.id
+        found = await ann.search(question, mode=LEXICAL)
+        assert found[:2] == [about, plain] and hidden not in found
+        assert (await ben.search(question, mode=LEXICAL))[:1] == [hidden]  # its own
+        if server.running is not None:
+            with search_params(server.running.memories, named_entities=False):
+                assert (await ann.search(question, mode=LEXICAL))[:2] == [plain, about]

@@ -79,13 +79,16 @@ async def run(
         ) -> dict[str, Any]:
             print(f"  {kind} at concurrency {c}…", file=sys.stderr)
             sent = "search" if kind == "search-one-round" else kind
-            rounds = second_rounds()
+            rounds = second_rounds(), second_rounds("hop_vector")
             measured: dict[str, Any] = await loop.run_in_executor(
                 pool, drive, address, key, sent, c, ops, next(streams), seconds, watched
             )
             if sent == "search" and workers == 1:  # the in-process server's own count
                 calls = (measured["ok"] + sum(measured["errors"].values())) or 1
-                measured["second_round_share"] = round((second_rounds() - rounds) / calls, 3)
+                measured["second_round_share"] = round((second_rounds() - rounds[0]) / calls, 3)
+                measured["vector_round_share"] = round(
+                    (second_rounds("hop_vector") - rounds[1]) / calls, 3
+                )
             return measured
 
         print("echo ceiling…", file=sys.stderr)
@@ -125,7 +128,9 @@ async def run(
                             if workers > 1:
                                 print("  search-one-round needs --workers 1", file=sys.stderr)
                                 continue
-                            brain.memories.params = replace(shipped, hop_entities=0)
+                            brain.memories.params = replace(
+                                shipped, hop_entities=0, hop_vector_weight=0.0
+                            )
                         for c in concurrencies:
                             measured = await load(address, bucket.api_key, kind, c, watched)
                             echo = results["echo"][c]["per_s"] or 1.0
@@ -155,10 +160,11 @@ async def embedding_cost(embedder: Embedder, seed: int) -> dict[str, float]:
     return cost
 
 
-def second_rounds() -> float:
-    """How many second retrieval rounds this process's server has run."""
+def second_rounds(lane: str = "hop") -> float:
+    """How many second retrieval rounds (``hop``: by names; ``hop_vector``: by the moved
+    vector) this process's server has run."""
     count = metrics.REGISTRY.get_sample_value(
-        "brain_retrieval_lane_duration_seconds_count", {"lane": "hop"}
+        "brain_retrieval_lane_duration_seconds_count", {"lane": lane}
     )
     return count or 0.0
 
@@ -185,8 +191,8 @@ def report(results: dict[str, Any]) -> str:
             f"{r['embedder']:>8} {r['rows']:>9} {r['kind']:>8} {r['concurrency']:>4} "
             f"{r['per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['vs_echo']:>8} "
             f"{sum(r['errors'].values()):>6}  {_cpu(r)}"
-            + (f"  second round in {r['second_round_share']:.0%}"
-               if "second_round_share" in r else "")
+            + (f"  second round by names in {r['second_round_share']:.0%}, by vector in "
+               f"{r['vector_round_share']:.0%}" if "second_round_share" in r else "")
         )  # fmt: skip
     fills = {(r["embedder"], r["rows"]): r for r in results["runs"]}
     for (embedder, rows), r in fills.items():

@@ -18,7 +18,6 @@ from brain.authz import Caller, Permission
 from brain.server.domain import context, convert, cursors
 from brain.server.domain import validation as check
 from brain.server.domain.conflicts.service import conflict_marks
-from brain.server.domain.graph.assertions import query_names
 from brain.server.domain.memories._common import (
     ALL_STATUSES,
     DEFAULT_PAGE_SIZE,
@@ -43,10 +42,8 @@ from brain.server.errors import (
     Unavailable,
     memory_not_found,
 )
-from brain.server.storage import hops as hop_sql
 from brain.server.storage import memories as sql
 from brain.server.storage.visibility import Visibility
-from brain.server.telemetry import metrics
 from brain.v1 import common_pb2, memory_pb2
 
 _log = structlog.get_logger("brain.memories")
@@ -62,6 +59,7 @@ class Lanes(NamedTuple):
     rows: int
     hybrid: bool
     graph: list[retrieval.LaneHit] = []  # the entity graph lane (off by default)
+    vector: list[float] | None = None  # the query vector the semantic lane used
 
 
 def requested_floor(
@@ -257,7 +255,7 @@ class MemoryReads(MemoryBase):
                     else self.params.lexical_model
                 )
                 ids = {h.row["memory_id"] for hits in (*found[:3], found.graph) for h in hits}
-                named = await self.naming(conn, vis, query, t, ids)
+                named = await hops.naming(conn, vis, query, t, ids, self.params)
                 fused = retrieval.fuse(
                     found.lexical, found.semantic, None, self.params, exact=found.exact,
                     graph=found.graph, named=named, corpus_size=found.rows, model=relevance,
@@ -283,17 +281,21 @@ class MemoryReads(MemoryBase):
                     return Recalled(
                         [], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused))
                     )
-                # Two hops: a second round with the names the best hits mention (an
-                # answered search only, through the same walls; see retrieval.hops).
+                # Two hops: a second round from the best hits (an answered search only,
+                # through the same walls; see retrieval.hops).
                 if mode != memory_pb2.SEARCH_MODE_SEMANTIC and fused:
-                    hop = await self.second_round(conn, vis, query, f, t, n, fused)
-                    if hop:
-                        new = {h.row["memory_id"] for h in hop} - ids
-                        named |= await self.naming(conn, vis, query, t, new)
+                    again = await hops.second_round(
+                        conn, vis, query, f, t, n, self.params, fused, found.vector,
+                        self.embedding_model,
+                    )  # fmt: skip
+                    if again:
+                        new = {h.row["memory_id"] for h in (*again.names, *again.vector)} - ids
+                        named |= await hops.naming(conn, vis, query, t, new, self.params)
                         fused = retrieval.fuse(
                             found.lexical, found.semantic, None, self.params,
-                            exact=found.exact, graph=found.graph, hop=hop, named=named,
-                            corpus_size=found.rows, model=relevance,
+                            exact=found.exact, graph=found.graph, hop=again.names,
+                            again=again.vector, named=named, corpus_size=found.rows,
+                            model=relevance,
                         )  # fmt: skip
                 if self.observer is not None:
                     self.observer(fused, found.rows)
@@ -360,52 +362,9 @@ class MemoryReads(MemoryBase):
             semantic = await retrieval.semantic_lane(
                 conn, vis, vector, f, t, n, self.params, model=model
             )
-        return Lanes(lexical, exact, semantic, size, hybrid=vector is not None, graph=graph)
-
-    async def naming(
-        self,
-        conn: asyncpg.Connection,
-        vis: Visibility,
-        query: str,
-        t: sql.TimeCoords,
-        ids: set[uuid.UUID],
-    ) -> frozenset[uuid.UUID]:
-        """Which candidates assert an entity the query names (feature ``named``)."""
-        if not self.params.named_entities or not ids:
-            return frozenset()
-        return await hop_sql.naming(conn, vis, t, sorted(ids), query_names(query))
-
-    async def second_round(
-        self,
-        conn: asyncpg.Connection,
-        vis: Visibility,
-        query: str,
-        f: sql.RowFilter,
-        t: sql.TimeCoords,
-        n: int,
-        fused: Sequence[FusedHit],
-    ) -> list[retrieval.LaneHit]:
-        """The `english` lane again, the query expanded with at most ``hop_entities``
-        names of the best ``hop_hits`` hits (read again through ``vis``); nothing when
-        they name nothing the query does not hold (see `retrieval.hops`)."""
-        cap, depth = self.params.hop_entities, self.params.hop_hits
-        if cap <= 0 or depth <= 0:
-            return []
-        keys = [(h.row["tenant_id"], h.row["memory_id"], h.row["version"]) for h in fused[:depth]]
-        names = hops.bridge_names(query, await hop_sql.hit_sources(conn, vis, t, keys), cap)
-        if not names:
-            return []
-        expanded = hops.expanded_query(query, names)
-        with metrics.lane("hop"):
-            if retrieval.uses_term_statistics(f, t):
-                both = await retrieval.lexical_lanes(
-                    conn, vis, expanded, f, t, n, self.params, configs=("english",)
-                )
-                return both.english
-            size = await retrieval.corpus_size(conn, vis, f, t)
-            return await retrieval.lexical_lane(
-                conn, vis, expanded, f, t, n, self.params, corpus_size=size
-            )
+        return Lanes(
+            lexical, exact, semantic, size, hybrid=vector is not None, graph=graph, vector=vector
+        )
 
     async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
         """The reranker's order for the top N, the rest after them in fused order.

@@ -21,11 +21,32 @@ is run when the best hits name nothing new, so the cost is bounded: one read of 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
+import numpy as np
 
 from brain.server.domain import validation as check
+from brain.server.domain.graph.assertions import query_names
+from brain.server.domain.retrieval import lanes as retrieval
+from brain.server.domain.retrieval.lanes import FusedHit, LaneHit, RetrievalParams
+from brain.server.storage import hops as sql
+from brain.server.storage import retrieval as retrieval_sql
+from brain.server.storage.memories import RowFilter, TimeCoords
+from brain.server.storage.visibility import Visibility
+from brain.server.telemetry import metrics
 
-__all__ = ["COMMON", "bridge_names", "expanded_query", "names_in"]
+__all__ = [
+    "COMMON",
+    "SecondRound",
+    "bridge_names",
+    "expanded_query",
+    "names_in",
+    "naming",
+    "second_round",
+]
 
 _NAME_RUN = re.compile(r"\b[A-Z][\w'\u2019\-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'\u2019\-]*)*")
 _POSSESSIVE = re.compile(r"['\u2019]s$")
@@ -92,3 +113,108 @@ def bridge_names(query: str, hits: Iterable[tuple[str, Sequence[str]]], cap: int
 def expanded_query(query: str, names: Sequence[str]) -> str:
     """The query with the bridge names appended."""
     return " ".join([query, *names])
+
+
+@dataclass(frozen=True)
+class SecondRound:
+    """What the second round found: by the expanded query (``names``, the ``english``
+    lane) and by the query vector moved toward the best hits' vectors (``vector``)."""
+
+    names: list[LaneHit] = field(default_factory=list)
+    vector: list[LaneHit] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.names or self.vector)
+
+
+async def second_round(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    f: RowFilter,
+    t: TimeCoords,
+    n: int,
+    params: RetrievalParams,
+    fused: Sequence[FusedHit],
+    vector: Sequence[float] | None,
+    model: str | None,
+) -> SecondRound:
+    """The second round from the best ``hop_hits`` hits of the first (see the module)."""
+    if params.hop_hits <= 0 or not fused:
+        return SecondRound()
+    top = list(fused[: params.hop_hits])
+    return SecondRound(
+        await _names_round(conn, v, query, f, t, n, params, top),
+        await _vector_round(conn, v, f, t, n, params, top, vector, model),
+    )
+
+
+async def _names_round(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    f: RowFilter,
+    t: TimeCoords,
+    n: int,
+    params: RetrievalParams,
+    top: Sequence[FusedHit],
+) -> list[LaneHit]:
+    """The ``english`` lane again, the query expanded with at most ``hop_entities`` names
+    of ``top`` (read again through ``v``); nothing when they name nothing new."""
+    if params.hop_entities <= 0:
+        return []
+    keys = [(h.row["tenant_id"], h.row["memory_id"], h.row["version"]) for h in top]
+    names = bridge_names(query, await sql.hit_sources(conn, v, t, keys), params.hop_entities)
+    if not names:
+        return []
+    expanded = expanded_query(query, names)
+    with metrics.lane("hop"):
+        if retrieval.uses_term_statistics(f, t):
+            both = await retrieval.lexical_lanes(
+                conn, v, expanded, f, t, n, params, configs=("english",)
+            )
+            return both.english
+        size = await retrieval.corpus_size(conn, v, f, t)
+        return await retrieval.lexical_lane(conn, v, expanded, f, t, n, params, corpus_size=size)
+
+
+async def _vector_round(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    f: RowFilter,
+    t: TimeCoords,
+    n: int,
+    params: RetrievalParams,
+    top: Sequence[FusedHit],
+    vector: Sequence[float] | None,
+    model: str | None,
+) -> list[LaneHit]:
+    """The semantic lane again, its vector moved toward the vectors of ``top`` (that the
+    caller may still see): memories like the best answers, not only like the question.
+    No embedding is made: the query's vector and the stored ones are reused."""
+    if vector is None or params.hop_vector_weight <= 0:
+        return []
+    rows = await retrieval_sql.embeddings_of(conn, v, [h.row for h in top], model)
+    if not rows:
+        return []
+    hits = np.array([row["embedding"].to_numpy() for row in rows], dtype=np.float64)
+    mixed = np.asarray(vector, dtype=np.float64) + params.hop_vector_weight * hits.mean(axis=0)
+    mixed /= float(np.sqrt(mixed @ mixed)) or 1.0
+    with metrics.lane("hop_vector"):
+        return await retrieval.semantic_lane(
+            conn, v, [float(x) for x in mixed], f, t, n, params, model=model
+        )
+
+
+async def naming(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    t: TimeCoords,
+    ids: set[uuid.UUID],
+    params: RetrievalParams,
+) -> frozenset[uuid.UUID]:
+    """Which candidates ``ids`` assert an entity the query names (feature ``named``)."""
+    if not params.named_entities or not ids:
+        return frozenset()
+    return await sql.naming(conn, v, t, sorted(ids), query_names(query))

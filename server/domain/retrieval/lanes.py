@@ -128,6 +128,9 @@ class RetrievalParams:
     hop_entities: int = 3
     hop_hits: int = 3
     hop_weight: float = 0.0
+    # The second round's semantic lane: the query vector plus this much of the mean of the
+    # best hits' vectors (0: not asked). Its rank and similarity gap are features too.
+    hop_vector_weight: float = 1.0
     # Whether hits asserting an entity the query names are marked (feature `named`).
     named_entities: bool = True
     # Every hit's relevance (0..1) comes from these models (see `relevance`); a search
@@ -181,6 +184,9 @@ class FusedHit:
     hop_rank: int = 0
     hop_score: float = 0.0
     named: bool = False  # the memory asserts an entity the query names
+    # The second round's semantic rank and similarity (0: it did not find the hit).
+    again_rank: int = 0
+    again_similarity: float = 0.0
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
@@ -198,6 +204,8 @@ class FusedHit:
             hop_score=self.hop_score,
             hop_rank=self.hop_rank,
             named=self.named,
+            again_similarity=self.again_similarity,
+            again_rank=self.again_rank,
         )
 
 
@@ -471,6 +479,7 @@ def fuse(
     *,
     hop: Sequence[LaneHit] = (),
     named: frozenset[Any] = frozenset(),
+    again: Sequence[LaneHit] = (),
     corpus_size: int = 0,
     model: RelevanceModel | None = None,
 ) -> list[FusedHit]:
@@ -485,6 +494,7 @@ def fuse(
         ("semantic", semantic, params.semantic_weight),
         ("graph", graph, params.graph_weight),
         ("hop", hop, params.hop_weight),
+        ("again", again, params.hop_weight),
     )
     for kind, hits, weight in lanes:
         norms = _reciprocal(hits, params.rrf_k) if params.fusion == "rrf" else _minmax(hits)
@@ -500,6 +510,8 @@ def fuse(
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
             elif kind == "hop":
                 item.hop_rank, item.hop_score = rank, hit.score
+            elif kind == "again":
+                item.again_rank, item.again_similarity = rank, hit.score
             else:
                 item.graph_rank = rank
     items = list(fused.values())

@@ -69,6 +69,10 @@ FEATURES = (
     # 1 when the hit asserts an entity the query names (by name or alias; entities
     # asserted at write time, see the graph): the memory is about whom the question is.
     "named",
+    # The second round's semantic lane (its vector moved toward the best hits' vectors):
+    # 1 / rank, and the round's best similarity minus this hit's (both 0 when not found).
+    "again_rr",
+    "again_gap",
 )
 # `lexical` = best - gap, and the best is the same for every hit of a query: it would only
 # shift all of a query's scores, so the order leaves it out. The relevance reads each hit's
@@ -92,6 +96,8 @@ class LaneView:
     hop_score: float = 0.0  # the second round's BM25 (0: not found there)
     hop_rank: int = 0
     named: bool = False  # the hit asserts an entity the query names
+    again_similarity: float = 0.0  # the second round's semantic lane (0: not found there)
+    again_rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,7 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
     top_lexical = max(h.lexical_score for h in hits) / scale
     top_similarity = max(h.semantic_similarity for h in hits)
     top_hop = max(h.hop_score for h in hits) / scale
+    top_again = max(h.again_similarity for h in hits)
     # Per session, its hits' 1 / lexical rank, best first and second best: the best among
     # a hit's *other* hits of the session is the second when the hit holds the first (one
     # pass per session, not a sort per hit: a bulk import can put every hit in one).
@@ -167,6 +174,8 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
                 1.0 / h.hop_rank if h.hop_rank else 0.0,
                 top_hop - h.hop_score / scale if h.hop_rank else 0.0,
                 float(h.named),
+                1.0 / h.again_rank if h.again_rank else 0.0,
+                top_again - h.again_similarity if h.again_rank else 0.0,
             )
         )
     return np.asarray(rows, dtype=np.float64)
