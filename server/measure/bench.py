@@ -45,9 +45,11 @@ from brain.server.telemetry import logs, metrics
 # search: hybrid with an embedder, else lexical; semantic: the query's vector alone (the
 # workload of a vector-only memory service); get: one memory by id, the floor of any call
 # that reads the database through the whole stack (authorization, transaction, one row).
-# search-one-round: the same searches with the second retrieval round (two hops) off, on
-# the same data (the in-process server only: --workers 1).
-KINDS = ("search", "search-one-round", "semantic", "save", "get")
+# search-two-rounds: the same searches with the second retrieval round (two hops, off by
+# default) on, by names and by vector, on the same data (the in-process server only:
+# --workers 1).
+KINDS = ("search", "search-two-rounds", "semantic", "save", "get")
+SECOND_ROUND_NAMES, SECOND_ROUND_VECTOR = 3, 1.0
 DEFAULT_KINDS = ("search", "save")
 # Words of this rank and rarer are stored capitalised (names): about half the rows hold
 # one, so most searches' best hits name something the query does not (a second round).
@@ -78,7 +80,7 @@ async def run(
             address: str, key: str, kind: str, c: int, watched: dict[str, Watched]
         ) -> dict[str, Any]:
             print(f"  {kind} at concurrency {c}…", file=sys.stderr)
-            sent = "search" if kind == "search-one-round" else kind
+            sent = "search" if kind == "search-two-rounds" else kind
             rounds = second_rounds(), second_rounds("hop_vector")
             measured: dict[str, Any] = await loop.run_in_executor(
                 pool, drive, address, key, sent, c, ops, next(streams), seconds, watched
@@ -124,12 +126,14 @@ async def run(
                     for kind in kinds:
                         if kind == "semantic" and embedder == "none":
                             continue
-                        if kind == "search-one-round":
+                        if kind == "search-two-rounds":
                             if workers > 1:
-                                print("  search-one-round needs --workers 1", file=sys.stderr)
+                                print("  search-two-rounds needs --workers 1", file=sys.stderr)
                                 continue
                             brain.memories.params = replace(
-                                shipped, hop_entities=0, hop_vector_weight=0.0
+                                shipped,
+                                hop_entities=SECOND_ROUND_NAMES,
+                                hop_vector_weight=SECOND_ROUND_VECTOR,
                             )
                         for c in concurrencies:
                             measured = await load(address, bucket.api_key, kind, c, watched)

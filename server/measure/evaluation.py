@@ -79,9 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--graph",
         choices=entities.EXTRACTORS,
-        default="names",
-        help="entities attached to each turn for the graph lane: capitalised names "
-        "(default), also the speaker, or none",
+        default="speakers",
+        help="entities each turn asserts: the speaker (who the turn is about, as an "
+        "agent would assert it) and the capitalised names in it (default), the names only, "
+        "or none",
     )
     p.add_argument(
         "--folds",

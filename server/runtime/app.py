@@ -472,11 +472,14 @@ async def _tenant_embedders(
 
 def retrieval_params(settings: Settings) -> RetrievalParams | None:
     """The shipped retrieval parameters with the server's flags applied (None: as shipped)."""
-    if settings.graph_lane_weight is None and settings.hop_entities is None:
+    flags = (settings.graph_lane_weight, settings.hop_entities, settings.hop_vector_weight)
+    if all(flag is None for flag in flags):
         return None
     params = RetrievalParams()
     if settings.graph_lane_weight is not None:
         params = replace(params, graph_weight=settings.graph_lane_weight)
     if settings.hop_entities is not None:
         params = replace(params, hop_entities=settings.hop_entities)
+    if settings.hop_vector_weight is not None:
+        params = replace(params, hop_vector_weight=settings.hop_vector_weight)
     return params

@@ -123,14 +123,16 @@ class RetrievalParams:
     graph_neighbour_weight: float = 0.5
     # Two hops (issue 34, see `hops`): a second lexical round with at most `hop_entities`
     # names that the first round's best `hop_hits` hits mention and the query does not
-    # (0: no second round). Its rank and score are features of the learned order;
-    # `hop_weight` is its weight in the min-max and reciprocal-rank fusions.
-    hop_entities: int = 3
+    # (0: none), and a second semantic round with the query vector plus
+    # `hop_vector_weight` x the mean of those hits' vectors (0: none). Their ranks and
+    # gaps are features of the learned order; `hop_weight` is their weight in the min-max
+    # and reciprocal-rank fusions. Both off: on the dev split neither moved held-out
+    # recall (docs: Performance, Two hops); --hop-entities and --hop-vector-weight turn
+    # them on.
+    hop_entities: int = 0
     hop_hits: int = 3
     hop_weight: float = 0.0
-    # The second round's semantic lane: the query vector plus this much of the mean of the
-    # best hits' vectors (0: not asked). Its rank and similarity gap are features too.
-    hop_vector_weight: float = 1.0
+    hop_vector_weight: float = 0.0
     # Whether hits asserting an entity the query names are marked (feature `named`).
     named_entities: bool = True
     # Every hit's relevance (0..1) comes from these models (see `relevance`); a search

@@ -108,7 +108,7 @@ async def run_locomo(
     scratch_dir: Path | None = None,
     progress: Progress | None = None,
     folds: bool = False,
-    graph: str = "names",
+    graph: str = "speakers",
     learned_only: bool = False,
 ) -> EvalResult:
     """Load every conversation, ask its questions, and score the rankings.
@@ -136,10 +136,13 @@ async def run_locomo(
         embedder = f"(as configured on {target})"
     else:
         async with private_brain(embedder, scratch_dir, embedder_options) as private:
-            # Every candidate keeps the server's second-round setting (--hop-entities).
+            # Every candidate keeps the server's second-round settings (--hop-entities,
+            # --hop-vector-weight).
             flags = private.memories.params
             grid = [
-                dataclasses.replace(p, hop_entities=flags.hop_entities, hop_hits=flags.hop_hits)
+                dataclasses.replace(
+                    p, hop_entities=flags.hop_entities, hop_vector_weight=flags.hop_vector_weight
+                )
                 for p in grid
             ]
             await _run_all(private, conversations, k, concurrency, progress, tally, grid, graph)
@@ -171,7 +174,7 @@ async def _run_all(
     progress: Progress | None,
     tally: _Tally,
     grid: Sequence[RetrievalParams],
-    graph: str = "names",
+    graph: str = "speakers",
 ) -> None:
     """Load everything, ask (once per grid candidate), then the silence and lifecycle checks.
 
@@ -236,7 +239,7 @@ async def _load(
     concurrency: int,
     progress: Progress | None,
     label: str,
-    graph: str = "names",
+    graph: str = "speakers",
 ) -> dict[str, set[str]]:
     """Save every turn; returns memory id -> the dia_ids it stands for (dedupe merges).
 
