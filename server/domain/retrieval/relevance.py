@@ -261,19 +261,88 @@ def fit_relevance(
 # (lexical) and the same with --embedder local (hybrid); each run prints its model under
 # "fitted on all conversations". The README's cross-validated figures refit on four
 # conversations at a time and score the fifth.
+# Refitted with the `named` feature (issue 34) the same way, --embedder none.
 LEXICAL_MODEL = RelevanceModel(
-    order=(0.0, 1.3485, -1.1268, 0.1353, 0.6527, 0.0, 0.0, 0.0, -0.5366, 2.1134, 1.857),
-    weights=(0.927, 0.0, 0.0, 0.0771, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0484),
+    order=(
+        0.0,
+        1.213,
+        -1.2127,
+        0.0164,
+        0.8084,
+        0.0,
+        0.0,
+        0.0,
+        -0.6765,
+        2.1351,
+        1.9514,
+        0.0,
+        0.0,
+        2.2856,
+        0.0,
+        0.0,
+    ),
+    weights=(
+        0.927,
+        0.0,
+        0.0,
+        0.0771,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        4.0485,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ),
     bias=-6.2476,
     floor=0.0138,
 )
-# The hybrid order is the fit from before the coverage feature (coverage weighed 0): the
-# refit with it ordered no better held out (recall@10 0.731 against 0.733) and two shipped
-# runs came 0.004 lower; coverage counts in the relevance, where it silences.
+# Refitted with the `named` feature (issue 34, two hops; brain-eval's turns assert their
+# speaker, --graph speakers, the default) by the command above with --embedder local
+# --learned-folds; the second-round features weigh 0 (the rounds are off by default).
 HYBRID_MODEL = RelevanceModel(
-    order=(0.0, 1.3929, -1.1094, 0.2171, 0.3532, 2.4055, 0.5035, -0.6997, 0.5677, 1.9388, 0.0),
-    weights=(0.8033, 0.0, 0.0, -0.0792, 0.0, 2.8724, 0.0, 0.0, 0.0, 0.0, 3.333),
-    bias=-6.9376,
+    order=(
+        0.0,
+        1.0534,
+        -1.1111,
+        -0.1509,
+        0.7717,
+        2.0892,
+        0.375,
+        -0.7932,
+        0.2053,
+        1.9714,
+        1.2427,
+        0.0,
+        0.0,
+        1.9167,
+        0.0,
+        0.0,
+    ),
+    weights=(
+        0.803,
+        0.0,
+        0.0,
+        -0.0779,
+        0.0,
+        2.8592,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        3.3397,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ),
+    bias=-6.9351,
     floor=0.0209,
 )
 # The hybrid model with the multilingual embedder (multilingual-e5-small: its cosines sit
