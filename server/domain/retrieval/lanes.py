@@ -517,8 +517,9 @@ def fuse(
             else:
                 item.graph_rank = rank
     items = list(fused.values())
-    for item in items:
-        item.named = item.row["memory_id"] in named
+    if named:  # memory ids (knowledge chunks are never marked)
+        for item in items:
+            item.named = item.row["memory_id"] in named
     model = model or (params.hybrid_model if semantic else params.lexical_model)
     features = feature_rows(
         [item.lanes(corpus.session) for item in items], corpus_size or len(items)
