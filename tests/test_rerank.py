@@ -183,3 +183,60 @@ async def test_mcp_recall_says_how_the_hits_were_ordered(
     assert [h["id"] for h in down["hits"]] == [ids["A"], ids["B"], ids["C"]]
     assert all("rerank_score" not in h for h in down["hits"])
     assert "the reranker was unavailable" in text_of(fallback)
+
+
+# -- knowledge search: the same reranker reorders an answered search's top N ---------------
+
+PASSAGES = {
+    "a.md": "alpha alpha alpha report",
+    "b.md": "# Team memo\n\nalpha alpha",
+    "c.md": "alpha note",
+}
+
+
+async def _knowledge(server: BrainServer, **kw: Any) -> tuple[Api, Any]:
+    """A fresh bucket holding PASSAGES, searched for "alpha" (lexical, top 10)."""
+    from brain.v1 import knowledge_pb2
+
+    from .test_knowledge import KB, put, search
+
+    async with server.channel() as ch:
+        api = Api(ch, server.mint_key(unique("rerank-kb"), "agent", permissions=KB))
+        for path, text in PASSAGES.items():
+            await put(api, path, text)
+        response: knowledge_pb2.SearchKnowledgeResponse = await search(
+            api, "alpha", limit=10, lexical_only=True, **kw
+        )
+    return api, response
+
+
+async def test_the_reranker_reorders_knowledge_hits_reading_their_headings(
+    reranking_server: BrainServer, rerank_http: FakeRerankServer
+) -> None:
+    """The fused top 2 chunks (a, b) go to the reranker as heading path and text; it prefers
+    the memo: b, a, then c, with their scores. A failing reranker returns the fused order and
+    says so; a search the floor silenced asks the reranker nothing."""
+    from brain.v1 import knowledge_pb2
+
+    rerank_http.reset()
+    _, response = await _knowledge(reranking_server)
+    assert response.ranking == knowledge_pb2.KNOWLEDGE_RANKING_RERANKED
+    assert [h.source.path for h in response.hits] == ["b.md", "a.md", "c.md"]
+    assert [h.rerank_score for h in response.hits] == [1.0, 0.0, 0.0]
+    (sent,) = rerank_http.requests
+    memo = next(h for h in response.hits if h.source.path == "b.md")
+    assert sent["body"]["query"] == "alpha"
+    assert sent["body"]["documents"] == [PASSAGES["a.md"], f"Team memo\n\n{memo.content}"]
+
+    rerank_http.reset()
+    rerank_http.mode = "http_error"
+    _, down = await _knowledge(reranking_server)
+    assert down.ranking == knowledge_pb2.KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE
+    assert [h.source.path for h in down.hits] == ["a.md", "b.md", "c.md"]
+    assert all(h.rerank_score == 0.0 for h in down.hits)
+
+    rerank_http.reset()
+    _, silent = await _knowledge(reranking_server, min_relevance=0.99)
+    assert list(silent.hits) == [] and silent.below_floor == 3
+    assert silent.ranking == knowledge_pb2.KNOWLEDGE_RANKING_FUSED
+    assert rerank_http.requests == []
