@@ -240,3 +240,31 @@ async def test_the_reranker_reorders_knowledge_hits_reading_their_headings(
     assert list(silent.hits) == [] and silent.below_floor == 3
     assert silent.ranking == knowledge_pb2.KNOWLEDGE_RANKING_FUSED
     assert rerank_http.requests == []
+
+
+async def test_mcp_search_knowledge_says_how_the_passages_were_ordered(
+    reranking_server: BrainServer, rerank_http: FakeRerankServer, tmp_path: Path
+) -> None:
+    """brain-mcp's search_knowledge names the ranking and shows rerank scores only when the
+    reranker ordered the passages; with it down it says the fused order came back."""
+    from .test_mcp_agent import started
+    from .test_mcp_proxy import brain_env, call, text_of
+
+    rerank_http.reset()
+    api, _ = await _knowledge(reranking_server)
+    env = brain_env(reranking_server.target, api.key, namespace=api.namespace)
+    async with started(env, tmp_path / "err") as (session, _):
+        reranked = await call(session, "search_knowledge", query="alpha", limit=5)
+        rerank_http.mode = "http_error"
+        fallback = await call(session, "search_knowledge", query="alpha", limit=5)
+    assert not reranked.is_error and not fallback.is_error, text_of(reranked)
+    got = reranked.structured_content
+    assert got["ranking"] == "reranked" and got["silenced"] is False
+    assert [h["source"]["path"] for h in got["hits"]] == ["b.md", "a.md", "c.md"]
+    assert got["hits"][0]["rerank_score"] == 1.0 and "rerank_score" not in got["hits"][2]
+    assert "reranked by the configured reranker" in text_of(reranked)
+    down = fallback.structured_content
+    assert down["ranking"] == "fused_reranker_unavailable"
+    assert [h["source"]["path"] for h in down["hits"]] == ["a.md", "b.md", "c.md"]
+    assert all("rerank_score" not in h for h in down["hits"])
+    assert "the reranker was unavailable" in text_of(fallback)
