@@ -12,10 +12,14 @@ driven over real gRPC from a separate process at each concurrency, for ``--secon
 ``--ops`` calls, whichever ends first. Every row says calls/s, p50/p99, the ratio to
 the echo ceiling at the same concurrency, and the CPU a call took in the server's
 processes, in PostgreSQL's and in the driver's (`cpu`); a last line says what embedding
-one query costs, alone and in batches of 16. Figures depend on the machine and its load:
-compare rows within one run. ``python -m brain.server.measure.bench throughput`` is the older study
-of what saves wait on in PostgreSQL (see ``bench_throughput``); ``brain-bench ingest`` times
-how fast a generated repository becomes searchable (see ``bench_ingest``).
+one query costs, alone and in batches of 16. Words of rank 20 and rarer are written
+capitalised, as names (``--names-from``; matching ignores case), so that the kind
+``search-two-rounds`` (the same searches with the second retrieval round on) has names to
+add; every search row says how many of its searches ran it. Figures depend on the machine
+and its load: compare rows within one run. ``python -m brain.server.measure.bench
+throughput`` is the older study of what saves wait on in PostgreSQL (see
+``bench_throughput``); ``brain-bench ingest`` times how fast a generated repository
+becomes searchable (see ``bench_ingest``).
 """
 
 from __future__ import annotations
