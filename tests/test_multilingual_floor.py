@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (full-width punctuation: the texts are Chinese and Japanese)
 """What an embedder's vectors may decide (issue 34): a query the embedder cannot read is
 answered lexically, and for an embedder whose cosine alone tells an answer, a hit that
 close to the query's own vector is not silenced by the relevance floor.
@@ -74,9 +75,7 @@ def answer_similarity(server: BrainServer, value: float | None) -> Iterator[None
     assert server.running is not None
     memories = server.running.memories
     shipped = memories.params
-    memories.params = replace(
-        shipped, hybrid_model=replace(HYBRID_MODEL, answer_similarity=value)
-    )
+    memories.params = replace(shipped, hybrid_model=replace(HYBRID_MODEL, answer_similarity=value))
     try:
         yield
     finally:

@@ -185,7 +185,7 @@ async def evaluate(
 
 
 async def _unfloored(
-    stub: memory_pb2_grpc.MemoryServiceStub,
+    stub: Any,  # memory_pb2_grpc.MemoryServiceStub on an aio channel
     md: tuple[tuple[str, str], ...],
     scope: common_pb2.Scope,
     q: Question,

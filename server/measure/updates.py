@@ -140,9 +140,10 @@ async def evaluate(
             await api.save(note, start)
         saved = []
         for n, pair in enumerate(data.updates + data.different):
-            old = await api.save(pair.older, start + timedelta(days=2 * n))
-            new = await api.save(pair.newer, start + timedelta(days=2 * n + 1))
-            saved.append((pair, old.memory, new.memory, start + timedelta(days=2 * n, hours=12)))
+            first = await api.save(pair.older, start + timedelta(days=2 * n))
+            second = await api.save(pair.newer, start + timedelta(days=2 * n + 1))
+            between = start + timedelta(days=2 * n, hours=12)
+            saved.append((pair, first.memory, second.memory, between))
         updates, different = saved[: len(data.updates)], saved[len(data.updates) :]
         asked: dict[bool, list[list[str]]] = {}
         for on in (False, True):
