@@ -190,10 +190,10 @@ def format_table(results: list[UpdatesResult]) -> str:
     columns = ("pairs", "newer_first", "newer_at_1", "newer_first_without_rule",
                "as_of_kept", "valid_at_kept", "look_alike_moved")  # fmt: skip
     lines = ["updates: current state first (questions about now), and other times kept",
-             f"{'':10}" + "".join(f"{c:>26}" for c in columns)]  # fmt: skip
+             f"{'':10}" + "".join(f"{c:>{len(c) + 2}}" for c in columns)]  # fmt: skip
     for r in results:
         row = r.as_json()
-        lines.append(f"{r.split:10}" + "".join(f"{row[c]:>26}" for c in columns))
+        lines.append(f"{r.split:10}" + "".join(f"{row[c]:>{len(c) + 2}}" for c in columns))
         lines += [f"  [{r.split}] {m}" for m in r.misses]
     return "\n".join(lines)
 
