@@ -46,3 +46,17 @@ async def test_the_evaluation_scores_the_rule_through_the_api(brain_server: Brai
     assert scored["newer_first"] == 1.0  # both are found lexically; the rule orders them
     assert scored["as_of_kept"] == 1.0 and scored["valid_at_kept"] == 1.0
     assert scored["look_alike_moved"] == 0.0
+
+
+def test_the_command_line_names_the_splits() -> None:
+    """`brain-eval multilingual --split held-out` reads the held-out file; `brain-eval
+    updates` runs both splits unless told one."""
+    from brain.server.measure import multilingual
+    from brain.server.measure.evaluation import build_parser
+
+    parser = build_parser()
+    held = parser.parse_args(["multilingual", "--split", "held-out"])
+    assert multilingual.SPLITS[held.split] == multilingual.HELD_OUT and held.data is None
+    assert parser.parse_args(["multilingual"]).split == "dev"
+    assert parser.parse_args(["updates"]).split == "both"
+    assert parser.parse_args(["updates", "--split", "held-out"]).split == "held-out"

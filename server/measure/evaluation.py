@@ -2,8 +2,9 @@
 
 The command line. ``brain-eval locomo`` runs the LoCoMo data set (`locomo`; its docstring
 tells the method), ``brain-eval knowledge`` the knowledge base's (`knowledge_eval`),
-``brain-eval conflicts`` conflict detection and consolidation (`conflicts`) and ``brain-eval
-multilingual`` team memories in eight languages (`multilingual`). This module parses the
+``brain-eval conflicts`` conflict detection and consolidation (`conflicts`), ``brain-eval
+multilingual`` team memories in many languages (`multilingual`) and ``brain-eval updates``
+current state first on updated facts (`updates`). This module parses the
 flags, checks that they fit together, and turns a failure into one line and an exit code.
 """
 

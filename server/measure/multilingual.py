@@ -1,6 +1,9 @@
-"""`brain-eval multilingual`: team memories in eight languages, through the real API.
+"""`brain-eval multilingual`: team memories in many languages, through the real API.
 
-The set (``data/multilingual.json``, written for this project) holds, per language, eight
+Two sets, written for this project: ``--split dev`` (``data/multilingual.json``, eight
+languages, tuned on) and ``--split held-out`` (``data/multilingual_heldout.json``, the same
+eight with other facts and questions plus French, German and Russian; never tuned on).
+Each holds, per language, eight
 team memories in four look-alike pairs (two meetings, two servers, two people, two
 deadlines: the same words around different facts), seven reworded questions that each
 name their answer, and two questions nothing stored answers. By default every language's
@@ -16,6 +19,9 @@ SearchMemories call (limit 5, default floor). Reported per language and overall:
   hits (top 5) that are neither;
 - ``silent``: the share of unanswerable questions that return nothing, and ``mute``: the
   share of answerable ones that return nothing.
+
+Every miss is printed with what the same search returns with no floor (its first three
+hits with relevance and cosine, and where the answer came).
 """
 
 from __future__ import annotations
@@ -229,7 +235,7 @@ def format_table(result: MultilingualResult) -> str:
 
 def add_parser(commands: Any) -> None:
     p = commands.add_parser(
-        "multilingual", help="hit@k and silence on team memories in eight languages"
+        "multilingual", help="hit@k and silence on team memories in many languages"
     )
     p.add_argument(
         "--split",
