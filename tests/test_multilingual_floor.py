@@ -19,10 +19,11 @@ import pytest
 from brain.server.domain.retrieval.embedders import LocalEmbedder
 from brain.server.domain.retrieval.relevance import HYBRID_MODEL, MULTILINGUAL_MODEL
 from brain.server.measure import multilingual
-from brain.v1 import memory_pb2
+from brain.v1 import knowledge_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
 from .helpers import Api
+from .test_knowledge import put, search
 
 
 @pytest.mark.parametrize(
@@ -67,6 +68,22 @@ async def test_a_query_the_local_embedder_cannot_read_is_answered_lexically(
         metadata=api.md,
     )
     assert control.hits and control.hits[0].semantic_rank == 1
+
+
+async def test_a_knowledge_query_the_local_embedder_cannot_read_is_lexical(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Knowledge search reads queries as memory search does: a Thai query runs the lexical
+    lanes (and says so, not as an embedder outage) and still finds its document; an
+    English query to the same server is hybrid (the control)."""
+    kb = "memories:read,memories:write,knowledge:read,knowledge:write"
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=kb))
+    await put(api, "th.md", "# ระบบ\n\nเซิร์ฟเวอร์หลักตั้งอยู่ที่ศูนย์ข้อมูลในกรุงเทพ\n")
+    thai = await search(api, "เซิร์ฟเวอร์หลักอยู่ที่ไหน")
+    assert thai.lanes == knowledge_pb2.KNOWLEDGE_LANES_LEXICAL
+    assert [h.source.path for h in thai.hits] == ["th.md"]
+    english = await search(api, "where is the main server?")
+    assert english.lanes == knowledge_pb2.KNOWLEDGE_LANES_HYBRID
 
 
 @contextmanager
