@@ -172,3 +172,37 @@ def test_the_held_out_set_has_other_questions_and_more_languages() -> None:
         assert len(lang.memories) == 8
         assert sum(q.answer is not None for q in lang.questions) == 7
         assert sum(q.answer is None for q in lang.questions) == 2
+
+
+async def test_the_answer_similarity_reads_the_querys_own_vector(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Hybrid search moves the query vector toward its best lexical hits; a hit's cosine to
+    that moved vector is no evidence of its own. Thirty memories share only a common word
+    with the query, at cosine 0.7 to its own vector and 0.86 to the moved one: with an
+    answer similarity of 0.8 the search stays silent, though the moved cosine (shown with
+    no floor: the control) is above it."""
+    tenant = unique("t")
+    api = Api(channel, brain_server.mint_key(tenant, "alice"), namespace=unique("ns"))
+    for i in range(30):
+        await api.save(f"The kitchen rota note {i}")
+    dimension = brain_server.sql(
+        """SELECT atttypmod AS d FROM pg_attribute
+           WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"""
+    )[0]["d"]
+    brain_server.sql(
+        """UPDATE memories m SET embedding = $1::float4[]::vector
+           FROM tenants t WHERE t.tenant_id = m.tenant_id AND t.name = $2""",
+        [1.0] + [0.0] * (dimension - 1), tenant,
+    )  # fmt: skip
+    own = [0.7, (1 - 0.49) ** 0.5] + [0.0] * (dimension - 2)  # cosine 0.7 to every memory
+    request = memory_pb2.SearchMemoriesRequest(
+        scope=api.scope(), query="kitchen budget plan approval", limit=5, query_embedding=own
+    )
+    with answer_similarity(brain_server, 0.8):
+        silent = await api.memories.SearchMemories(request, metadata=api.md)
+        assert list(silent.hits) == [] and silent.below_floor == 5
+        request.min_relevance = 0.0
+        shown = await api.memories.SearchMemories(request, metadata=api.md)
+    assert shown.hits and all(h.lexical_rank for h in shown.hits)
+    assert min(h.semantic_similarity for h in shown.hits) > 0.8  # the moved vector's cosine
