@@ -17,7 +17,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Coroutine, Iterator
@@ -36,6 +35,8 @@ from brain.server.runtime.app import RunningServer, start_server
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
 from brain.server.storage import admin
+
+from .zygote import run_module
 
 T = TypeVar("T")
 
@@ -200,15 +201,14 @@ class BrainServer:
         return minted.key
 
     def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run brain-admin as a subprocess against this cluster, as the owner."""
-        done = subprocess.run(
-            [
-                sys.executable, "-m", "brain.server.admin.main",
-                "--database-url", self.cluster.owner_dsn,
-                "--pepper-file", str(self.cluster.pepper_file),
-                *args,
-            ],
-            capture_output=True, text=True, timeout=60, check=False,
+        """Run brain-admin in a process of its own against this cluster, as the owner
+        (`python -m brain.server.admin.main`, forked from tests/zygote.py)."""
+        done = run_module(
+            "brain.server.admin.main",
+            "--database-url", self.cluster.owner_dsn,
+            "--pepper-file", str(self.cluster.pepper_file),
+            *args,
+            timeout=60,
         )  # fmt: skip
         if check and done.returncode != 0:
             raise AssertionError(f"brain-admin {args} failed: {done.stderr}")
