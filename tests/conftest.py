@@ -325,3 +325,42 @@ def walled_server(
     rls_only.start()
     yield rls_only
     rls_only.stop()
+
+
+# The modules holding the suite's longest tests (seconds each: server processes, installs,
+# hundreds of saves), longest first. pytest-xdist hands tests out in collection order
+# (`make test` gives --maxschedchunk 2: a few at a time), so these start first and the many
+# short tests fill the end evenly, instead of one worker finishing a long test alone while
+# the other waits. Only the order changes; a module not listed (or renamed) keeps its place
+# after these. test_installed comes after a minute or so of work, when `make test`'s build
+# (tests/dist.py --alongside) is done, and the tests that time a server process's restart
+# after it, when that build no longer takes a core.
+LONGEST_FIRST = (
+    "test_search_review",
+    "test_quotas",
+    "test_audit",
+    "test_edge_property_walls",
+    "test_installed",
+    "test_restarts",
+    "test_server_process",
+    "test_workers",
+    "test_bench",
+    "test_deployment",
+    "test_trust_gaps",
+    "test_embedded_memory",
+    "test_search_scale",
+    "test_outage",
+    "test_lifecycle",
+    "test_retrieval",
+    "test_knowledge_filler",
+    "test_evaluation",
+    "test_docs",
+    "test_edge_property",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own ordering (fixtures' parameters)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    # A stable sort: each module's tests keep their order and stay together.
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
