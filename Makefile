@@ -18,12 +18,14 @@ run: $(STAMP)
 
 ## Lint, type-check, install as users do (dist) and run the whole test suite (each worker
 ## starts its own PostgreSQL). dist builds and installs while the suite runs: the suite's
-## tests/test_installed.py waits for it (tests/dist.py --alongside). Tests go to the workers
-## a few at a time, the longest modules first (tests/conftest.py LONGEST_FIRST).
+## tests/test_installed.py waits for it (tests/dist.py --alongside). Each test module goes
+## whole to one worker (its module fixtures are made once), the longest modules first
+## (tests/conftest.py LONGEST_FIRST), so that the short ones fill the end evenly.
 TEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck
 	$(BIN)/python tests/dist.py --alongside \
-	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxschedchunk 2 --durations=15
+	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  --durations=15
 
 ## Build the sdist and the wheel, twine-check both, install each into a fresh venv outside the
 ## checkout with its dependencies (uv; `tests/dist.py --installer pip` to compare); the venvs

@@ -328,9 +328,9 @@ def walled_server(
 
 
 # The modules holding the suite's longest tests (seconds each: server processes, installs,
-# hundreds of saves), longest first. pytest-xdist hands tests out in collection order
-# (`make test` gives --maxschedchunk 2: a few at a time), so these start first and the many
-# short tests fill the end evenly, instead of one worker finishing a long test alone while
+# hundreds of saves), longest first. pytest-xdist hands out modules in collection order
+# (`make test`: --dist loadfile --no-loadscope-reorder), so these start first and the
+# short ones fill the end evenly, instead of one worker finishing a long module alone while
 # the other waits. Only the order changes; a module not listed (or renamed) keeps its place
 # after these. test_installed comes after a minute or so of work, when `make test`'s build
 # (tests/dist.py --alongside) is done, and the tests that time a server process's restart
@@ -343,19 +343,25 @@ LONGEST_FIRST = (
     "test_installed",
     "test_restarts",
     "test_server_process",
-    "test_workers",
+    "test_embedded_memory",
     "test_bench",
+    "test_workers",
+    "test_docs",
+    "test_search_scale",
+    "test_mcp_agent",
+    "test_evaluation",
+    "test_mcp_proxy",
+    "test_races",
+    "test_review",
     "test_deployment",
     "test_trust_gaps",
-    "test_embedded_memory",
-    "test_search_scale",
-    "test_outage",
+    "test_conflicts",
     "test_lifecycle",
-    "test_retrieval",
+    "test_graph",
     "test_knowledge_filler",
-    "test_evaluation",
-    "test_docs",
-    "test_edge_property",
+    "test_retrieval",
+    "test_multilingual",
+    "test_outage",
 )
 
 
