@@ -137,6 +137,10 @@ class RetrievalParams:
     # unseen elsewhere yet, so every note is found. LoCoMo's buckets (about 550 turns) are
     # well above it.
     prior_rows: int = 50
+    # For a question about now, a newer statement of a changed value ranks just above the
+    # older one (`updates.current_first`); False only to measure without it
+    # (brain-eval updates).
+    current_first: bool = True
 
 
 def hybrid_model(params: RetrievalParams, embedding_model: str | None) -> RelevanceModel:
@@ -153,6 +157,7 @@ class LaneHit:
     row: asyncpg.Record
     score: float
     coverage: float = 0.0  # lexical lanes: score / the query's whole IDF mass, at most 1
+    query_similarity: float = 0.0  # semantic lane: cosine to the query's own vector
 
 
 @dataclass
@@ -360,10 +365,13 @@ async def semantic_lane(
     limit: int,
     params: RetrievalParams,
     model: str | None = None,
+    query: Sequence[float] | None = None,
 ) -> list[LaneHit]:
-    """Nearest memories by cosine, filtered in the scan; below the floor is dropped."""
+    """Nearest memories by cosine, filtered in the scan; below the floor is dropped. Each
+    hit's ``query_similarity`` is its cosine to ``query`` (the query's own vector, before
+    feedback moved it), or to ``vector``."""
     return await nearest_lane(
-        conn, MEMORIES, v, memory_where(v, f, t), vector, limit, params, model
+        conn, MEMORIES, v, memory_where(v, f, t), vector, limit, params, model, query
     )
 
 
@@ -376,14 +384,18 @@ async def nearest_lane(
     limit: int,
     params: RetrievalParams,
     model: str | None = None,
+    query: Sequence[float] | None = None,
 ) -> list[LaneHit]:
     """Nearest neighbours by cosine, filtered in the scan; below the floor is dropped."""
     with metrics.lane("semantic"):
         rows = await sql.nearest_rows(
-            conn, corpus, v, where, vector, limit,
-            ef_search=params.ef_search, similarity_floor=params.similarity_floor, model=model,
+            conn, corpus, v, where, vector, limit, ef_search=params.ef_search,
+            similarity_floor=params.similarity_floor, model=model, query=query,
         )  # fmt: skip
-    return [LaneHit(row=r, score=float(r["similarity"])) for r in rows]
+    return [
+        LaneHit(row=r, score=float(r["similarity"]), query_similarity=float(r["query_similarity"]))
+        for r in rows
+    ]
 
 
 async def graph_lane(

@@ -87,12 +87,18 @@ class LaneView:
 @dataclass(frozen=True)
 class RelevanceModel:
     """The order's weights, ``P(relevant) = sigmoid(bias + weights · features)``, and the
-    default floor on that probability; weights are per `FEATURES` (0 = unused)."""
+    default floor on that probability; weights are per `FEATURES` (0 = unused).
+
+    ``answer_similarity``: for an embedder whose cosine alone tells an answer, the cosine
+    to the query's own vector at which a hit answers under the default floor even when its
+    relevance does not reach the floor (a reworded question that shares no word with its
+    answer); None: similarity alone never answers."""
 
     order: tuple[float, ...]
     weights: tuple[float, ...]
     bias: float
     floor: float
+    answer_similarity: float | None = None
 
     def order_scores(self, features: np.ndarray) -> np.ndarray:
         """Higher first; comparable only between hits of one query."""
@@ -252,6 +258,10 @@ MULTILINGUAL_MODEL = RelevanceModel(
     weights=(0.8695, 0.0, 0.0, -0.0371, 0.0, 1.5994, 0.0, 0.0, 0.0, 0.0, 3.6723),
     bias=-6.9517,
     floor=0.0182,
+    # Above every unanswerable question of the multilingual dev set (their best cosine to
+    # any stored memory: 0.80-0.844), under 49 of the 53 answers that ranked first by
+    # cosine: .venv/bin/python -m brain.server.measure.multilingual_similarity
+    answer_similarity=0.85,
 )
 # Embedder name -> its hybrid model, for embedders other than the default `local`.
 HYBRID_MODELS = {"multilingual": MULTILINGUAL_MODEL}
