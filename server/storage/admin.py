@@ -111,9 +111,14 @@ async def list_keys(conn: asyncpg.Connection, tenant: str | None) -> list[asyncp
 
 
 async def revoke_key(conn: asyncpg.Connection, key_id: str, at: datetime | None = None) -> None:
+    # The time is read first, not written as COALESCE($2, now()): a key is found by its id
+    # alone, which on Citus is an update of every shard, where Citus refuses a non-immutable
+    # call inside COALESCE or CASE.
+    if at is None:
+        at = await conn.fetchval("SELECT now()")
     status = await conn.execute(
-        "UPDATE api_keys SET revoked_at = COALESCE($2, now()) WHERE key_id = $1 "
-        "AND (revoked_at IS NULL OR revoked_at > COALESCE($2, now()))",
+        "UPDATE api_keys SET revoked_at = $2 WHERE key_id = $1 "
+        "AND (revoked_at IS NULL OR revoked_at > $2)",
         key_id,
         at,
     )

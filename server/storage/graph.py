@@ -364,17 +364,21 @@ async def summaries(
     return {r["entity_id"]: r for r in rows}
 
 
-_RELATION_COLUMNS = """r.relation_id, r.memory_id, r.subject_id, r.predicate, r.object_id,
+def _relation_columns(tenant: str) -> str:
+    """A relation's columns and its endpoints' names; the name lookups read ``tenant``
+    (the statement's tenant parameter: on Citus a subquery correlated on ``r.tenant_id``
+    would take the statement off its one shard)."""
+    return f"""r.relation_id, r.memory_id, r.subject_id, r.predicate, r.object_id,
     r.cardinality, r.valid_from, r.valid_to, r.recorded_at, r.retired_at,
-    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = r.tenant_id
+    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = {tenant}::uuid
        AND y.memory_id = r.memory_id AND y.entity_id = r.subject_id
      ORDER BY y.recorded_at DESC LIMIT 1) AS subject_name,
-    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = r.tenant_id
+    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = {tenant}::uuid
        AND y.memory_id = r.memory_id AND y.entity_id = r.object_id
      ORDER BY y.recorded_at DESC LIMIT 1) AS object_name,
-    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = r.tenant_id
+    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = {tenant}::uuid
        AND e.entity_id = r.subject_id) AS subject_norm,
-    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = r.tenant_id
+    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = {tenant}::uuid
        AND e.entity_id = r.object_id) AS object_norm"""
 
 
@@ -386,7 +390,7 @@ async def relations_of(
     p = Params(entity_id, v.tenant_id)
     return list(
         await conn.fetch(
-            f"""SELECT {_RELATION_COLUMNS} FROM graph_relations r
+            f"""SELECT {_relation_columns("$2")} FROM graph_relations r
                 WHERE r.tenant_id = $2::uuid AND (r.subject_id = $1 OR r.object_id = $1)
                   AND {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}
                 ORDER BY r.valid_from DESC, r.recorded_at DESC, r.relation_id
@@ -429,7 +433,7 @@ async def neighbours(
             nearest AS (
                 SELECT DISTINCT ON (entity_id) entity_id, depth, relation_id FROM paths
                 WHERE depth > 0 ORDER BY entity_id, depth, relation_id)
-            SELECT n.entity_id, n.depth, {_RELATION_COLUMNS}
+            SELECT n.entity_id, n.depth, {_relation_columns(tenant)}
             FROM nearest n JOIN graph_relations r
                  ON r.tenant_id = {tenant}::uuid AND r.relation_id = n.relation_id
             ORDER BY n.depth, n.entity_id

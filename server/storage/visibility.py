@@ -168,7 +168,7 @@ def visible_links(v: Visibility, p: Params, column: str, alias: str = "m") -> st
     a = alias
     return (
         f"ARRAY(SELECT u.id FROM unnest({a}.{column}) WITH ORDINALITY AS u (id, n) "
-        f"WHERE EXISTS (SELECT 1 FROM memories l WHERE l.tenant_id = {a}.tenant_id "
+        f"WHERE EXISTS (SELECT 1 FROM memories l WHERE l.tenant_id = {_pinned(v, p, a)} "
         f"AND l.memory_id = u.id AND l.retired_at IS NULL "
         f"AND {visibility_predicate(v, p, 'l')}) ORDER BY u.n)"
     )
@@ -202,8 +202,19 @@ def asserting_memory_visible(v: Visibility, p: Params, alias: str) -> str:
     nothing about an entity known only from invisible memories reaches a caller."""
     a = alias
     return (
-        f"EXISTS (SELECT 1 FROM memories am WHERE am.tenant_id = {a}.tenant_id "
+        f"EXISTS (SELECT 1 FROM memories am WHERE am.tenant_id = {_pinned(v, p, a)} "
         f"AND am.memory_id = {a}.memory_id AND am.retired_at IS NULL "
         f"AND (am.expires_at IS NULL OR am.expires_at > now()) "
         f"AND {visibility_predicate(v, p, 'am')})"
     )
+
+
+def _pinned(v: Visibility, p: Params, alias: str) -> str:
+    """The tenant a correlated subquery over a tenant table reads: the caller's, as a
+    parameter (the row's own tenant, which the statement's scope rule makes the same).
+    Citus runs a statement on one shard only when every table in it is pinned to one
+    tenant by a value its planner reads (deploy/SCALING.md); with the application's
+    predicate off (rls-only), the row's tenant, and row-level security walls it."""
+    if not v.app_filter:
+        return f"{alias}.tenant_id"
+    return f"{p.add(v.tenant_id)}::uuid"
