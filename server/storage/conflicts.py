@@ -57,7 +57,8 @@ class NewConflict:
 
 def _both_visible(v: Visibility, p: Params, alias: str = "c") -> str:
     """Both memories of conflict ``alias`` pass the visibility predicate now."""
-    tenant = f"{p.add(v.tenant_id)}::uuid" if v.app_filter else f"{alias}.tenant_id"
+    pinned = v.app_filter or v.tenant_pin
+    tenant = f"{p.add(v.tenant_id)}::uuid" if pinned else f"{alias}.tenant_id"
     return " AND ".join(
         f"EXISTS (SELECT 1 FROM memories {m} WHERE {m}.tenant_id = {tenant} "
         f"AND {m}.memory_id = {alias}.{column} AND {m}.retired_at IS NULL "

@@ -277,6 +277,12 @@ class Database:
         """Whether lexical searches can use the GIN indexes under row-level security."""
         return bool(await self.pool.fetchval(migrate.IS_LEAKPROOF, migrate.TEXT_MATCH))
 
+    async def is_distributed(self) -> bool:
+        """Whether the database is a Citus coordinator (the citus extension is installed)."""
+        return bool(
+            await self.pool.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")
+        )
+
     async def embedding_dimension(self) -> int:
         """The dimension the schema's vector column was declared with."""
         return await embedding_dimension(self.pool)

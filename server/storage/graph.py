@@ -207,29 +207,38 @@ async def close_predecessors(
     # The ids travel as an array of known length, so the rows are found by primary key
     # (an UPDATE joined to a CTE may scan the tenant's relations, each checked by RLS).
     # Same transaction; a row another write retired meanwhile is skipped, copy and all.
-    rows = await conn.fetch(
-        """WITH retired AS (
-                UPDATE graph_relations o SET retired_at = $2
-                WHERE o.tenant_id = $3::uuid AND o.relation_id = ANY ($4::uuid[])
-                  AND o.retired_at IS NULL AND NOT o.pending
-                RETURNING o.*)
-            INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id,
+    # Two statements, each on the tenant's shard alone: Citus would run an INSERT fed by
+    # a modifying CTE through the coordinator, over every node.
+    retired = await conn.fetch(
+        """UPDATE graph_relations o SET retired_at = $2
+           WHERE o.tenant_id = $1::uuid AND o.relation_id = ANY ($3::uuid[])
+             AND o.retired_at IS NULL AND NOT o.pending
+           RETURNING o.relation_id, o.memory_id, o.subject_id, o.predicate, o.object_id,
+                     o.cardinality, o.valid_from""",
+        tenant_id,
+        at,
+        [r["relation_id"] for r in closing],
+    )
+    if not retired:
+        return 0
+    ends = {r["relation_id"]: r["ends"] for r in closing}
+    p = Params(tenant_id, at, memory_id)
+    values = ", ".join(
+        f"($1::uuid, {p.add(uuid.uuid4())}::uuid, {p.add(r['memory_id'])}::uuid, "
+        f"{p.add(r['subject_id'])}::uuid, {p.add(r['predicate'])}, {p.add(r['object_id'])}::uuid, "
+        f"{p.add(r['cardinality'])}, {p.add(r['valid_from'])}::timestamptz, "
+        f"{p.add(ends[r['relation_id']])}::timestamptz, false, $2::timestamptz, $3::uuid, "
+        f"{p.add(r['relation_id'])}::uuid)"
+        for r in sorted(retired, key=lambda r: r["relation_id"])
+    )
+    await conn.execute(
+        f"""INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id,
                                          predicate, object_id, cardinality, valid_from,
                                          valid_to, pending, recorded_at, closed_by, replaces)
-            SELECT r.tenant_id, gen_random_uuid(), r.memory_id, r.subject_id, r.predicate,
-                   r.object_id, r.cardinality, r.valid_from, c.ends, false, $2, $1,
-                   r.relation_id
-            FROM retired r
-            JOIN unnest($4::uuid[], $5::timestamptz[]) AS c (relation_id, ends)
-              ON c.relation_id = r.relation_id
-            RETURNING relation_id""",
-        memory_id,
-        at,
-        tenant_id,
-        [r["relation_id"] for r in closing],
-        [r["ends"] for r in closing],
+            VALUES {values}""",
+        *p.values,
     )
-    return len(rows)
+    return len(retired)
 
 
 async def reopen(conn: asyncpg.Connection, memory_id: uuid.UUID, *, closed: bool) -> None:
