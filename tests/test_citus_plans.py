@@ -91,7 +91,9 @@ def recording_server(
 async def _has_citus(dsn: str) -> bool:
     conn = await asyncpg.connect(dsn)
     try:
-        return bool(await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'citus'"))
+        return bool(
+            await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")
+        )
     finally:
         await conn.close()
 
@@ -125,7 +127,9 @@ async def test_a_tenants_hot_statements_are_router_plans(
 ) -> None:
     server, recorder = recording_server
     tenant = unique("router")
-    key = server.mint_key(tenant, "alice", permissions="memories:read,memories:write,memories:forget")
+    key = server.mint_key(
+        tenant, "alice", permissions="memories:read,memories:write,memories:forget"
+    )
     async with server.channel() as channel:
         api = Api(channel, key)
         recorder.sent.clear()
