@@ -200,7 +200,7 @@ if [ -n "$CITUS_TESTS" ]; then
     BRAIN_TEST_ADMIN_DATABASE_URL=$OWNER_URL BRAIN_TEST_DATABASE_URL=$APP_URL \
         BRAIN_TEST_PEPPER_FILE=$BRAIN_PEPPER_FILE BRAIN_TEST_TARGET=127.0.0.1:$GRPC_PORT \
         BRAIN_TEST_TLS_CA=$ROOT/tls/ca.pem \
-        "$PY" -m pytest -q -p no:cacheprovider -rs $CITUS_TESTS "$@" || status=$?
+        "$PY" -m pytest -q -p no:cacheprovider -rA --tb=short $CITUS_TESTS "$@" || status=$?
     say "statements of brain_server that ran on every shard (citus_stat_statements; one-shard runs: partition_key set)"
     psql_on "$COORD" postgres brain -At -F ' | ' -c \
         "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
