@@ -89,6 +89,19 @@ class Writer:
             self.acknowledged.append((tenant, saved.memory.id, content))
 
 
+async def alter(conn: asyncpg.Connection, statement: str) -> None:
+    """DDL on a table the writer is writing to: its locks on every shard can meet the
+    writer's in a distributed deadlock, which Citus resolves by cancelling the DDL; again."""
+    for attempt in range(20):
+        try:
+            await conn.execute(statement)
+            return
+        except asyncpg.DeadlockDetectedError:
+            if attempt == 19:
+                raise
+            await asyncio.sleep(0.2)
+
+
 async def rebalance(superuser_url: str, port: int) -> tuple[int, float]:
     """Add the worker and move shards onto it; the shards it holds, and the seconds."""
     conn = await asyncpg.connect(superuser_url)
@@ -100,7 +113,7 @@ async def rebalance(superuser_url: str, port: int) -> tuple[int, float]:
                WHERE c.relforcerowsecurity"""
         )
         for row in forced:
-            await conn.execute(f"ALTER TABLE {row['name']} NO FORCE ROW LEVEL SECURITY")
+            await alter(conn, f"ALTER TABLE {row['name']} NO FORCE ROW LEVEL SECURITY")
         try:
             await conn.execute("SELECT citus_add_node('127.0.0.1', $1)", port)
             await conn.execute(
@@ -109,7 +122,7 @@ async def rebalance(superuser_url: str, port: int) -> tuple[int, float]:
             await conn.execute("SELECT citus_rebalance_wait()")
         finally:
             for row in forced:
-                await conn.execute(f"ALTER TABLE {row['name']} FORCE ROW LEVEL SECURITY")
+                await alter(conn, f"ALTER TABLE {row['name']} FORCE ROW LEVEL SECURITY")
         seconds = time.monotonic() - started
         moved = await conn.fetchval(
             "SELECT count(*) FROM citus_shards WHERE nodename = '127.0.0.1' AND nodeport = $1",
