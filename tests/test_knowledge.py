@@ -153,6 +153,23 @@ async def test_search_returns_chunks_with_headings_lines_and_scores(
     assert (await search(api, "zyxwvut", lexical_only=True)).hits == []
 
 
+async def test_a_put_keeps_every_chunks_heading_path_and_lines(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A put writes its chunks in one statement, heading paths sent as JSON: headings with
+    quotes, commas, braces, a backslash and accents come back as written and in order, the
+    text before the first heading with an empty path, each chunk with its own lines."""
+    api = Api(channel, brain_server.mint_key(unique("kb"), "writer", permissions=KB))
+    top, sub = 'Ops, "notes" {v2}', "Ünïcode \\ path [x]"
+    text = f"Preamble about quokkas.\n\n# {top}\n\nWombats live here.\n\n## {sub}\n\nNumbats too.\n"
+    await put(api, "odd.md", text)
+    paths = {}
+    for word in ("quokkas", "wombats", "numbats"):
+        (hit,) = (await search(api, word, lexical_only=True)).hits
+        paths[word] = (list(hit.source.heading_path), hit.source.line_start)
+    assert paths == {"quokkas": ([], 1), "wombats": ([top], 3), "numbats": ([top, sub], 7)}
+
+
 async def test_walls_on_search_get_list_and_delete(walled_server: BrainServer) -> None:
     """Cross-tenant, cross-user, labels, namespace and session: each key finds exactly the
     documents its scope and labels allow, on Search, List, Get and BuildContext — also

@@ -82,6 +82,47 @@ async def test_a_small_collection_answers_without_the_default_floor(
     assert list((await _search(api, "alpha", min_relevance=0.99)).hits) == []
 
 
+def coined(i: int, salt: int) -> str:
+    """A made-up word, the same on every run: a 'q' and three syllables from ``i``."""
+    syllables = ("ka", "lo", "mi", "ne", "ru", "sa", "te", "vo")
+    n = i * 7 + salt * 61
+    return "q" + "".join(syllables[(n >> (3 * k)) % 8] for k in range(3))
+
+
+async def test_a_question_sharing_one_rare_word_with_a_passage_is_silent(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The issue-31 case: a question that names a passage's rare word among words no chunk
+    holds ("the password of the <queue>'s <x> <y> replica") covers little of what it asks,
+    and the floor silences it, while a question in the passage's own words is answered in
+    the same collection (the positive control); with min_relevance 0 the first question
+    gets every chunk that matched, its passage first, each below the default floor."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=KB))
+    queues = [coined(i, 1) for i in range(60)]
+    for i, queue in enumerate(queues):
+        text = (
+            f"The {queue} queue drains into the {coined(i, 2)} archive every night; "
+            f"the {queue} queue is paused during backups."
+        )
+        await put(api, f"queues/{i}.md", text)
+    queue = queues[23]
+    floor = KNOWLEDGE_PARAMS.lexical_model.floor
+
+    asked = await _search(api, f"Which archive does the {queue} queue drain into?")
+    assert asked.hits and asked.hits[0].source.path == "queues/23.md"
+    assert asked.hits[0].relevance >= floor and asked.below_floor == 0
+
+    strange = f"{coined(99, 3)} {coined(98, 3)}"  # words no chunk holds
+    unknown = f"What is the password of the {queue} queue's {strange} replica?"
+    silent = await _search(api, unknown, limit=5)
+    assert list(silent.hits) == [] and silent.below_floor > 0
+    shown = await _search(api, unknown, limit=5, min_relevance=0.0)
+    assert shown.hits[0].source.path == "queues/23.md" and shown.below_floor == 0
+    assert len(shown.hits) == silent.below_floor
+    assert all(0 < h.relevance < floor for h in shown.hits)
+    assert shown.hits[0].relevance < asked.hits[0].relevance
+
+
 @pytest.mark.parametrize("value", [1.5, -0.1, float("nan"), float("inf")])
 async def test_min_relevance_outside_0_to_1_is_invalid_argument(
     brain_server: BrainServer, channel: grpc.aio.Channel, value: float

@@ -183,3 +183,88 @@ async def test_mcp_recall_says_how_the_hits_were_ordered(
     assert [h["id"] for h in down["hits"]] == [ids["A"], ids["B"], ids["C"]]
     assert all("rerank_score" not in h for h in down["hits"])
     assert "the reranker was unavailable" in text_of(fallback)
+
+
+# -- knowledge search: the same reranker reorders an answered search's top N ---------------
+
+PASSAGES = {
+    "a.md": "alpha alpha alpha report",
+    "b.md": "# Team memo\n\nalpha alpha",
+    "c.md": "alpha note",
+}
+
+
+async def _knowledge(server: BrainServer, **kw: Any) -> tuple[Api, Any]:
+    """A fresh bucket holding PASSAGES, searched for "alpha" (lexical, top 10)."""
+    from brain.v1 import knowledge_pb2
+
+    from .test_knowledge import KB, put, search
+
+    async with server.channel() as ch:
+        api = Api(ch, server.mint_key(unique("rerank-kb"), "agent", permissions=KB))
+        for path, text in PASSAGES.items():
+            await put(api, path, text)
+        response: knowledge_pb2.SearchKnowledgeResponse = await search(
+            api, "alpha", limit=10, lexical_only=True, **kw
+        )
+    return api, response
+
+
+async def test_the_reranker_reorders_knowledge_hits_reading_their_headings(
+    reranking_server: BrainServer, rerank_http: FakeRerankServer
+) -> None:
+    """The fused top 2 chunks (a, b) go to the reranker as heading path and text; it prefers
+    the memo: b, a, then c, with their scores. A failing reranker returns the fused order and
+    says so; a search the floor silenced asks the reranker nothing."""
+    from brain.v1 import knowledge_pb2
+
+    rerank_http.reset()
+    _, response = await _knowledge(reranking_server)
+    assert response.ranking == knowledge_pb2.KNOWLEDGE_RANKING_RERANKED
+    assert [h.source.path for h in response.hits] == ["b.md", "a.md", "c.md"]
+    assert [h.rerank_score for h in response.hits] == [1.0, 0.0, 0.0]
+    (sent,) = rerank_http.requests
+    memo = next(h for h in response.hits if h.source.path == "b.md")
+    assert sent["body"]["query"] == "alpha"
+    assert sent["body"]["documents"] == [PASSAGES["a.md"], f"Team memo\n\n{memo.content}"]
+
+    rerank_http.reset()
+    rerank_http.mode = "http_error"
+    _, down = await _knowledge(reranking_server)
+    assert down.ranking == knowledge_pb2.KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE
+    assert [h.source.path for h in down.hits] == ["a.md", "b.md", "c.md"]
+    assert all(h.rerank_score == 0.0 for h in down.hits)
+
+    rerank_http.reset()
+    _, silent = await _knowledge(reranking_server, min_relevance=0.99)
+    assert list(silent.hits) == [] and silent.below_floor == 3
+    assert silent.ranking == knowledge_pb2.KNOWLEDGE_RANKING_FUSED
+    assert rerank_http.requests == []
+
+
+async def test_mcp_search_knowledge_says_how_the_passages_were_ordered(
+    reranking_server: BrainServer, rerank_http: FakeRerankServer, tmp_path: Path
+) -> None:
+    """brain-mcp's search_knowledge names the ranking and shows rerank scores only when the
+    reranker ordered the passages; with it down it says the fused order came back."""
+    from .test_mcp_agent import started
+    from .test_mcp_proxy import brain_env, call, text_of
+
+    rerank_http.reset()
+    api, _ = await _knowledge(reranking_server)
+    env = brain_env(reranking_server.target, api.key, namespace=api.namespace)
+    async with started(env, tmp_path / "err") as (session, _):
+        reranked = await call(session, "search_knowledge", query="alpha", limit=5)
+        rerank_http.mode = "http_error"
+        fallback = await call(session, "search_knowledge", query="alpha", limit=5)
+    assert not reranked.is_error and not fallback.is_error, text_of(reranked)
+    got = reranked.structured_content
+    assert got["ranking"] == "reranked" and got["silenced"] is False
+    assert [h["source"]["path"] for h in got["hits"]] == ["b.md", "a.md", "c.md"]
+    assert got["hits"][0]["rerank_score"] == 1.0 and "rerank_score" not in got["hits"][2]
+    assert "reranked by the configured reranker" in text_of(reranked)
+    down = fallback.structured_content
+    assert down["ranking"] == "fused_reranker_unavailable"
+    assert [h["source"]["path"] for h in down["hits"]] == ["a.md", "b.md", "c.md"]
+    assert all("rerank_score" not in h for h in down["hits"])
+    assert "the reranker was unavailable" in text_of(fallback)

@@ -19,6 +19,8 @@ from brain.clients.mcp._arguments import (
     _time,
 )
 from brain.clients.mcp._results import (
+    _KNOWLEDGE_RANKINGS,
+    _ORDERS,
     _RANKINGS,
     ToolOutput,
     _cite,
@@ -97,12 +99,7 @@ async def _recall(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutp
         )
     if not hits:
         return "No memories found.", structured
-    order = {
-        "fused": "fused order",
-        "reranked": "reranked by the configured reranker",
-        "fused_reranker_unavailable": "fused order; the reranker was unavailable",
-    }[ranking]
-    lines = [f"{len(hits)} memories, best first ({order}; score = relevance 0..1):"]
+    lines = [f"{len(hits)} memories, best first ({_ORDERS[ranking]}; score = relevance 0..1):"]
     for i, (h, shown) in enumerate(zip(response.hits, hits, strict=True), 1):
         extra = f", rerank {shown['rerank_score']:.3f}" if "rerank_score" in shown else ""
         lines.append(f"{i}. score {shown['score']:.2f}{extra} {_line(h.memory)}")
@@ -213,16 +210,24 @@ async def _search_knowledge(client: AsyncBrainClient, args: Mapping[str, Any]) -
         collections=_strings(args, "collections"),
         min_relevance=_number(args, "min_score"),
     )
-    hits = [
-        {
+    ranking = _KNOWLEDGE_RANKINGS.get(response.ranking, "fused")
+    hits = []
+    for h in response.hits:
+        hit: dict[str, Any] = {
             "score": relevance(h.relevance),
             "source": _source_json(h.source),
             "content": h.content,
         }
-        for h in response.hits
-    ]
+        if ranking == "reranked" and h.rerank_score:
+            hit["rerank_score"] = round(h.rerank_score, 4)
+        hits.append(hit)
     silenced = not hits and response.below_floor > 0
-    structured = {"hits": hits, "silenced": silenced, "below_floor": response.below_floor}
+    structured = {
+        "hits": hits,
+        "ranking": ranking,
+        "silenced": silenced,
+        "below_floor": response.below_floor,
+    }
     if silenced:
         return (
             f"Nothing relevant enough: {response.below_floor} weak passages were held back by "
@@ -231,9 +236,10 @@ async def _search_knowledge(client: AsyncBrainClient, args: Mapping[str, Any]) -
         )
     if not hits:
         return "No documents found.", structured
-    lines = [f"{len(hits)} passages, best first (score = relevance 0..1):"]
+    lines = [f"{len(hits)} passages, best first ({_ORDERS[ranking]}; score = relevance 0..1):"]
     for i, (h, shown) in enumerate(zip(response.hits, hits, strict=True), 1):
-        lines.append(f"{i}. score {shown['score']:.2f} {_cite(h.source)}\n{h.content}")
+        extra = f", rerank {shown['rerank_score']:.3f}" if "rerank_score" in shown else ""
+        lines.append(f"{i}. score {shown['score']:.2f}{extra} {_cite(h.source)}\n{h.content}")
     return "\n".join(lines), structured
 
 

@@ -12,7 +12,7 @@ import math
 from datetime import UTC
 from typing import Any
 
-from brain.v1 import common_pb2, graph_pb2, memory_pb2
+from brain.v1 import common_pb2, graph_pb2, knowledge_pb2, memory_pb2
 
 ToolOutput = tuple[str, dict[str, Any]]
 
@@ -27,6 +27,17 @@ _RANKINGS = {
     memory_pb2.RANKING_FUSED: "fused",
     memory_pb2.RANKING_RERANKED: "reranked",
     memory_pb2.RANKING_FUSED_RERANKER_UNAVAILABLE: "fused_reranker_unavailable",
+}
+_KNOWLEDGE_RANKINGS = {
+    knowledge_pb2.KNOWLEDGE_RANKING_FUSED: "fused",
+    knowledge_pb2.KNOWLEDGE_RANKING_RERANKED: "reranked",
+    knowledge_pb2.KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE: "fused_reranker_unavailable",
+}
+# How each ranking reads in a tool's text.
+_ORDERS = {
+    "fused": "fused order",
+    "reranked": "reranked by the configured reranker",
+    "fused_reranker_unavailable": "fused order; the reranker was unavailable",
 }
 
 

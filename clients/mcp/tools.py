@@ -412,9 +412,19 @@ TOOLS: tuple[ToolSpec, ...] = (
                             "score": _SCORE,
                             "source": _SOURCE_SCHEMA,
                             "content": {"type": "string"},
+                            "rerank_score": {
+                                "type": "number",
+                                "description": "The reranker's score, when it ordered the hits.",
+                            },
                         },
                         "required": ["score", "source", "content"],
                     },
+                },
+                "ranking": {
+                    "type": "string",
+                    "enum": ["fused", "reranked", "fused_reranker_unavailable"],
+                    "description": "How the passages were ordered: the lanes fused, reordered "
+                    "by the configured reranker, or fused because the reranker failed.",
                 },
                 "silenced": {
                     "type": "boolean",

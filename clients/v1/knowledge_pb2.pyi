@@ -124,6 +124,32 @@ KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE: KnowledgeLanes.ValueType  # 3
 """Lexical only because the embedder failed or could not be reached."""
 Global___KnowledgeLanes: _TypeAlias = KnowledgeLanes  # noqa: Y015
 
+class _KnowledgeRanking:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _KnowledgeRankingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_KnowledgeRanking.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    KNOWLEDGE_RANKING_UNSPECIFIED: _KnowledgeRanking.ValueType  # 0
+    KNOWLEDGE_RANKING_FUSED: _KnowledgeRanking.ValueType  # 1
+    """The lanes fused; no reranker is configured, or no hit to rerank."""
+    KNOWLEDGE_RANKING_RERANKED: _KnowledgeRanking.ValueType  # 2
+    """The fused top N reordered by the configured reranker."""
+    KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE: _KnowledgeRanking.ValueType  # 3
+    """A reranker is configured but failed or timed out: the fused order is returned."""
+
+class KnowledgeRanking(_KnowledgeRanking, metaclass=_KnowledgeRankingEnumTypeWrapper):
+    """How the hits of a knowledge search were ordered (as memory search's Ranking)."""
+
+KNOWLEDGE_RANKING_UNSPECIFIED: KnowledgeRanking.ValueType  # 0
+KNOWLEDGE_RANKING_FUSED: KnowledgeRanking.ValueType  # 1
+"""The lanes fused; no reranker is configured, or no hit to rerank."""
+KNOWLEDGE_RANKING_RERANKED: KnowledgeRanking.ValueType  # 2
+"""The fused top N reordered by the configured reranker."""
+KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE: KnowledgeRanking.ValueType  # 3
+"""A reranker is configured but failed or timed out: the fused order is returned."""
+Global___KnowledgeRanking: _TypeAlias = KnowledgeRanking  # noqa: Y015
+
 @_typing.final
 class Document(_message.Message):
     """One version of a document."""
@@ -495,6 +521,7 @@ class KnowledgeHit(_message.Message):
     LEXICAL_SCORE_FIELD_NUMBER: _builtins.int
     SEMANTIC_SIMILARITY_FIELD_NUMBER: _builtins.int
     RELEVANCE_FIELD_NUMBER: _builtins.int
+    RERANK_SCORE_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     score: _builtins.float
     """Fused score; higher is better."""
@@ -506,6 +533,10 @@ class KnowledgeHit(_message.Message):
     relevance: _builtins.float
     """Calibrated estimate (0..1) that the chunk answers the query, from its own match
     strength in the lanes; comparable across queries, and what the floor compares.
+    """
+    rerank_score: _builtins.float
+    """The configured reranker's score (it reads the heading path and the text); 0 when the
+    hit was not reranked.
     """
     @_builtins.property
     def source(self) -> _common_pb2.ChunkSource: ...
@@ -520,10 +551,11 @@ class KnowledgeHit(_message.Message):
         lexical_score: _builtins.float = ...,
         semantic_similarity: _builtins.float = ...,
         relevance: _builtins.float = ...,
+        rerank_score: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "relevance", b"relevance", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "lexical_rank", b"lexical_rank", "lexical_score", b"lexical_score", "relevance", b"relevance", "rerank_score", b"rerank_score", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -536,11 +568,13 @@ class SearchKnowledgeResponse(_message.Message):
     HITS_FIELD_NUMBER: _builtins.int
     LANES_FIELD_NUMBER: _builtins.int
     BELOW_FLOOR_FIELD_NUMBER: _builtins.int
+    RANKING_FIELD_NUMBER: _builtins.int
     lanes: Global___KnowledgeLanes.ValueType
     below_floor: _builtins.int
     """Chunks withheld because no hit reached the relevance floor (at most `limit`). No hits
     with below_floor > 0 means: something matched, but nothing relevant enough.
     """
+    ranking: Global___KnowledgeRanking.ValueType
     @_builtins.property
     def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___KnowledgeHit]: ...
     def __init__(
@@ -549,10 +583,11 @@ class SearchKnowledgeResponse(_message.Message):
         hits: _abc.Iterable[Global___KnowledgeHit] | None = ...,
         lanes: Global___KnowledgeLanes.ValueType = ...,
         below_floor: _builtins.int = ...,
+        ranking: Global___KnowledgeRanking.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["below_floor", b"below_floor", "hits", b"hits", "lanes", b"lanes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["below_floor", b"below_floor", "hits", b"hits", "lanes", b"lanes", "ranking", b"ranking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

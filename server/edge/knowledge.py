@@ -47,4 +47,5 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
             hits=[hit_message(h) for h in found.hits],
             lanes=found.lanes,  # type: ignore[arg-type]
             below_floor=found.below_floor,
+            ranking=found.ranking,  # type: ignore[arg-type]
         )

@@ -360,6 +360,13 @@ def add_parser(commands: Any) -> None:
         help="also refit the relevance models and floor on the dev part, leaving one "
         "fold of documents out at a time, and score the held-out part with the dev fit",
     )
+    p.add_argument(
+        "--floor-tolerance",
+        type=float,
+        default=knowledge_folds.FLOOR_TOLERANCE,
+        help="with --folds: the hit@5 the fitted floor may cost on the training folds "
+        f"(default {knowledge_folds.FLOOR_TOLERANCE})",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
 
 
@@ -424,4 +431,5 @@ async def run(args: argparse.Namespace) -> Evaluated:
         )
     if capture is None:
         return Evaluated(result, hybrid=semantic)
-    return Evaluated(result, knowledge_folds.cross_validate(capture.captured), semantic)
+    folds = knowledge_folds.cross_validate(capture.captured, args.floor_tolerance)
+    return Evaluated(result, folds, semantic)

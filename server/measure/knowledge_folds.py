@@ -8,7 +8,7 @@ is evidence when its text holds the question's evidence phrase.
   questions with them; the dev questions without an answer are dealt round-robin). For
   each fold the order and relevance models and the floor are fitted on the other folds
   (`crossval.fit_model`: the highest floor whose hit@5 on those folds stays within
-  `crossval.FLOOR_TOLERANCE` of no floor) and scored on the held-out fold.
+  `FLOOR_TOLERANCE` of no floor) and scored on the held-out fold.
 - **Held-out**: the models fitted on the whole dev part, scored on the held-out part
   (documents no fitting or tuning looked at).
 
@@ -34,6 +34,11 @@ from brain.server.measure import crossval
 FOLDS = 5
 KS = (1, 3, 5, 10)
 FLOOR_AT = 5  # the floor keeps hit@5 (issue 31: silence for at most 0.02 of hit@5)
+# What the floor may cost of hit@5 on the training folds: the issue's budget. (Memories
+# keep 0.01 of recall@10, `crossval.FLOOR_TOLERANCE`; at 0.01 the knowledge floor silenced
+# 7-8 of the 15 held-out questions without an answer, at 0.02 8-9, neither costing
+# held-out hit@5: docs, Knowledge base.)
+FLOOR_TOLERANCE = 0.02
 EVIDENCE = frozenset({"e"})
 
 
@@ -111,7 +116,7 @@ class Scores:
         }
 
 
-TRADE_OFF_FLOORS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
+TRADE_OFF_FLOORS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3)
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ class FoldReport:
     floors: list[float]  # the floor each dev fold's fit chose
     fitted: RelevanceModel  # on the whole dev part
     trade_off: list[tuple[float, Scores]]  # held-out part, dev fit, other floors
+    tolerance: float = FLOOR_TOLERANCE  # the hit@5 each fit's floor may cost
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -129,15 +135,16 @@ class FoldReport:
             "floors": self.floors,
             "fitted": dataclasses.asdict(self.fitted),
             "heldout_by_floor": {str(f): s.as_json() for f, s in self.trade_off},
+            "floor_tolerance": self.tolerance,
         }
 
 
-def fit(train: Sequence[ChunkCandidates], tolerance: float = crossval.FLOOR_TOLERANCE) -> Any:
+def fit(train: Sequence[ChunkCandidates], tolerance: float = FLOOR_TOLERANCE) -> Any:
     return crossval.fit_model(train, tolerance=tolerance, k=FLOOR_AT)
 
 
 def cross_validate(
-    captured: Sequence[ChunkCandidates], tolerance: float = crossval.FLOOR_TOLERANCE
+    captured: Sequence[ChunkCandidates], tolerance: float = FLOOR_TOLERANCE
 ) -> FoldReport:
     """Leave one dev fold out, then the whole dev part against the held-out part."""
     dev = [s for s in captured if s.conversation >= 0]
@@ -161,7 +168,7 @@ def cross_validate(
         for s in heldout:
             at_floor.add(s, dataclasses.replace(fitted, floor=floor))
         trade_off.append((floor, at_floor))
-    return FoldReport(cv, scored, floors, fitted, trade_off)
+    return FoldReport(cv, scored, floors, fitted, trade_off, tolerance)
 
 
 def format_report(report: FoldReport, hybrid: bool) -> str:
@@ -169,7 +176,7 @@ def format_report(report: FoldReport, hybrid: bool) -> str:
     lines = [
         "",
         f"relevance models refitted on the dev part ({'hybrid' if hybrid else 'lexical'}; "
-        f"floor keeps hit@{FLOOR_AT} within {crossval.FLOOR_TOLERANCE} on the training folds):",
+        f"floor keeps hit@{FLOOR_AT} within {report.tolerance} on the training folds):",
         f"{'':<40}" + "".join(f"{f'hit@{k}':>8}" for k in KS) + f"{'silent':>10}",
     ]
 

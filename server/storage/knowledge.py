@@ -6,6 +6,7 @@ so ``object_visibility`` applies to any of them directly.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -124,14 +125,38 @@ async def insert_version(
     )  # fmt: skip
     if not new.chunks:
         return
-    await conn.executemany(
+    if any(c.embedding is not None for c in new.chunks):  # vectors given: row by row
+        await conn.executemany(
+            """INSERT INTO document_chunks (tenant_id, chunk_id, document_id, version,
+                   chunk_no, namespace, user_id, session_id, collection, path, labels,
+                   content, heading_path, line_start, line_end, recorded_at, embedding,
+                   embedding_model)
+               VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                       $15, $16, $17, $18)""",
+            [_chunk_row(tenant_id, new, n, c, at) for n, c in enumerate(new.chunks)],
+        )
+        return
+    # A put's chunks (no vectors yet: the filler embeds them) in one statement: the
+    # document's columns once, the chunks' as arrays; a heading path travels as JSON text
+    # (arrays of arrays of different lengths do not exist in PostgreSQL).
+    await conn.execute(
         """INSERT INTO document_chunks (tenant_id, chunk_id, document_id, version, chunk_no,
                namespace, user_id, session_id, collection, path, labels, content,
-               heading_path, line_start, line_end, recorded_at, embedding, embedding_model)
-           VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                   $16, $17, $18)""",
-        [_chunk_row(tenant_id, new, n, c, at) for n, c in enumerate(new.chunks)],
-    )
+               heading_path, line_start, line_end, recorded_at)
+           SELECT $1::uuid, c.chunk_id, $2, $3, c.chunk_no, $4, $5, $6, $7, $8, $9,
+                  c.content,
+                  ARRAY(SELECT h.part FROM jsonb_array_elements_text(c.heading::jsonb)
+                            WITH ORDINALITY AS h(part, n) ORDER BY h.n),
+                  c.line_start, c.line_end, $10
+           FROM unnest($11::uuid[], $12::int[], $13::text[], $14::text[], $15::int[],
+                       $16::int[]) AS c(chunk_id, chunk_no, content, heading, line_start,
+                                        line_end)""",
+        tenant_id, new.document_id, new.version, new.namespace, new.user_id, new.session_id,
+        new.collection, new.path, new.labels, at,
+        [uuid.uuid4() for _ in new.chunks], list(range(len(new.chunks))),
+        [c.content for c in new.chunks], [json.dumps(c.heading_path) for c in new.chunks],
+        [c.line_start for c in new.chunks], [c.line_end for c in new.chunks],
+    )  # fmt: skip
 
 
 def _chunk_row(

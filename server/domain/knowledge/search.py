@@ -12,8 +12,14 @@ conversation turns (`KNOWLEDGE_PARAMS`). A search answers only when its best hit
 the floor (the request's ``min_relevance``, else the model's); otherwise it returns no
 hits and says how many were withheld (``below_floor``), as memory search does.
 
-BuildContext asks for chunks with `recall_chunks`, under the same floor, and shows each
-chosen chunk with its neighbours in the document when the budget allows (`neighbours`).
+A configured reranker (the memories' one, `retrieval.rerankers`) then reorders the top N
+of an answered SearchKnowledge, reading each chunk's heading path and text; when it fails
+the fused order is returned and ``ranking`` says so. It never decides silence: the floor
+is the relevance model's, before it.
+
+BuildContext asks for chunks with `recall_chunks`, under the same floor (in fused order),
+and shows each chosen chunk with its neighbours in the document when the budget allows
+(`neighbours`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import Corpus, FusedHit, RetrievalParams
 from brain.server.domain.retrieval.relevance import KNOWLEDGE_HYBRID_MODEL, KNOWLEDGE_LEXICAL_MODEL
+from brain.server.domain.retrieval.rerankers import RerankerError
 from brain.server.storage import knowledge as sql
 from brain.v1 import knowledge_pb2
 
@@ -74,11 +81,13 @@ class Found:
 
     ``below_floor``: chunks withheld because none reached the relevance floor (at most the
     search's limit); no hits and ``below_floor > 0`` means "nothing relevant enough".
+    ``ranking``: a ``KnowledgeRanking``.
     """
 
     hits: list[FusedHit]
     lanes: int
     below_floor: int = 0
+    ranking: int = knowledge_pb2.KNOWLEDGE_RANKING_FUSED
 
 
 def hit_message(hit: FusedHit) -> knowledge_pb2.KnowledgeHit:
@@ -91,7 +100,14 @@ def hit_message(hit: FusedHit) -> knowledge_pb2.KnowledgeHit:
         lexical_score=hit.lexical_score,
         semantic_similarity=hit.semantic_similarity,
         relevance=hit.relevance,
+        rerank_score=hit.rerank_score,
     )
+
+
+def reranked_text(row: Any) -> str:
+    """What the reranker reads of a chunk: its heading path, then its text."""
+    path = " > ".join(row["heading_path"] or ())
+    return f"{path}\n\n{row['content']}" if path else str(row["content"])
 
 
 @dataclass(frozen=True)
@@ -126,10 +142,35 @@ class ChunkSearch:
             if req.HasField("min_relevance")
             else None
         )
-        return await self.recall(
+        reranker = self.memories.reranker
+        found = await self.recall(
             caller, req.query, limit, collections, timeout_ms,
             lexical_only=req.lexical_only, min_relevance=floor,
+            depth=max(limit, reranker.top_n) if reranker is not None else limit,
         )  # fmt: skip
+        return await self.rerank(req.query, found, limit)
+
+    async def rerank(self, query: str, found: Found, limit: int) -> Found:
+        """The reranker's order for the top N of the hits, the rest after them in fused
+        order; like a failing embedder, a failing reranker never fails a search."""
+        reranker = self.memories.reranker
+        if reranker is None or not found.hits:
+            return replace(found, hits=found.hits[:limit])
+        head = found.hits[: reranker.top_n]
+        try:
+            scores = await reranker.rerank(query, [reranked_text(h.row) for h in head])
+        except RerankerError as exc:
+            _log.warning("reranking failed; fused order returned", error=str(exc))
+            return replace(
+                found,
+                hits=found.hits[:limit],
+                ranking=knowledge_pb2.KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE,
+            )
+        for hit, score in zip(head, scores, strict=True):
+            hit.rerank_score = score
+        head = sorted(head, key=lambda h: -h.rerank_score)  # stable: ties keep fused order
+        hits = (head + found.hits[len(head) :])[:limit]
+        return replace(found, hits=hits, ranking=knowledge_pb2.KNOWLEDGE_RANKING_RERANKED)
 
     async def recall(
         self,
@@ -142,9 +183,11 @@ class ChunkSearch:
         lexical_only: bool = False,
         vector: Sequence[float] | None = None,
         min_relevance: float | None = None,
+        depth: int | None = None,
     ) -> Found:
-        """Ranked chunks of current documents; none when no chunk's relevance reaches
-        ``min_relevance`` (default: the relevance model's floor)."""
+        """Ranked chunks of current documents, ``depth`` of them (default ``limit``); none
+        when no chunk's relevance reaches ``min_relevance`` (default: the relevance
+        model's floor), and then ``below_floor`` counts up to ``limit``."""
         query = check.query("query", query_text)
         m, params = self.memories, self.params
         lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL
@@ -191,7 +234,7 @@ class ChunkSearch:
             floor = relevance.floor if size >= params.floor_min_rows else 0.0
         if fused and max(h.relevance for h in fused) < floor:
             return Found([], lanes, below_floor=min(limit, len(fused)))
-        return Found(fused[:limit], lanes)
+        return Found(fused[: max(limit, depth or 0)], lanes)
 
     async def recall_chunks(
         self,
