@@ -12,7 +12,8 @@ and rebalances the shards onto it. Afterwards it shows, or exits non-zero:
   with the content it was saved with;
 - every tenant is still walled: another tenant's key gets NOT_FOUND for the same id, the
   answer a random id gets (positive control: its own key reads it);
-- `brain-admin audit verify` passes for every tenant (the hash chains moved intact).
+- `brain-admin audit verify` passes for the writer's tenants, and every chain that verified
+  before the move verifies after it (the suite's audit tests break some on purpose).
 
 Shard moves replicate logically, as a role Citus makes a member of the tables' owner, and
 PostgreSQL refuses to replicate into a table whose row-level security applies to that
@@ -146,6 +147,16 @@ async def read(stub: memory_pb2_grpc.MemoryServiceStub, key: str, memory_id: str
     return got.memory.content
 
 
+def chains(report: str) -> dict[str, str]:
+    """Each tenant's state in `brain-admin audit verify`'s report: ok, or BROKEN ..."""
+    out = {}
+    for line in report.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2:
+            out[parts[0]] = parts[1]
+    return out
+
+
 def audit_verify(owner_url: str, pepper_file: str) -> subprocess.CompletedProcess[str]:
     """`brain-admin audit verify`: every tenant's chain."""
     return subprocess.run(
@@ -163,6 +174,10 @@ async def main() -> int:
     credentials = grpc.ssl_channel_credentials(Path(ca).read_bytes())
     async with grpc.aio.secure_channel(target, credentials) as channel:
         stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        # Chains some earlier test broke on purpose stay broken; none may break in the move.
+        chains_before = chains(
+            (await asyncio.to_thread(audit_verify, owner_url, pepper_file)).stdout
+        )
         writer = Writer(stub, keys)
         writing = asyncio.create_task(writer.run())
         await asyncio.sleep(2)  # writes acknowledged before the move
@@ -187,14 +202,24 @@ async def main() -> int:
         if await read(stub, keys[tenants[0]], str(uuid.uuid4())) is not None:
             problems.append("a random id reads")
     verify = await asyncio.to_thread(audit_verify, owner_url, pepper_file)
-    if verify.returncode != 0:
-        problems.append(f"audit verify: {verify.stdout}{verify.stderr}")
+    after = chains(verify.stdout)
+    for tenant in keys:
+        if after.get(tenant) != "ok":
+            problems.append(f"audit verify: {tenant}: {after.get(tenant)}")
+    for tenant, state in chains_before.items():
+        if state == "ok" and after.get(tenant) != "ok":
+            problems.append(f"audit verify: {tenant} was ok before the move: {after.get(tenant)}")
+    verified = sum(1 for state in after.values() if state == "ok")
     print(
         f"rebalance: {moved} shards moved to the new worker in {seconds:.1f} s; "
         f"{len(writer.acknowledged)} writes acknowledged ({during} during the move), "
         f"{len(writer.failed)} failed, the slowest acknowledged {writer.worst_ms:.0f} ms; "
-        f"every acknowledged write read back by its tenant and by no other; audit verify: "
-        f"{'ok' if verify.returncode == 0 else 'FAILED'}"
+        f"audit verify: {verified} chains ok ({len(keys)} of them the writer's tenants); "
+        + (
+            "nothing lost, tenants walled, no chain broken by the move"
+            if not problems
+            else "FAILED"
+        )
     )
     for failure in sorted(set(writer.failed)):
         print(f"rebalance: a write failed: {failure}")

@@ -295,7 +295,7 @@ async def _serve(
             max_page_size=settings.max_page_size,
             statement_timeout_ms=settings.statement_timeout_ms,
             app_filter=settings.app_filter,
-            tenant_pin=not settings.app_filter and await db.is_distributed(),
+            distributed=await db.is_distributed(),
         ),
         embedder=embedder,
         embedding_dimension=dimension,

@@ -64,8 +64,9 @@ class Limits:
     # Off only in tests proving that row-level security holds on its own.
     app_filter: bool = True
     # The database is a Citus coordinator: statements name the tenant even with
-    # app_filter off (storage.visibility.Visibility.tenant_pin).
-    tenant_pin: bool = False
+    # app_filter off (storage.visibility.Visibility.tenant_pin), and a put's chunks go in
+    # row by row (storage.knowledge.insert_version).
+    distributed: bool = False
 
 
 Hit = FusedHit
@@ -232,7 +233,7 @@ class MemoryBase:
 
     def visibility(self, caller: Caller) -> Visibility:
         return Visibility.of(
-            caller, app_filter=self.limits.app_filter, tenant_pin=self.limits.tenant_pin
+            caller, app_filter=self.limits.app_filter, tenant_pin=self.limits.distributed
         )
 
     def page_size(self, field: str, requested: int, default: int) -> int:
