@@ -6,9 +6,10 @@
 # and two workers on 127.0.0.1 (trust logins on loopback: a throwaway lab), the README's
 # roles, `brain-admin migrate` as brain_owner against the coordinator (migration 0057 takes
 # the subqueries out of three policies there), deploy/citus/distribute.sql, then
-# tests/citus_checks.py. With CITUS_TESTS set (pytest paths), brain-server then serves
-# as brain_server through the coordinator and those tests run against it: today most fail
-# (deploy/SCALING.md says why). Needs root; minutes.
+# tests/citus_checks.py. brain-server then serves as brain_server through the coordinator,
+# the tests of CITUS_TESTS (pytest paths; a default list below) run against it, and a
+# third worker joins while a writer runs (tests/citus_rebalance.py). deploy/SCALING.md says
+# what passes and what does not yet. Needs root; minutes.
 # Not part of `make test`. Everything lives in one temporary folder, removed afterwards
 # (CITUS_KEEP=1 keeps the cluster running and prints how to reach it).
 #
