@@ -17,10 +17,15 @@ run: $(STAMP)
 	BRAIN_DEV_KEY_FILE=$${BRAIN_DEV_KEY_FILE:-.brain/dev-key} $(BIN)/brain-server --log-format console
 
 ## Lint, type-check, install as users do (dist) and run the whole test suite (each worker
-## starts its own PostgreSQL).
+## starts its own PostgreSQL). dist builds and installs while the suite runs: the suite's
+## tests/test_installed.py waits for it (tests/dist.py --alongside). Each test module goes
+## whole to one worker (its module fixtures are made once), the longest modules first
+## (tests/conftest.py LONGEST_FIRST), so that the short ones fill the end evenly.
 TEST_WORKERS ?= 2
-test: $(STAMP) lint typecheck dist
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15
+test: $(STAMP) lint typecheck
+	$(BIN)/python tests/dist.py --alongside \
+	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  --durations=15
 
 ## Build the sdist and the wheel, twine-check both, install each into a fresh venv outside the
 ## checkout with its dependencies (uv; `tests/dist.py --installer pip` to compare); the venvs
@@ -61,7 +66,7 @@ lint: $(STAMP)
 
 # mypy resolves packages by folder; mirror the installed layout (brain.* -> folders).
 typecheck: $(STAMP)
-	rm -rf .build/typecheck && mkdir -p .build/typecheck/brain
+	rm -rf .build/typecheck/brain && mkdir -p .build/typecheck/brain
 	ln -s ../../../authz .build/typecheck/brain/authz
 	ln -s ../../../server .build/typecheck/brain/server
 	ln -s ../../../clients .build/typecheck/brain/clients

@@ -17,7 +17,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Coroutine, Iterator
@@ -36,6 +35,8 @@ from brain.server.runtime.app import RunningServer, start_server
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
 from brain.server.storage import admin
+
+from .zygote import run_module
 
 T = TypeVar("T")
 
@@ -200,15 +201,14 @@ class BrainServer:
         return minted.key
 
     def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run brain-admin as a subprocess against this cluster, as the owner."""
-        done = subprocess.run(
-            [
-                sys.executable, "-m", "brain.server.admin.main",
-                "--database-url", self.cluster.owner_dsn,
-                "--pepper-file", str(self.cluster.pepper_file),
-                *args,
-            ],
-            capture_output=True, text=True, timeout=60, check=False,
+        """Run brain-admin in a process of its own against this cluster, as the owner
+        (`python -m brain.server.admin.main`, forked from tests/zygote.py)."""
+        done = run_module(
+            "brain.server.admin.main",
+            "--database-url", self.cluster.owner_dsn,
+            "--pepper-file", str(self.cluster.pepper_file),
+            *args,
+            timeout=60,
         )  # fmt: skip
         if check and done.returncode != 0:
             raise AssertionError(f"brain-admin {args} failed: {done.stderr}")
@@ -252,6 +252,7 @@ def pg_cluster(loop_thread: LoopThread) -> Iterator[PgCluster]:
     pg = embedded.start(root / "pg", delete_on_stop=True)
     try:
         loop_thread.run(prepare_embedded(pg))
+        loop_thread.run(commit_without_waiting_for_the_disk(pg.owner_dsn))
         pepper_file = root / "pepper"
         pepper = secrets.token_bytes(32)
         pepper_file.write_bytes(pepper)
@@ -259,6 +260,19 @@ def pg_cluster(loop_thread: LoopThread) -> Iterator[PgCluster]:
     finally:
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def commit_without_waiting_for_the_disk(owner_dsn: str) -> None:
+    """The session's database commits without waiting for its WAL to be flushed to disk
+    (synchronous_commit = off, for every connection made from now on). A commit is
+    visible to every other connection exactly as before; only a crash of this throwaway
+    cluster could lose the last ones. Tests then wait less on a disk that other work on
+    the machine flushes too. No test stops or kills this cluster's postmaster."""
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        await conn.execute(f"ALTER DATABASE {embedded.DATABASE} SET synchronous_commit = off")
+    finally:
+        await conn.close()
 
 
 def server_settings(cluster: PgCluster, **overrides: Any) -> Settings:
@@ -325,3 +339,48 @@ def walled_server(
     rls_only.start()
     yield rls_only
     rls_only.stop()
+
+
+# The modules holding the suite's longest tests (seconds each: server processes, installs,
+# hundreds of saves), longest first. pytest-xdist hands out modules in collection order
+# (`make test`: --dist loadfile --no-loadscope-reorder), so these start first and the
+# short ones fill the end evenly, instead of one worker finishing a long module alone while
+# the other waits. Only the order changes; a module not listed (or renamed) keeps its place
+# after these. test_installed comes after a minute or so of work, when `make test`'s build
+# (tests/dist.py --alongside) is done, and the tests that time a server process's restart
+# after it, when that build no longer takes a core.
+LONGEST_FIRST = (
+    "test_search_review",
+    "test_quotas",
+    "test_audit",
+    "test_edge_property_walls",
+    "test_installed",
+    "test_restarts",
+    "test_server_process",
+    "test_embedded_memory",
+    "test_bench",
+    "test_workers",
+    "test_docs",
+    "test_search_scale",
+    "test_mcp_agent",
+    "test_evaluation",
+    "test_mcp_proxy",
+    "test_races",
+    "test_review",
+    "test_deployment",
+    "test_trust_gaps",
+    "test_conflicts",
+    "test_lifecycle",
+    "test_graph",
+    "test_knowledge_filler",
+    "test_retrieval",
+    "test_multilingual",
+    "test_outage",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own ordering (fixtures' parameters)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    # A stable sort: each module's tests keep their order and stay together.
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))

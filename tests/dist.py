@@ -17,6 +17,11 @@ would, into its own fresh virtual environment outside the checkout.
 Two runs in one checkout take turns, and a run waits while tests/test_installed.py uses
 the venvs (``.build/dist.lock``: exclusive here, shared there).
 
+``--alongside COMMAND...`` (``make test``) starts the test suite as soon as that lock is
+held and builds while it runs: the suite's tests/test_installed.py waits for the lock, so
+it uses only this run's venvs; the exit status is 1 if the build failed, else the
+suite's.
+
 Exit status 1, after one line naming the failed command and the end of its output, when
 a step fails.
 """
@@ -141,18 +146,38 @@ def make_dist(installer: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tests/dist.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--installer", choices=["uv", "pip"], default="uv")
+    parser.add_argument(
+        "--alongside", nargs=argparse.REMAINDER, default=[], metavar="COMMAND",
+        help="start COMMAND (the test suite) once the venvs' lock is held, build and install "
+        "while it runs, then wait for it; exit 1 if the build failed, else COMMAND's status",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     LOCK.parent.mkdir(parents=True, exist_ok=True)
+    alongside: subprocess.Popen[bytes] | None = None
     with LOCK.open("a") as lock:
         # Another make dist of this checkout, or tests/test_installed.py using the venvs
         # (shared lock), finish first.
         fcntl.flock(lock, fcntl.LOCK_EX)
+        # Started under the lock (which it does not inherit): its tests/test_installed.py
+        # waits for this build, whenever it gets there.
+        alongside = subprocess.Popen(args.alongside) if args.alongside else None
         try:
             manifest = make_dist(args.installer)
-        except StepFailed as exc:
+        except BaseException as exc:
+            if alongside is not None and not isinstance(exc, StepFailed):
+                alongside.terminate()  # interrupted or broken: the suite goes too
+                alongside.wait()
+            if not isinstance(exc, StepFailed):
+                raise
             print(f"dist: error: {exc}", file=sys.stderr)
-            sys.exit(1)
-        MANIFEST.write_text(json.dumps(manifest, indent=2) + "\n")
+            failed = True
+        else:
+            MANIFEST.write_text(json.dumps(manifest, indent=2) + "\n")
+            failed = False
+    status = alongside.wait() if alongside is not None else 0
+    if failed:
+        sys.exit(1)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from brain.v1 import audit_pb2, audit_pb2_grpc, common_pb2, memory_pb2, memory_p
 
 from .conftest import BrainServer, unique
 from .helpers import Api
+from .zygote import run_module
 
 SAVE = "/brain.v1.MemoryService/SaveMemory"
 
@@ -52,22 +52,14 @@ async def list_events(
 
 
 def admin(server: BrainServer, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run brain-admin against the test cluster as its owner."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "brain.server.admin.main",
-            "--database-url",
-            server.cluster.owner_dsn,
-            "--pepper-file",
-            str(server.cluster.pepper_file),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
+    """Run brain-admin against the test cluster as its owner, in a process of its own."""
+    return run_module(
+        "brain.server.admin.main",
+        "--database-url", server.cluster.owner_dsn,
+        "--pepper-file", str(server.cluster.pepper_file),
+        *args,
         timeout=60,
-    )
+    )  # fmt: skip
 
 
 def verify(server: BrainServer, tenant: str, *extra: str) -> tuple[int, dict[str, Any]]:

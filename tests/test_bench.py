@@ -180,3 +180,22 @@ def test_ingest_bench_builds_a_tree_and_times_the_lexical_commit() -> None:
     assert f"{tree['files']} created" in commit["summary"] and "0 failed" in commit["summary"]
     assert f"{tree['files']} unchanged" in result["reingest"]["summary"]
     assert "embedding" not in result  # no embedder: nothing to wait for
+
+
+async def test_fill_writes_rare_words_capitalised_as_names(pg_cluster: PgCluster) -> None:
+    """``names_from``: words of that rank and rarer are stored capitalised, the rest not."""
+    dsn = pg_cluster.embedded_pg.owner_dsn
+    conn = await asyncpg.connect(dsn)
+    try:
+        tenant = unique("fill")
+        await admin.create_tenant(conn, tenant)
+        await fill(dsn, tenant, 200, 0, names_from=20)
+        contents = await conn.fetch(
+            "SELECT m.content FROM memories m JOIN tenants t USING (tenant_id) WHERE t.name = $1",
+            tenant,
+        )
+    finally:
+        await conn.close()
+    words = [w for row in contents for w in row["content"].split()]
+    assert any(w.startswith("W") for w in words) and any(w.startswith("w") for w in words)
+    assert all((int(w[1:]) >= 20) == w.startswith("W") for w in words)

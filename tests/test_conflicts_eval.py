@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from brain.server.measure.conflicts.trace import Cluster, Seen, Trace, Where
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc, review_pb2, review_pb2_grpc
 
 from .conftest import BrainServer
+from .zygote import run_module
 
 WIDER = {"wider_user", "wider_session", "wider_labels"}
 
@@ -298,10 +298,7 @@ async def test_a_small_run_writes_the_set_as_labelled_and_scores_what_the_server
 def brain_eval(*args: str) -> subprocess.CompletedProcess[str]:
     """The command as a user runs it, in a process of its own (brain-eval sets up logging
     for its process, which must not outlive a test in the suite's)."""
-    return subprocess.run(
-        [sys.executable, "-m", "brain.server.measure.evaluation", *args],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    return run_module("brain.server.measure.evaluation", *args, timeout=60)
 
 
 def test_dump_from_the_command_line_writes_a_loadable_set(tmp_path: Path) -> None:

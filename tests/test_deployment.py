@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc, memory_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .helpers import Api, rpc_error
+from .zygote import run_module
 
 # The migrations release 0.1.0 shipped. Later releases append here, never edit.
 RELEASE_0_1_0 = (
@@ -310,11 +310,10 @@ async def test_no_statement_joins_across_tenants(pg_cluster: PgCluster) -> None:
 
 
 def run_admin(owner_dsn: str, pepper_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """brain-admin as a subprocess against any database, as its owner."""
-    return subprocess.run(
-        [sys.executable, "-m", "brain.server.admin.main", "--database-url", owner_dsn,
-         "--pepper-file", str(pepper_file), *args],
-        capture_output=True, text=True, timeout=60, check=False,
+    """brain-admin in a process of its own against any database, as its owner."""
+    return run_module(
+        "brain.server.admin.main", "--database-url", owner_dsn,
+        "--pepper-file", str(pepper_file), *args, timeout=60,
     )  # fmt: skip
 
 

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import socket
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from brain.server.measure.locomo import (
 from brain.server.measure.stats import percentile
 
 from .conftest import BrainServer
+from .zygote import run_module
 
 
 def turns(*groups: str) -> list[frozenset[str]]:
@@ -223,10 +223,7 @@ async def test_private_run_scores_the_tiny_file_and_removes_its_database(
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "brain.server.measure.evaluation", "locomo", *args],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    return run_module("brain.server.measure.evaluation", "locomo", *args, timeout=60)
 
 
 def test_json_report_against_a_target_has_every_key(

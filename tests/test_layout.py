@@ -92,3 +92,13 @@ def test_every_hand_written_module_fits_a_room() -> None:
     }
     assert "server/runtime/app.py" in sizes  # the tree was read (control)
     assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_the_modules_scheduled_first_exist() -> None:
+    """tests/conftest.py LONGEST_FIRST names test modules that exist, once each (a renamed
+    one would silently lose its early start)."""
+    from .conftest import LONGEST_FIRST
+
+    missing = [name for name in LONGEST_FIRST if not (ROOT / "tests" / f"{name}.py").exists()]
+    assert missing == []
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)

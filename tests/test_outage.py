@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -91,8 +94,12 @@ def eventually(check: Callable[[], bool], seconds: float = 60) -> None:
 
 
 @pytest.fixture(scope="module")
-def outage(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) -> Iterator[Outage]:
-    root = tmp_path_factory.mktemp("outage")
+def outage(loop_thread: LoopThread) -> Iterator[Outage]:
+    # Not under pytest's temp root: as root, PostgreSQL runs as another user, who must
+    # traverse the path at every restart, and any pytest session of the same user makes
+    # /tmp/pytest-of-<user> private again (0700) when it starts; so a supervisor's restart
+    # failed whenever another suite started on the machine meanwhile.
+    root = Path(tempfile.mkdtemp(prefix="brain-outage-"))
     os.chmod(root, 0o755)
     settings = Settings(
         listen="127.0.0.1:0",
@@ -106,13 +113,16 @@ def outage(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) ->
         statement_timeout_ms=1000,  # a call with no deadline is abandoned after 1 + 5 s
         dev_key_file=root / "key",
     )
-    running = loop_thread.run(start_server(settings))
-    server = Outage(running, (root / "key").read_text().strip(), loop_thread)
     try:
-        yield server
+        running = loop_thread.run(start_server(settings))
+        server = Outage(running, (root / "key").read_text().strip(), loop_thread)
+        try:
+            yield server
+        finally:
+            server.channel.close()
+            loop_thread.run(running.stop(grace=1.0))
     finally:
-        server.channel.close()
-        loop_thread.run(running.stop(grace=1.0))
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _watching_caller() -> Caller:

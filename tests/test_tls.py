@@ -24,6 +24,7 @@ from brain.server.runtime.app import StartupError, start_server
 from brain.v1 import identity_pb2, identity_pb2_grpc
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
+from .zygote import run_module
 
 HEALTHCHECK = Path(__file__).resolve().parent.parent / "deploy" / "healthcheck.py"
 CALL_TIMEOUT = 10.0
@@ -256,13 +257,7 @@ def _admin(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BRAIN_DATA_DIR": str(data_dir)}
     env.pop("BRAIN_DATABASE_URL", None)
     env.pop("BRAIN_ADMIN_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-c", "from brain.server.admin.main import main; main()", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_module("brain.server.admin.main", *args, env=env, timeout=60)
 
 
 def test_certs_dev_command_writes_usable_files(tmp_path: Path) -> None:

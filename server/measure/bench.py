@@ -12,10 +12,14 @@ driven over real gRPC from a separate process at each concurrency, for ``--secon
 ``--ops`` calls, whichever ends first. Every row says calls/s, p50/p99, the ratio to
 the echo ceiling at the same concurrency, and the CPU a call took in the server's
 processes, in PostgreSQL's and in the driver's (`cpu`); a last line says what embedding
-one query costs, alone and in batches of 16. Figures depend on the machine and its load:
-compare rows within one run. ``python -m brain.server.measure.bench throughput`` is the older study
-of what saves wait on in PostgreSQL (see ``bench_throughput``); ``brain-bench ingest`` times
-how fast a generated repository becomes searchable (see ``bench_ingest``).
+one query costs, alone and in batches of 16. Words of rank 20 and rarer are written
+capitalised, as names (``--names-from``; matching ignores case), so that the kind
+``search-two-rounds`` (the same searches with the second retrieval round on) has names to
+add; every search row says how many of its searches ran it. Figures depend on the machine
+and its load: compare rows within one run. ``python -m brain.server.measure.bench
+throughput`` is the older study of what saves wait on in PostgreSQL (see
+``bench_throughput``); ``brain-bench ingest`` times how fast a generated repository
+becomes searchable (see ``bench_ingest``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from brain.authz import CommandParser, add_version_argument
@@ -39,13 +44,20 @@ from brain.server.measure.cpu import Watched
 from brain.server.measure.load import drive, start_echo_server
 from brain.server.measure.private import private_brain, worker_server
 from brain.server.measure.synthetic import fill, sentence, tenant_of, vocabulary
-from brain.server.telemetry import logs
+from brain.server.telemetry import logs, metrics
 
 # search: hybrid with an embedder, else lexical; semantic: the query's vector alone (the
 # workload of a vector-only memory service); get: one memory by id, the floor of any call
 # that reads the database through the whole stack (authorization, transaction, one row).
-KINDS = ("search", "semantic", "save", "get")
+# search-two-rounds: the same searches with the second retrieval round (two hops, off by
+# default) on, by names and by vector, on the same data (the in-process server only:
+# --workers 1).
+KINDS = ("search", "search-two-rounds", "semantic", "save", "get")
+SECOND_ROUND_NAMES, SECOND_ROUND_VECTOR = 3, 1.0
 DEFAULT_KINDS = ("search", "save")
+# Words of this rank and rarer are stored capitalised (names): about half the rows hold
+# one, so most searches' best hits name something the query does not (a second round).
+NAMES_FROM = 20
 
 
 async def run(
@@ -57,6 +69,7 @@ async def run(
     seed: int,
     kinds: Sequence[str] = DEFAULT_KINDS,
     workers: int = 1,
+    names_from: int = NAMES_FROM,
     database: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
@@ -72,9 +85,17 @@ async def run(
             address: str, key: str, kind: str, c: int, watched: dict[str, Watched]
         ) -> dict[str, Any]:
             print(f"  {kind} at concurrency {c}…", file=sys.stderr)
+            sent = "search" if kind == "search-two-rounds" else kind
+            rounds = second_rounds(), second_rounds("hop_vector")
             measured: dict[str, Any] = await loop.run_in_executor(
-                pool, drive, address, key, kind, c, ops, next(streams), seconds, watched
+                pool, drive, address, key, sent, c, ops, next(streams), seconds, watched
             )
+            if sent == "search" and workers == 1:  # the in-process server's own count
+                calls = (measured["ok"] + sum(measured["errors"].values())) or 1
+                measured["second_round_share"] = round((second_rounds() - rounds[0]) / calls, 3)
+                measured["vector_round_share"] = round(
+                    (second_rounds("hop_vector") - rounds[1]) / calls, 3
+                )
             return measured
 
         print("echo ceiling…", file=sys.stderr)
@@ -103,10 +124,22 @@ async def run(
                     print(f"{embedder}: filling to {size} memories…", file=sys.stderr)
                     dimension = 0 if embedder == "none" else brain.memories.embedding_dimension
                     model = brain.memories.embedding_model or ""
-                    cost = await fill(brain.owner_dsn, tenant, size, dimension, seed, model, words)
+                    cost = await fill(
+                        brain.owner_dsn, tenant, size, dimension, seed, model, words, names_from
+                    )
+                    shipped = brain.memories.params
                     for kind in kinds:
                         if kind == "semantic" and embedder == "none":
                             continue
+                        if kind == "search-two-rounds":
+                            if workers > 1:
+                                print("  search-two-rounds needs --workers 1", file=sys.stderr)
+                                continue
+                            brain.memories.params = replace(
+                                shipped,
+                                hop_entities=SECOND_ROUND_NAMES,
+                                hop_vector_weight=SECOND_ROUND_VECTOR,
+                            )
                         for c in concurrencies:
                             measured = await load(address, bucket.api_key, kind, c, watched)
                             echo = results["echo"][c]["per_s"] or 1.0
@@ -116,6 +149,7 @@ async def run(
                                 {"embedder": embedder, "rows": size, "kind": kind,
                                  "concurrency": c, "workers": workers, **measured, **cost}
                             )  # fmt: skip
+                        brain.memories.params = shipped
     return results
 
 
@@ -133,6 +167,15 @@ async def embedding_cost(embedder: Embedder, seed: int) -> dict[str, float]:
             await embedder.embed(texts[i : i + size])
         cost[f"cpu_ms_{batch}"] = round((time.process_time() - started) * 1000 / queries, 2)
     return cost
+
+
+def second_rounds(lane: str = "hop") -> float:
+    """How many second retrieval rounds (``hop``: by names; ``hop_vector``: by the moved
+    vector) this process's server has run."""
+    count = metrics.REGISTRY.get_sample_value(
+        "brain_retrieval_lane_duration_seconds_count", {"lane": lane}
+    )
+    return count or 0.0
 
 
 def _cpu(row: dict[str, Any]) -> str:
@@ -157,7 +200,9 @@ def report(results: dict[str, Any]) -> str:
             f"{r['embedder']:>8} {r['rows']:>9} {r['kind']:>8} {r['concurrency']:>4} "
             f"{r['per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['vs_echo']:>8} "
             f"{sum(r['errors'].values()):>6}  {_cpu(r)}"
-        )
+            + (f"  second round by names in {r['second_round_share']:.0%}, by vector in "
+               f"{r['vector_round_share']:.0%}" if "second_round_share" in r else "")
+        )  # fmt: skip
     fills = {(r["embedder"], r["rows"]): r for r in results["runs"]}
     for (embedder, rows), r in fills.items():
         hnsw = (
@@ -210,6 +255,11 @@ def main(argv: list[str] | None = None) -> None:
         "--workers", type=int, default=os.cpu_count() or 1,
         help="server processes (brain-server --workers); 1: the private in-process server",
     )  # fmt: skip
+    parser.add_argument(
+        "--names-from", type=int, default=NAMES_FROM,
+        help="words of this frequency rank and rarer are stored capitalised, as names the "
+        "second retrieval round can add (0: none)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--database-url", metavar="OWNER_URL",
@@ -230,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     logs.configure("warning")
     results = asyncio.run(
         run(args.rows, args.concurrency, args.embedders, args.ops, args.seconds, args.seed,
-            args.kinds, args.workers,
+            args.kinds, args.workers, args.names_from,
             (args.database_url, args.app_database_url) if args.database_url else None)
     )  # fmt: skip
     print(json.dumps(results) if args.json else report(results))

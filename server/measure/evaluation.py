@@ -2,8 +2,9 @@
 
 The command line. ``brain-eval locomo`` runs the LoCoMo data set (`locomo`; its docstring
 tells the method), ``brain-eval knowledge`` the knowledge base's (`knowledge_eval`),
-``brain-eval conflicts`` conflict detection and consolidation (`conflicts`) and ``brain-eval
-multilingual`` team memories in eight languages (`multilingual`). This module parses the
+``brain-eval conflicts`` conflict detection and consolidation (`conflicts`), ``brain-eval
+multilingual`` team memories in many languages (`multilingual`) and ``brain-eval updates``
+current state first on updated facts (`updates`). This module parses the
 flags, checks that they fit together, and turns a failure into one line and an exit code.
 """
 
@@ -20,7 +21,7 @@ from typing import NoReturn
 import grpc
 
 from brain.authz import CommandParser, add_version_argument
-from brain.server.measure import conflicts, entities, knowledge_eval, multilingual
+from brain.server.measure import conflicts, entities, knowledge_eval, multilingual, updates
 from brain.server.measure.locomo import (
     DataError,
     Progress,
@@ -79,9 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--graph",
         choices=entities.EXTRACTORS,
-        default="names",
-        help="entities attached to each turn for the graph lane: capitalised names "
-        "(default), also the speaker, or none",
+        default="speakers",
+        help="entities each turn asserts: the speaker (who the turn is about, as an "
+        "agent would assert it) and the capitalised names in it (default), the names only, "
+        "or none",
     )
     p.add_argument(
         "--folds",
@@ -99,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     knowledge_eval.add_parser(commands)
     conflicts.add_parser(commands)
     multilingual.add_parser(commands)
+    updates.add_parser(commands)
     return parser
 
 
@@ -117,6 +120,20 @@ def main(argv: list[str] | None = None) -> None:
             json.dumps(spoken.as_json(), indent=2, ensure_ascii=False)
             if args.json
             else multilingual.format_table(spoken)
+        )
+        return
+    if args.command == "updates":
+        logs.configure("warning")
+        try:
+            results = asyncio.run(updates.run(args))
+        except (OSError, ValueError, KeyError, StartupError) as exc:
+            _fail(str(exc), 2)
+        except grpc.aio.AioRpcError as exc:
+            _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
+        print(
+            json.dumps([r.as_json() for r in results], indent=2, ensure_ascii=False)
+            if args.json
+            else updates.format_table(results)
         )
         return
     if args.command == "knowledge":

@@ -33,12 +33,14 @@ FILL_SQL = """
            '{team}', 'active', now(), 'bench', 'bench', 'bench', 'save',
            CASE WHEN $3::int > 0 THEN
                (SELECT avg(b.v) FROM unnest(string_to_array(c.content, ' ')) AS w
-                JOIN bench_words b ON b.word = w)
+                JOIN bench_words b ON b.word = lower(w))
            END,
            CASE WHEN $3::int > 0 THEN $7::text END
-    FROM (SELECT (SELECT string_agg('w' || (floor(power(1 - random(), -1 / 1.1))::bigint
-                                            % $4::int), ' ')
-                  FROM generate_series(1, 8 + (g::bigint * 7919 + $6::int) % 23)) AS content
+    FROM (SELECT (SELECT string_agg(CASE WHEN $8::int > 0 AND x.n >= $8::int THEN 'W'
+                                         ELSE 'w' END || x.n, ' ')
+                  FROM (SELECT floor(power(1 - random(), -1 / 1.1))::bigint % $4::int AS n
+                        FROM generate_series(1, 8 + (g::bigint * 7919 + $6::int) % 23)) x)
+                 AS content
           FROM generate_series(1, $2::int) g) c"""
 
 
@@ -60,6 +62,7 @@ async def fill(
     seed: int = 7,
     model: str = "",
     word_vectors: Sequence[Sequence[float]] = (),
+    names_from: int = 0,
 ) -> dict[str, float]:
     """Fill the tenant's bucket ``bench`` up to ``target`` current memories, in one statement.
 
@@ -67,6 +70,10 @@ async def fill(
     vectors of `vocabulary`, in order) over its words, stored as made by ``model`` (the
     server's embedding model id): the semantic lane compares only vectors of the model
     that embeds the query.
+
+    With ``names_from`` > 0, words of that frequency rank and rarer are written capitalised
+    ("W123"), as names: the second retrieval round (two hops) then has names to add, as
+    in real text. Lexical matching ignores case, so only that round sees a difference.
 
     With vectors, the HNSW index is dropped first and built again afterwards, so the fill
     measures what building it costs (``hnsw_build_s``) instead of slow row-by-row inserts.
@@ -106,7 +113,15 @@ async def fill(
             await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_lexical_stats")
             try:
                 await conn.execute(
-                    FILL_SQL, tenant_id, rows, dimension, VOCABULARY, NAMESPACE, seed, model
+                    FILL_SQL,
+                    tenant_id,
+                    rows,
+                    dimension,
+                    VOCABULARY,
+                    NAMESPACE,
+                    seed,
+                    model,
+                    names_from,
                 )
             finally:
                 await conn.execute("ALTER TABLE memories ENABLE TRIGGER memories_lexical_stats")

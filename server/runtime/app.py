@@ -300,11 +300,7 @@ async def _serve(
         embedder=embedder,
         embedding_dimension=dimension,
         reranker=reranker,
-        retrieval_params=(
-            replace(RetrievalParams(), graph_weight=settings.graph_lane_weight)
-            if settings.graph_lane_weight is not None
-            else None
-        ),
+        retrieval_params=retrieval_params(settings),
     )
     memories.extractor = extractor
     memories.judge = judge
@@ -473,3 +469,18 @@ async def _tenant_embedders(
             built[name] = InstrumentedEmbedder(build_embedder(name))
         found[ids[tenant]] = (name, built[name])
     return found
+
+
+def retrieval_params(settings: Settings) -> RetrievalParams | None:
+    """The shipped retrieval parameters with the server's flags applied (None: as shipped)."""
+    flags = (settings.graph_lane_weight, settings.hop_entities, settings.hop_vector_weight)
+    if all(flag is None for flag in flags):
+        return None
+    params = RetrievalParams()
+    if settings.graph_lane_weight is not None:
+        params = replace(params, graph_weight=settings.graph_lane_weight)
+    if settings.hop_entities is not None:
+        params = replace(params, hop_entities=settings.hop_entities)
+    if settings.hop_vector_weight is not None:
+        params = replace(params, hop_vector_weight=settings.hop_vector_weight)
+    return params

@@ -55,6 +55,10 @@ class Settings:
     conflict_judge_api_key: str | None = None
     # Weight of the entity graph lane in fusion; None: the shipped RetrievalParams value.
     graph_lane_weight: float | None = None
+    # The second retrieval round (two hops): names it may add, and how far its vector moves
+    # toward the best hits'; None: the shipped value (0: off).
+    hop_entities: int | None = None
+    hop_vector_weight: float | None = None
     max_candidate_ttl_days: int = 30
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
@@ -278,11 +282,28 @@ def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
         help="weight of the entity graph lane in search fusion, 0 = off (default: the "
         "shipped value; BRAIN_GRAPH_LANE_WEIGHT)",
     )
+    parser.add_argument(
+        "--hop-entities",
+        type=int,
+        default=int(_env("HOP_ENTITIES", "-1") or -1),
+        help="names of the first round's best hits a second lexical round may add to the "
+        "query (two hops); 0 = no such round, the default (BRAIN_HOP_ENTITIES)",
+    )
+    parser.add_argument(
+        "--hop-vector-weight",
+        type=float,
+        default=float(_env("HOP_VECTOR_WEIGHT", "-1") or -1),
+        help="a second semantic round with the query vector plus this much of the mean "
+        "vector of the first round's best hits (two hops); 0 = no such round, the default "
+        "(BRAIN_HOP_VECTOR_WEIGHT)",
+    )
 
 
 def graph_extract_settings(args: argparse.Namespace) -> dict[str, object]:
     return {
         "graph_lane_weight": args.graph_lane_weight if args.graph_lane_weight >= 0 else None,
+        "hop_entities": args.hop_entities if args.hop_entities >= 0 else None,
+        "hop_vector_weight": args.hop_vector_weight if args.hop_vector_weight >= 0 else None,
         "graph_extract_url": args.graph_extract_url,
         "graph_extract_model": args.graph_extract_model,
         "graph_extract_api_key": _env("GRAPH_EXTRACT_API_KEY"),

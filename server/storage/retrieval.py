@@ -372,9 +372,12 @@ async def nearest_rows(
     ef_search: int,
     similarity_floor: float,
     model: str | None = None,
+    query: Sequence[float] | None = None,
 ) -> list[asyncpg.Record]:
     """Nearest neighbours by cosine (``similarity``), filtered in the scan; rows below
-    ``similarity_floor`` are dropped."""
+    ``similarity_floor`` are dropped. With ``query`` (the query's own vector, when
+    ``vector`` was moved toward the lexical hits), each row also carries its cosine to it
+    (``query_similarity``)."""
     # Iterative scans keep walking the HNSW graph until `limit` rows pass the filters.
     await setlocal.set_local(
         conn,
@@ -382,9 +385,15 @@ async def nearest_rows(
     )
     p = Params(list(vector))
     same_model = f"AND m.embedding_model = {p.add(model)}" if model else ""
+    own = (
+        f"1 - (m.embedding <=> {p.add(list(query))}::vector)"
+        if query is not None
+        else "1 - (m.embedding <=> $1::vector)"
+    )
     sql = f"""
         SELECT * FROM (
-            SELECT {corpus.columns(v, p)}, 1 - (m.embedding <=> $1::vector) AS similarity
+            SELECT {corpus.columns(v, p)}, 1 - (m.embedding <=> $1::vector) AS similarity,
+                {own} AS query_similarity
             FROM {corpus.table} m
             WHERE m.embedding IS NOT NULL {same_model} AND {where(p)}
             ORDER BY m.embedding <=> $1::vector

@@ -193,7 +193,8 @@ class ChunkSearch:
         lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL
         if vector is not None:  # the caller embedded the query already (BuildContext)
             lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
-        elif not lexical_only and m.embedder.dimension:
+        elif not lexical_only and m.embedder.dimension and m.reads(query):
+            # (a query the embedder cannot read is answered lexically, see Memories.reads)
             try:
                 vector = await m.query_vector(caller, query, ())
                 lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID

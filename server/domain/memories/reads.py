@@ -29,6 +29,7 @@ from brain.server.domain.memories._common import (
     row_filter,
     time_coords,
 )
+from brain.server.domain.retrieval import hops
 from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import FusedHit
@@ -58,6 +59,22 @@ class Lanes(NamedTuple):
     rows: int
     hybrid: bool
     graph: list[retrieval.LaneHit] = []  # the entity graph lane (off by default)
+    vector: list[float] | None = None  # the query vector the semantic lane used
+
+    @property
+    def query_similarity(self) -> float:
+        """The best cosine of a semantic hit to the query's own vector (0: none)."""
+        return max((h.query_similarity for h in self.semantic), default=0.0)
+
+
+def similar_enough(model: RelevanceModel, found: Lanes) -> bool:
+    """Whether a semantic hit is as close to the query's own vector (not the one moved
+    toward the lexical hits) as ``model``'s answer similarity: for an embedder whose cosine
+    alone tells an answer (see `RelevanceModel.answer_similarity`), a reworded question
+    sharing no word with its answer is not silenced."""
+    return model.answer_similarity is not None and (
+        found.query_similarity >= model.answer_similarity
+    )
 
 
 def requested_floor(
@@ -165,8 +182,9 @@ class MemoryReads(MemoryBase):
         # One query vector serves memories and documents: a slow or failing embedder is
         # waited for once, and both fall back to their lexical lanes together.
         vector: list[float] | None = None
-        lexical_only = False
-        if self.embedder.dimension:
+        # A query the embedder cannot read (see `reads`) is answered lexically.
+        lexical_only = not self.reads(query)
+        if self.embedder.dimension and not lexical_only:
             try:
                 vector = await self.query_vector(caller, query, ())
             except EmbedderError as exc:
@@ -225,7 +243,7 @@ class MemoryReads(MemoryBase):
         pending: asyncio.Task[list[float] | None] | None = None
         if mode == memory_pb2.SEARCH_MODE_HYBRID and not query_embedding:
             # Embedded while the lexical lanes run; awaited before the semantic lane.
-            if self.embedder.dimension:
+            if self.embedder.dimension and self.reads(query):
                 pending = asyncio.create_task(self.query_vector(caller, query, ()))
         elif mode != memory_pb2.SEARCH_MODE_LEXICAL:
             try:
@@ -252,12 +270,12 @@ class MemoryReads(MemoryBase):
                     if found.hybrid
                     else self.params.lexical_model
                 )
+                ids = {h.row["memory_id"] for hits in (*found[:3], found.graph) for h in hits}
+                named = await hops.naming(conn, vis, query, t, ids, self.params)
                 fused = retrieval.fuse(
                     found.lexical, found.semantic, None, self.params, exact=found.exact,
-                    graph=found.graph, corpus_size=found.rows, model=relevance,
+                    graph=found.graph, named=named, corpus_size=found.rows, model=relevance,
                 )  # fmt: skip
-                if self.observer is not None:
-                    self.observer(fused, found.rows)
                 # The search answers only when its best hit reaches the floor: weaker hits of
                 # an answered query still come (ranked lower), but a query that matched
                 # nothing well returns nothing (see the relevance module and README,
@@ -268,15 +286,37 @@ class MemoryReads(MemoryBase):
                     else self.default_floor(relevance, found.rows)
                 )
                 # A memory asserting an entity the query names matched a content word
-                # (the graph lane): the floor does not silence it.
+                # (the graph lane), and under the default floor a memory as close to the
+                # query as the embedder's answer similarity: neither is silenced.
                 if (
                     fused
                     and max(h.relevance for h in fused) < floor
                     and not any(h.graph_rank for h in fused)
+                    and not (min_relevance is None and similar_enough(relevance, found))
                 ):
+                    if self.observer is not None:
+                        self.observer(fused, found.rows)
                     return Recalled(
                         [], memory_pb2.RANKING_FUSED, below_floor=min(limit, len(fused))
                     )
+                # Two hops: a second round from the best hits (an answered search only,
+                # through the same walls; see retrieval.hops).
+                if mode != memory_pb2.SEARCH_MODE_SEMANTIC and fused:
+                    again = await hops.second_round(
+                        conn, vis, query, f, t, n, self.params, fused, found.vector,
+                        self.embedding_model,
+                    )  # fmt: skip
+                    if again:
+                        new = {h.row["memory_id"] for h in (*again.names, *again.vector)} - ids
+                        named |= await hops.naming(conn, vis, query, t, new, self.params)
+                        fused = retrieval.fuse(
+                            found.lexical, found.semantic, None, self.params,
+                            exact=found.exact, graph=found.graph, hop=again.names,
+                            again=again.vector, named=named, corpus_size=found.rows,
+                            model=relevance,
+                        )  # fmt: skip
+                if self.observer is not None:
+                    self.observer(fused, found.rows)
                 depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
                 # The lanes read what ranking needs; the hits shown are read in full here.
                 head = await retrieval.shown(conn, vis, fused[:depth])
@@ -285,10 +325,21 @@ class MemoryReads(MemoryBase):
             if pending is not None:
                 pending.cancel()  # a no-op once awaited
         recalled = replace(await self.rerank(query, head, limit), conflicts=marks)
-        if t.as_of is None and t.valid_at is None and not t.any_valid_time:
+        if (
+            self.params.current_first
+            and t.as_of is None
+            and t.valid_at is None
+            and not t.any_valid_time
+        ):
             # A question about now: a newer statement of a changed value ranks first.
             recalled = replace(recalled, hits=current_first(recalled.hits))
         return recalled
+
+    def reads(self, query: str) -> bool:
+        """Whether the (calling tenant's) embedder can read ``query`` (see
+        `LocalEmbedder.reads`); a hybrid search of a query it cannot read is lexical."""
+        reads = getattr(self.embedder, "reads", None)
+        return reads is None or bool(reads(query))
 
     def default_floor(self, model: RelevanceModel, searched_rows: int) -> float:
         """The model's floor, once the lexical lanes ran over enough rows for BM25's term
@@ -333,14 +384,18 @@ class MemoryReads(MemoryBase):
             except EmbedderError as exc:
                 _log.warning("query embedding failed; lexical only", error=str(exc))
         if vector is not None:
+            own = vector
             if mode == memory_pb2.SEARCH_MODE_HYBRID:
                 vector = await retrieval.feedback_vector(
                     conn, vis, vector, lexical, self.params, model
                 )
             semantic = await retrieval.semantic_lane(
-                conn, vis, vector, f, t, n, self.params, model=model
-            )
-        return Lanes(lexical, exact, semantic, size, hybrid=vector is not None, graph=graph)
+                conn, vis, vector, f, t, n, self.params, model=model,
+                query=own if vector is not own else None,
+            )  # fmt: skip
+        return Lanes(
+            lexical, exact, semantic, size, hybrid=vector is not None, graph=graph, vector=vector
+        )
 
     async def rerank(self, query: str, hits: list[FusedHit], limit: int) -> Recalled:
         """The reranker's order for the top N, the rest after them in fused order.

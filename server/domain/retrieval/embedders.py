@@ -10,6 +10,8 @@ One small protocol, four implementations, chosen by a config name:
 
 An embedder whose model reads queries and documents differently (e5's "query: " and
 "passage: " prefixes) also has `embed_queries`; query vectors come from it when it exists.
+An embedder that cannot read every script has `reads(text)`: a hybrid search whose query
+it cannot read runs its lexical lanes only (see `LocalEmbedder.reads`).
 
 Every failure of an embedder raises `EmbedderError`; the server stores the row without a
 vector when that happens and a backfill fills it later. Every embedder maps `[]` to `[]`.
@@ -154,6 +156,23 @@ class LocalEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
         self._counter: WordPieceCounter | None = None
+
+    @staticmethod
+    def reads(text: str) -> bool:
+        """Whether at least half of the letters of ``text`` are Latin. all-MiniLM-L6-v2 is
+        an English model: its vocabulary has no Thai (a Thai text is one [UNK], so every
+        Thai text gets one vector, cosine 1.0 to any other), and other scripts' words fall
+        apart into single letters or [UNK]s, so their cosines are high whatever they say
+        (0.6-0.9 for unrelated Chinese, Hindi or Arabic memories on the multilingual set).
+        A query it cannot read gets no vector: the lexical lanes answer."""
+        latin = other = 0
+        for ch in text:
+            if ch.isalpha():
+                if ch < "\u0250" or "\u1e00" <= ch <= "\u1eff":
+                    latin += 1
+                else:
+                    other += 1
+        return latin >= other
 
     def token_counter(self) -> WordPieceCounter:
         """This model's tokenizer as a counter, for chunk sizes (the window it reads)."""

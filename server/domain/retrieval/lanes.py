@@ -121,6 +121,20 @@ class RetrievalParams:
     # it on for deployments whose agents assert entities.
     graph_weight: float = 0.0
     graph_neighbour_weight: float = 0.5
+    # Two hops (issue 34, see `hops`): a second lexical round with at most `hop_entities`
+    # names that the first round's best `hop_hits` hits mention and the query does not
+    # (0: none), and a second semantic round with the query vector plus
+    # `hop_vector_weight` x the mean of those hits' vectors (0: none). Their ranks and
+    # gaps are features of the learned order; `hop_weight` is their weight in the min-max
+    # and reciprocal-rank fusions. Both off: on the dev split neither moved held-out
+    # recall (docs: Performance, Two hops); --hop-entities and --hop-vector-weight turn
+    # them on.
+    hop_entities: int = 0
+    hop_hits: int = 3
+    hop_weight: float = 0.0
+    hop_vector_weight: float = 0.0
+    # Whether hits asserting an entity the query names are marked (feature `named`).
+    named_entities: bool = True
     # Every hit's relevance (0..1) comes from these models (see `relevance`); a search
     # returns only hits at or above the model's floor unless the request sets its own.
     lexical_model: RelevanceModel = LEXICAL_MODEL
@@ -137,6 +151,10 @@ class RetrievalParams:
     # unseen elsewhere yet, so every note is found. LoCoMo's buckets (about 550 turns) are
     # well above it.
     prior_rows: int = 50
+    # For a question about now, a newer statement of a changed value ranks just above the
+    # older one (`updates.current_first`); False only to measure without it
+    # (brain-eval updates).
+    current_first: bool = True
 
 
 def hybrid_model(params: RetrievalParams, embedding_model: str | None) -> RelevanceModel:
@@ -153,6 +171,7 @@ class LaneHit:
     row: asyncpg.Record
     score: float
     coverage: float = 0.0  # lexical lanes: score / the query's whole IDF mass, at most 1
+    query_similarity: float = 0.0  # semantic lane: cosine to the query's own vector
 
 
 @dataclass
@@ -168,6 +187,13 @@ class FusedHit:
     coverage: float = 0.0
     # The graph lane's rank: the memory asserts an entity the query names (0: not found so).
     graph_rank: int = 0
+    # The second round's rank and BM25 score (0: it did not find the hit; see `hops`).
+    hop_rank: int = 0
+    hop_score: float = 0.0
+    named: bool = False  # the memory asserts an entity the query names
+    # The second round's semantic rank and similarity (0: it did not find the hit).
+    again_rank: int = 0
+    again_similarity: float = 0.0
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
 
@@ -182,6 +208,11 @@ class FusedHit:
             semantic_rank=self.semantic_rank,
             session=self.row.get(session),
             coverage=self.coverage,
+            hop_score=self.hop_score,
+            hop_rank=self.hop_rank,
+            named=self.named,
+            again_similarity=self.again_similarity,
+            again_rank=self.again_rank,
         )
 
 
@@ -253,8 +284,11 @@ async def lexical_lanes(
     t: TimeCoords,
     limit: int,
     params: RetrievalParams,
+    *,
+    configs: Sequence[str] = tuple(TSVECTORS),
 ) -> LexicalHits:
-    """Both BM25 lanes (``english``, ``simple``) from kept statistics, in two statements.
+    """Both BM25 lanes (``english``, ``simple``; or those of ``configs``) from kept
+    statistics, in two statements.
 
     Document frequencies and the corpus size are sums of the write-time counts of the
     visibility cells the caller may see (migration 0010), never of other cells, so they
@@ -270,10 +304,10 @@ async def lexical_lanes(
     unspecific), their rows are read once for both. Every choice depends only on rows and
     statistics the caller may see.
     """
-    stats = await sql.term_statistics(conn, v, query)
+    stats = await sql.term_statistics(conn, v, query, configs)
     plans = [
         plan_lane(c, [(r["lexeme"], r["df"], r["len"]) for r in stats if r["config"] == c], params)
-        for c in TSVECTORS
+        for c in configs
     ]  # fmt: skip
     searched = int(max(plan.n for plan in plans))
     plans = [plan for plan in plans if plan.weights]
@@ -360,10 +394,13 @@ async def semantic_lane(
     limit: int,
     params: RetrievalParams,
     model: str | None = None,
+    query: Sequence[float] | None = None,
 ) -> list[LaneHit]:
-    """Nearest memories by cosine, filtered in the scan; below the floor is dropped."""
+    """Nearest memories by cosine, filtered in the scan; below the floor is dropped. Each
+    hit's ``query_similarity`` is its cosine to ``query`` (the query's own vector, before
+    feedback moved it), or to ``vector``."""
     return await nearest_lane(
-        conn, MEMORIES, v, memory_where(v, f, t), vector, limit, params, model
+        conn, MEMORIES, v, memory_where(v, f, t), vector, limit, params, model, query
     )
 
 
@@ -376,14 +413,18 @@ async def nearest_lane(
     limit: int,
     params: RetrievalParams,
     model: str | None = None,
+    query: Sequence[float] | None = None,
 ) -> list[LaneHit]:
     """Nearest neighbours by cosine, filtered in the scan; below the floor is dropped."""
     with metrics.lane("semantic"):
         rows = await sql.nearest_rows(
-            conn, corpus, v, where, vector, limit,
-            ef_search=params.ef_search, similarity_floor=params.similarity_floor, model=model,
+            conn, corpus, v, where, vector, limit, ef_search=params.ef_search,
+            similarity_floor=params.similarity_floor, model=model, query=query,
         )  # fmt: skip
-    return [LaneHit(row=r, score=float(r["similarity"])) for r in rows]
+    return [
+        LaneHit(row=r, score=float(r["similarity"]), query_similarity=float(r["query_similarity"]))
+        for r in rows
+    ]
 
 
 async def graph_lane(
@@ -450,6 +491,9 @@ def fuse(
     corpus: Corpus = MEMORIES,
     graph: Sequence[LaneHit] = (),
     *,
+    hop: Sequence[LaneHit] = (),
+    named: frozenset[Any] = frozenset(),
+    again: Sequence[LaneHit] = (),
     corpus_size: int = 0,
     model: RelevanceModel | None = None,
 ) -> list[FusedHit]:
@@ -463,6 +507,8 @@ def fuse(
         ("exact", exact, params.exact_weight),
         ("semantic", semantic, params.semantic_weight),
         ("graph", graph, params.graph_weight),
+        ("hop", hop, params.hop_weight),
+        ("again", again, params.hop_weight),
     )
     for kind, hits, weight in lanes:
         norms = _reciprocal(hits, params.rrf_k) if params.fusion == "rrf" else _minmax(hits)
@@ -476,9 +522,16 @@ def fuse(
                 item.exact_rank, item.exact_score = rank, hit.score
             elif kind == "semantic":
                 item.semantic_rank, item.semantic_similarity = rank, hit.score
+            elif kind == "hop":
+                item.hop_rank, item.hop_score = rank, hit.score
+            elif kind == "again":
+                item.again_rank, item.again_similarity = rank, hit.score
             else:
                 item.graph_rank = rank
     items = list(fused.values())
+    if named:  # memory ids (knowledge chunks are never marked)
+        for item in items:
+            item.named = item.row["memory_id"] in named
     model = model or (params.hybrid_model if semantic else params.lexical_model)
     features = feature_rows(
         [item.lanes(corpus.session) for item in items], corpus_size or len(items)

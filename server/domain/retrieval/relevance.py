@@ -62,6 +62,17 @@ FEATURES = (
     # least one rare term's). A hit sharing one word of a three-word question ("the office
     # wifi password") is weak evidence however rare that word (issue 34).
     "coverage",
+    # The second round (two hops, see `hops`): 1 / rank in its lexical lane, and its best
+    # score minus this hit's, in rare-term units (both 0 when it did not find the hit).
+    "hop_rr",
+    "hop_gap",
+    # 1 when the hit asserts an entity the query names (by name or alias; entities
+    # asserted at write time, see the graph): the memory is about whom the question is.
+    "named",
+    # The second round's semantic lane (its vector moved toward the best hits' vectors):
+    # 1 / rank, and the round's best similarity minus this hit's (both 0 when not found).
+    "again_rr",
+    "again_gap",
 )
 # `lexical` = best - gap, and the best is the same for every hit of a query: it would only
 # shift all of a query's scores, so the order leaves it out. The relevance reads each hit's
@@ -82,25 +93,46 @@ class LaneView:
     semantic_rank: int
     session: Any  # hits with equal values come from one session (their valid_from)
     coverage: float = 0.0  # see FEATURES
+    hop_score: float = 0.0  # the second round's BM25 (0: not found there)
+    hop_rank: int = 0
+    named: bool = False  # the hit asserts an entity the query names
+    again_similarity: float = 0.0  # the second round's semantic lane (0: not found there)
+    again_rank: int = 0
 
 
 @dataclass(frozen=True)
 class RelevanceModel:
     """The order's weights, ``P(relevant) = sigmoid(bias + weights · features)``, and the
-    default floor on that probability; weights are per `FEATURES` (0 = unused)."""
+    default floor on that probability; weights are per `FEATURES` (0 = unused).
+
+    ``answer_similarity``: for an embedder whose cosine alone tells an answer, the cosine
+    to the query's own vector at which a hit answers under the default floor even when its
+    relevance does not reach the floor (a reworded question that shares no word with its
+    answer); None: similarity alone never answers."""
 
     order: tuple[float, ...]
     weights: tuple[float, ...]
     bias: float
     floor: float
+    answer_similarity: float | None = None
 
     def order_scores(self, features: np.ndarray) -> np.ndarray:
         """Higher first; comparable only between hits of one query."""
-        return features @ np.asarray(self.order, dtype=np.float64)
+        scores: np.ndarray = features @ _padded(self.order, features.shape[1])
+        return scores
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
-        z = self.bias + features @ np.asarray(self.weights, dtype=np.float64)
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0)))
+        z: np.ndarray = self.bias + features @ _padded(self.weights, features.shape[1])
+        probabilities: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0)))
+        return probabilities
+
+
+def _padded(weights: Sequence[float], width: int) -> np.ndarray:
+    """Weights for ``width`` features: a model fitted before later features were added
+    weighs them 0."""
+    w = np.zeros(width)
+    w[: len(weights)] = weights
+    return w
 
 
 def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
@@ -113,6 +145,8 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
     scale = math.log1p((n - 0.5) / 1.5)
     top_lexical = max(h.lexical_score for h in hits) / scale
     top_similarity = max(h.semantic_similarity for h in hits)
+    top_hop = max(h.hop_score for h in hits) / scale
+    top_again = max(h.again_similarity for h in hits)
     # Per session, its hits' 1 / lexical rank, best first and second best: the best among
     # a hit's *other* hits of the session is the second when the hit holds the first (one
     # pass per session, not a sort per hit: a bulk import can put every hit in one).
@@ -143,6 +177,11 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
                 (len(sessions[h.session]) - 1) / others,
                 neighbour,
                 h.coverage,
+                1.0 / h.hop_rank if h.hop_rank else 0.0,
+                top_hop - h.hop_score / scale if h.hop_rank else 0.0,
+                float(h.named),
+                1.0 / h.again_rank if h.again_rank else 0.0,
+                top_again - h.again_similarity if h.again_rank else 0.0,
             )
         )
     return np.asarray(rows, dtype=np.float64)
@@ -228,19 +267,88 @@ def fit_relevance(
 # (lexical) and the same with --embedder local (hybrid); each run prints its model under
 # "fitted on all conversations". The README's cross-validated figures refit on four
 # conversations at a time and score the fifth.
+# Refitted with the `named` feature (issue 34) the same way, --embedder none.
 LEXICAL_MODEL = RelevanceModel(
-    order=(0.0, 1.3485, -1.1268, 0.1353, 0.6527, 0.0, 0.0, 0.0, -0.5366, 2.1134, 1.857),
-    weights=(0.927, 0.0, 0.0, 0.0771, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0484),
+    order=(
+        0.0,
+        1.213,
+        -1.2127,
+        0.0164,
+        0.8084,
+        0.0,
+        0.0,
+        0.0,
+        -0.6765,
+        2.1351,
+        1.9514,
+        0.0,
+        0.0,
+        2.2856,
+        0.0,
+        0.0,
+    ),
+    weights=(
+        0.927,
+        0.0,
+        0.0,
+        0.0771,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        4.0485,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ),
     bias=-6.2476,
     floor=0.0138,
 )
-# The hybrid order is the fit from before the coverage feature (coverage weighed 0): the
-# refit with it ordered no better held out (recall@10 0.731 against 0.733) and two shipped
-# runs came 0.004 lower; coverage counts in the relevance, where it silences.
+# Refitted with the `named` feature (issue 34, two hops; brain-eval's turns assert their
+# speaker, --graph speakers, the default) by the command above with --embedder local
+# --learned-folds; the second-round features weigh 0 (the rounds are off by default).
 HYBRID_MODEL = RelevanceModel(
-    order=(0.0, 1.3929, -1.1094, 0.2171, 0.3532, 2.4055, 0.5035, -0.6997, 0.5677, 1.9388, 0.0),
-    weights=(0.8033, 0.0, 0.0, -0.0792, 0.0, 2.8724, 0.0, 0.0, 0.0, 0.0, 3.333),
-    bias=-6.9376,
+    order=(
+        0.0,
+        1.0534,
+        -1.1111,
+        -0.1509,
+        0.7717,
+        2.0892,
+        0.375,
+        -0.7932,
+        0.2053,
+        1.9714,
+        1.2427,
+        0.0,
+        0.0,
+        1.9167,
+        0.0,
+        0.0,
+    ),
+    weights=(
+        0.803,
+        0.0,
+        0.0,
+        -0.0779,
+        0.0,
+        2.8592,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        3.3397,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ),
+    bias=-6.9351,
     floor=0.0209,
 )
 # The hybrid model with the multilingual embedder (multilingual-e5-small: its cosines sit
@@ -252,6 +360,10 @@ MULTILINGUAL_MODEL = RelevanceModel(
     weights=(0.8695, 0.0, 0.0, -0.0371, 0.0, 1.5994, 0.0, 0.0, 0.0, 0.0, 3.6723),
     bias=-6.9517,
     floor=0.0182,
+    # Above every unanswerable question of the multilingual dev set (their best cosine to
+    # any stored memory: 0.80-0.844), under 49 of the 53 answers that ranked first by
+    # cosine: .venv/bin/python -m brain.server.measure.multilingual_similarity
+    answer_similarity=0.85,
 )
 # Embedder name -> its hybrid model, for embedders other than the default `local`.
 HYBRID_MODELS = {"multilingual": MULTILINGUAL_MODEL}

@@ -14,6 +14,7 @@ and removed afterwards, with one fresh tenant and key per conversation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections import Counter, defaultdict
@@ -107,7 +108,7 @@ async def run_locomo(
     scratch_dir: Path | None = None,
     progress: Progress | None = None,
     folds: bool = False,
-    graph: str = "names",
+    graph: str = "speakers",
     learned_only: bool = False,
 ) -> EvalResult:
     """Load every conversation, ask its questions, and score the rankings.
@@ -135,6 +136,15 @@ async def run_locomo(
         embedder = f"(as configured on {target})"
     else:
         async with private_brain(embedder, scratch_dir, embedder_options) as private:
+            # Every candidate keeps the server's second-round settings (--hop-entities,
+            # --hop-vector-weight).
+            flags = private.memories.params
+            grid = [
+                dataclasses.replace(
+                    p, hop_entities=flags.hop_entities, hop_vector_weight=flags.hop_vector_weight
+                )
+                for p in grid
+            ]
             await _run_all(private, conversations, k, concurrency, progress, tally, grid, graph)
     return EvalResult(
         overall=summarise(tally.scores),
@@ -164,7 +174,7 @@ async def _run_all(
     progress: Progress | None,
     tally: _Tally,
     grid: Sequence[RetrievalParams],
-    graph: str = "names",
+    graph: str = "speakers",
 ) -> None:
     """Load everything, ask (once per grid candidate), then the silence and lifecycle checks.
 
@@ -181,7 +191,7 @@ async def _run_all(
             tally.load_seconds += time.perf_counter() - started
             tally.turns += len(conv.turns)
             loaded.append((bucket, turns_of))
-        shipped = RetrievalParams()
+        shipped = grid[0] if grid else RetrievalParams()
         # With --folds the shipped pass and the silence questions are captured: every
         # candidate the server fused, to fit the relevance model fold by fold.
         capture = Capture(brain.memories) if grid and isinstance(brain, PrivateBrain) else None
@@ -229,7 +239,7 @@ async def _load(
     concurrency: int,
     progress: Progress | None,
     label: str,
-    graph: str = "names",
+    graph: str = "speakers",
 ) -> dict[str, set[str]]:
     """Save every turn; returns memory id -> the dia_ids it stands for (dedupe merges).
 
