@@ -39,10 +39,13 @@ dist: $(STAMP)
 test-external: $(STAMP)
 	VENV=$(abspath $(VENV)) tests/external.sh
 
-## The schema on a Citus cluster (root; minutes): Citus built from source against Debian's
-## PostgreSQL 15, a coordinator and two workers on loopback, migrate, distribute by tenant,
-## tests/citus_checks.py; CITUS_TESTS="tests/test_isolation.py ..." also serves and runs those
-## (most fail today: deploy/SCALING.md). Not part of `make test`.
+## The service on a Citus cluster (root; about 15 minutes): Citus built from source against
+## Debian's PostgreSQL 15, a coordinator and two workers on loopback, migrate, distribute by
+## tenant, tests/citus_checks.py, brain-server through the coordinator, the isolation,
+## authorization, lifecycle, audit, review, knowledge, graph and plans tests there
+## (CITUS_TESTS="tests/test_x.py ..." picks others), then a third worker joins and the shards
+## move while a writer runs (tests/citus_rebalance.py). deploy/SCALING.md says what passes.
+## Not part of `make test`.
 test-citus: $(STAMP)
 	VENV=$(abspath $(VENV)) tests/citus.sh
 

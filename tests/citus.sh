@@ -6,9 +6,10 @@
 # and two workers on 127.0.0.1 (trust logins on loopback: a throwaway lab), the README's
 # roles, `brain-admin migrate` as brain_owner against the coordinator (migration 0057 takes
 # the subqueries out of three policies there), deploy/citus/distribute.sql, then
-# tests/citus_checks.py. With CITUS_TESTS set (pytest paths), brain-server then serves
-# as brain_server through the coordinator and those tests run against it: today most fail
-# (deploy/SCALING.md says why). Needs root; minutes.
+# tests/citus_checks.py. brain-server then serves as brain_server through the coordinator,
+# the tests of CITUS_TESTS (pytest paths; a default list below) run against it, and a
+# third worker joins while a writer runs (tests/citus_rebalance.py). deploy/SCALING.md says
+# what passes and what does not yet. Needs root; minutes.
 # Not part of `make test`. Everything lives in one temporary folder, removed afterwards
 # (CITUS_KEEP=1 keeps the cluster running and prints how to reach it).
 #
@@ -140,16 +141,19 @@ say "a coordinator on 127.0.0.1:$COORD, workers on ${PORTS[1]} and ${PORTS[2]}"
 # README "Deployment" on every node (roles are cluster-wide, Citus propagates them once the
 # nodes are added; CREATE DATABASE it does not), then the extensions as the superuser:
 # pgvector is not a trusted extension. LEAKPROOF marks are per node.
-for port in "${PORTS[@]}"; do
-    psql_on "$port" postgres postgres <<'SQL'
+prepare_node() {  # port
+    psql_on "$1" postgres postgres <<'SQL'
 CREATE ROLE brain_owner LOGIN;
 CREATE ROLE brain_app NOLOGIN;
 CREATE ROLE brain_server LOGIN IN ROLE brain_app NOBYPASSRLS;
 CREATE DATABASE brain OWNER brain_owner;
 SQL
-    psql_on "$port" postgres brain -c "CREATE EXTENSION citus" -c "CREATE EXTENSION vector" \
+    psql_on "$1" postgres brain -c "CREATE EXTENSION citus" -c "CREATE EXTENSION vector" \
         -c "CREATE EXTENSION pg_stat_statements" \
         -c "ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF"
+}
+for port in "${PORTS[@]}"; do
+    prepare_node "$port"
 done
 psql_on "$COORD" postgres brain -c "SELECT citus_set_coordinator_host('127.0.0.1', $COORD)" \
     -c "SELECT citus_add_node('127.0.0.1', ${PORTS[1]})" \
@@ -172,27 +176,32 @@ psql_on "$COORD" brain_owner brain -At -c \
 say "checks on the cluster (tests/citus_checks.py)"
 "$PY" "$HERE/tests/citus_checks.py" "$OWNER_URL" "$APP_URL"
 
-if [ -n "${CITUS_TESTS:-}" ]; then
-    GRPC_PORT=$(free_port)
-    "$VENV/bin/brain-admin" certs dev --out "$ROOT/tls" >/dev/null
-    say "brain-server as brain_server through the coordinator on 127.0.0.1:$GRPC_PORT"
-    BRAIN_DATABASE_URL=$APP_URL BRAIN_LISTEN=127.0.0.1:$GRPC_PORT BRAIN_EMBEDDER=none \
-        BRAIN_TLS_CERT=$ROOT/tls/server.pem BRAIN_TLS_KEY=$ROOT/tls/server-key.pem \
-        BRAIN_RATE_LIMIT=1000 BRAIN_RATE_BURST=1000 BRAIN_LOG_LEVEL=warning BRAIN_WORKERS=1 \
-        "$VENV/bin/brain-server" 2>"$ROOT/server.log" &
-    SERVER_PID=$!
-    for _ in $(seq 120); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$GRPC_PORT") 2>/dev/null && break
-        kill -0 "$SERVER_PID" || { cat "$ROOT/server.log" >&2; exit 1; }
-        sleep 0.5
-    done
+# The isolation, authorization, lifecycle, audit, review, knowledge and graph tests, and
+# tests/test_citus_plans.py (every statement of a tenant's request is a one-shard plan).
+CITUS_TESTS=${CITUS_TESTS-tests/test_citus_plans.py tests/test_isolation.py tests/test_authz.py \
+tests/test_lifecycle.py tests/test_audit.py tests/test_review.py tests/test_knowledge.py \
+tests/test_graph.py}
+GRPC_PORT=$(free_port)
+"$VENV/bin/brain-admin" certs dev --out "$ROOT/tls" >/dev/null
+say "brain-server as brain_server through the coordinator on 127.0.0.1:$GRPC_PORT"
+BRAIN_DATABASE_URL=$APP_URL BRAIN_LISTEN=127.0.0.1:$GRPC_PORT BRAIN_EMBEDDER=none \
+    BRAIN_TLS_CERT=$ROOT/tls/server.pem BRAIN_TLS_KEY=$ROOT/tls/server-key.pem \
+    BRAIN_RATE_LIMIT=1000 BRAIN_RATE_BURST=1000 BRAIN_LOG_LEVEL=warning BRAIN_WORKERS=1 \
+    "$VENV/bin/brain-server" 2>"$ROOT/server.log" &
+SERVER_PID=$!
+for _ in $(seq 120); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$GRPC_PORT") 2>/dev/null && break
+    kill -0 "$SERVER_PID" || { cat "$ROOT/server.log" >&2; exit 1; }
+    sleep 0.5
+done
+if [ -n "$CITUS_TESTS" ]; then
     say "tests against the cluster: $CITUS_TESTS"
     cd "$HERE"
     # shellcheck disable=SC2086
     BRAIN_TEST_ADMIN_DATABASE_URL=$OWNER_URL BRAIN_TEST_DATABASE_URL=$APP_URL \
         BRAIN_TEST_PEPPER_FILE=$BRAIN_PEPPER_FILE BRAIN_TEST_TARGET=127.0.0.1:$GRPC_PORT \
         BRAIN_TEST_TLS_CA=$ROOT/tls/ca.pem \
-        "$PY" -m pytest -q -p no:cacheprovider -rs $CITUS_TESTS "$@" || status=$?
+        "$PY" -m pytest -q -p no:cacheprovider -rA --tb=short $CITUS_TESTS "$@" || status=$?
     say "statements of brain_server that ran on every shard (citus_stat_statements; one-shard runs: partition_key set)"
     psql_on "$COORD" postgres brain -At -F ' | ' -c \
         "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
@@ -204,8 +213,17 @@ if [ -n "${CITUS_TESTS:-}" ]; then
                 count(*) FILTER (WHERE partition_key IS NULL) || ' all-shard statements of brain_server'
          FROM citus_stat_statements s JOIN pg_roles r ON r.oid = s.userid
          WHERE r.rolname = 'brain_server'"
-    [ "${status:-0}" -eq 0 ] || exit "$status"
 fi
+
+# A third worker joins and the shards move onto it while a writer runs (tests/citus_rebalance.py).
+NODES+=(worker3)
+port=$(free_port)
+start_node worker3 "$port"
+prepare_node "$port"
+say "worker3 on $port joins; rebalancing while a writer saves through brain-server"
+"$PY" "$HERE/tests/citus_rebalance.py" "postgresql://postgres@127.0.0.1:$COORD/brain" "$OWNER_URL" \
+    "127.0.0.1:$GRPC_PORT" "$ROOT/tls/ca.pem" "$BRAIN_PEPPER_FILE" "$port" || status=${status:-$?}
+[ "${status:-0}" -eq 0 ] || exit "$status"
 if [ "${CITUS_KEEP:-}" = 1 ]; then
     say "kept: $ROOT; owner $OWNER_URL, app $APP_URL (stop: pg_ctl -D $ROOT/<node> stop as postgres)"
 fi

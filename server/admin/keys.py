@@ -162,6 +162,8 @@ async def cmd_namespaces_set(ctx: Context) -> None:
         raise UsageError("--max-pending must be at least 1")
     async with ctx.connect() as conn:
         tenant_id = await store.tenant_id_by_name(conn, a.tenant)
+        # The clock is read first: Citus takes only immutable calls in DO UPDATE SET.
+        now = await conn.fetchval("SELECT now()")
         row = await conn.fetchrow(
             """INSERT INTO namespace_policies AS p
                    (tenant_id, namespace, review_required, candidate_ttl, max_pending,
@@ -173,7 +175,7 @@ async def cmd_namespaces_set(ctx: Context) -> None:
                    candidate_ttl = COALESCE($4, p.candidate_ttl),
                    max_pending = COALESCE($5, p.max_pending),
                    conflicts = COALESCE($6, p.conflicts),
-                   updated_at = now()
+                   updated_at = $7
                RETURNING namespace, review_required, candidate_ttl, max_pending, conflicts""",
             tenant_id,
             a.namespace,
@@ -181,6 +183,7 @@ async def cmd_namespaces_set(ctx: Context) -> None:
             ttl,
             a.max_pending,
             a.conflicts.replace("-", "_") if a.conflicts else None,
+            now,
         )
     assert row is not None
     output(

@@ -70,6 +70,7 @@ async def run(
     kinds: Sequence[str] = DEFAULT_KINDS,
     workers: int = 1,
     names_from: int = NAMES_FROM,
+    database: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     spawn = multiprocessing.get_context("spawn")
@@ -107,7 +108,7 @@ async def run(
             await server.stop(None)
         for embedder in embedders:
             async with (
-                private_brain(embedder) as brain,
+                private_brain(embedder, database=database) as brain,
                 worker_server(brain, embedder, workers) as (address, serving),
             ):
                 watched = {"server": serving}
@@ -260,14 +261,27 @@ def main(argv: list[str] | None = None) -> None:
         "second retrieval round can add (0: none)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--database-url", metavar="OWNER_URL",
+        help="a migrated database (as its owner) instead of a fresh embedded one, e.g. a "
+        "Citus coordinator (deploy/SCALING.md); a bench tenant is added to it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--app-database-url",
+        metavar="APP_URL",
+        help="the server's login role on that database (with --database-url)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if min(args.rows) < 1 or args.workers < 1 or min(args.concurrency) < 1:
         parser.error("--rows and --concurrency need positive numbers")
+    if bool(args.database_url) != bool(args.app_database_url):
+        parser.error("--database-url and --app-database-url go together")
     logs.configure("warning")
     results = asyncio.run(
         run(args.rows, args.concurrency, args.embedders, args.ops, args.seconds, args.seed,
-            args.kinds, args.workers, args.names_from)
+            args.kinds, args.workers, args.names_from,
+            (args.database_url, args.app_database_url) if args.database_url else None)
     )  # fmt: skip
     print(json.dumps(results) if args.json else report(results))
 

@@ -87,6 +87,7 @@ class PrivateBrain:
     memories: Memories  # the in-process server's domain layer, to swap its parameters
     database_pid: int | None = None  # the embedded PostgreSQL's postmaster
     filler: ChunkFiller | None = None  # the in-process server's chunk-vector filler
+    app_dsn: str = ""  # the app role's URL, where it is not the owner's with the app role
 
     def use(self, params: RetrievalParams) -> None:
         """Search with ``params`` from the next call on (the data stays as loaded)."""
@@ -119,24 +120,31 @@ async def private_brain(
     embedder: str,
     scratch_dir: Path | None = None,
     embedder_options: Mapping[str, Any] | None = None,
+    database: tuple[str, str] | None = None,
 ) -> AsyncIterator[PrivateBrain]:
     """A fresh embedded PostgreSQL + brain-server, removed on exit (also on errors).
 
     ``embedder_options`` are further `Settings` fields such as ``openai_url``.
+    ``database``: (owner URL, app role URL) of a migrated database to use instead of an
+    embedded one (brain-bench --database-url, e.g. a Citus coordinator); left as it is.
     """
     root = Path(tempfile.mkdtemp(prefix="brain-eval-", dir=scratch_dir))
     pg: embedded.EmbeddedPostgres | None = None
     try:
         os.chmod(root, 0o755)  # as root the wheel runs PostgreSQL as another user
-        pg = embedded.start(root / "pg", delete_on_stop=True)
-        await prepare_embedded(pg)
+        if database is None:
+            pg = embedded.start(root / "pg", delete_on_stop=True)
+            await prepare_embedded(pg)
+            owner_dsn, app_dsn = pg.owner_dsn, pg.app_dsn
+        else:
+            owner_dsn, app_dsn = database
         pepper = secrets.token_bytes(32)
         pepper_file = root / "pepper"
         pepper_file.write_bytes(pepper)
         pepper_file.chmod(0o600)
         settings = Settings(
             listen="127.0.0.1:0",
-            database_url=pg.app_dsn,
+            database_url=app_dsn,
             data_dir=root,
             pepper_file=pepper_file,
             log_level="warning",
@@ -148,8 +156,9 @@ async def private_brain(
         running = await start_server(settings)
         try:
             yield PrivateBrain(
-                f"127.0.0.1:{running.port}", pg.owner_dsn, pepper, running.memories,
-                database_pid=pg.postmaster_pid(), filler=running.filler,
+                f"127.0.0.1:{running.port}", owner_dsn, pepper, running.memories,
+                database_pid=pg.postmaster_pid() if pg is not None else None,
+                filler=running.filler, app_dsn=app_dsn,
             )  # fmt: skip
         finally:
             await running.stop(grace=1.0)
@@ -177,9 +186,8 @@ async def worker_server(
             address = f"127.0.0.1:{probe.getsockname()[1]}"
         env = {
             **os.environ,
-            "BRAIN_DATABASE_URL": brain.owner_dsn.replace(
-                f"{embedded.OWNER_ROLE}@", f"{embedded.APP_LOGIN_ROLE}@", 1
-            ),
+            "BRAIN_DATABASE_URL": brain.app_dsn
+            or brain.owner_dsn.replace(f"{embedded.OWNER_ROLE}@", f"{embedded.APP_LOGIN_ROLE}@", 1),
             "BRAIN_PEPPER_FILE": str(pepper), "BRAIN_DATA_DIR": scratch,
             "BRAIN_EMBEDDER": embedder, "BRAIN_WORKERS": str(workers),
             "BRAIN_RATE_LIMIT": "1e9", "BRAIN_RATE_BURST": "1000000", "BRAIN_LOG_LEVEL": "warning",

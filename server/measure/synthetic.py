@@ -105,26 +105,33 @@ async def fill(
             )
             await conn.execute("DROP INDEX memories_embedding_hnsw")
         started = time.perf_counter()
-        # Term statistics are counted once for the whole load, not row by row.
-        await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_lexical_stats")
+        forced = await _forced_on_citus(conn)
+        for table in forced:
+            await conn.execute(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
         try:
-            await conn.execute(
-                FILL_SQL,
-                tenant_id,
-                rows,
-                dimension,
-                VOCABULARY,
-                NAMESPACE,
-                seed,
-                model,
-                names_from,
-            )
+            # Term statistics are counted once for the whole load, not row by row.
+            await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_lexical_stats")
+            try:
+                await conn.execute(
+                    FILL_SQL,
+                    tenant_id,
+                    rows,
+                    dimension,
+                    VOCABULARY,
+                    NAMESPACE,
+                    seed,
+                    model,
+                    names_from,
+                )
+            finally:
+                await conn.execute("ALTER TABLE memories ENABLE TRIGGER memories_lexical_stats")
+            out["fill_s"] = round(time.perf_counter() - started, 1)
+            started = time.perf_counter()
+            await conn.execute("SELECT brain_rebuild_lexical_stats($1)", tenant_id)
+            out["stats_s"] = round(time.perf_counter() - started, 1)
         finally:
-            await conn.execute("ALTER TABLE memories ENABLE TRIGGER memories_lexical_stats")
-        out["fill_s"] = round(time.perf_counter() - started, 1)
-        started = time.perf_counter()
-        await conn.execute("SELECT brain_rebuild_lexical_stats($1)", tenant_id)
-        out["stats_s"] = round(time.perf_counter() - started, 1)
+            for table in forced:
+                await conn.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
         out["inserted"] = max(rows, 0)
         if hnsw is not None:
             vectors = await conn.fetchval(
@@ -145,6 +152,21 @@ async def fill(
     finally:
         await conn.close()
     return out
+
+
+async def _forced_on_citus(conn: asyncpg.Connection) -> list[str]:
+    """On a Citus coordinator, the bulk-loaded tables that have FORCE ROW LEVEL SECURITY.
+
+    Citus writes an ``INSERT ... SELECT`` of many rows through COPY, which row-level
+    security refuses; the owner's load goes in with FORCE off and puts it back (the app
+    role's policies never change). Empty on plain PostgreSQL."""
+    rows = await conn.fetch(
+        """SELECT c.relname FROM pg_class c
+           WHERE c.relname IN ('memories', 'lexical_cells', 'lexical_terms')
+             AND c.relnamespace = 'public'::regnamespace AND c.relforcerowsecurity
+             AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"""
+    )
+    return [r["relname"] for r in rows]
 
 
 def build_memory_mb(vectors: int, dimension: int) -> int:

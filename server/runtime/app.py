@@ -295,6 +295,7 @@ async def _serve(
             max_page_size=settings.max_page_size,
             statement_timeout_ms=settings.statement_timeout_ms,
             app_filter=settings.app_filter,
+            distributed=await db.is_distributed(),
         ),
         embedder=embedder,
         embedding_dimension=dimension,

@@ -111,9 +111,14 @@ async def list_keys(conn: asyncpg.Connection, tenant: str | None) -> list[asyncp
 
 
 async def revoke_key(conn: asyncpg.Connection, key_id: str, at: datetime | None = None) -> None:
+    # The time is read first, not written as COALESCE($2, now()): a key is found by its id
+    # alone, which on Citus is an update of every shard, where Citus refuses a non-immutable
+    # call inside COALESCE or CASE.
+    if at is None:
+        at = await conn.fetchval("SELECT now()")
     status = await conn.execute(
-        "UPDATE api_keys SET revoked_at = COALESCE($2, now()) WHERE key_id = $1 "
-        "AND (revoked_at IS NULL OR revoked_at > COALESCE($2, now()))",
+        "UPDATE api_keys SET revoked_at = $2 WHERE key_id = $1 "
+        "AND (revoked_at IS NULL OR revoked_at > $2)",
         key_id,
         at,
     )
@@ -153,14 +158,18 @@ async def set_quotas(
             raise AdminError(f"--{name.replace('_', '-')} must be 0 or more, or 'none'")
     tenant_id = await tenant_id_by_name(conn, tenant)
     columns = [QUOTA_COLUMNS[n] for n in limits]
+    # The clock is read first: Citus takes only immutable calls in DO UPDATE SET.
+    now = await conn.fetchval("SELECT now()")
     row = await conn.fetchrow(
         f"""INSERT INTO tenant_quotas (tenant_id, {", ".join(columns)})
             VALUES ($1::uuid, {", ".join(f"${i + 2}" for i in range(len(columns)))})
             ON CONFLICT (tenant_id) DO UPDATE
-            SET {", ".join(f"{c} = EXCLUDED.{c}" for c in columns)}, updated_at = now()
+            SET {", ".join(f"{c} = EXCLUDED.{c}" for c in columns)},
+                updated_at = ${len(columns) + 2}::timestamptz
             RETURNING {", ".join(QUOTA_COLUMNS.values())}""",
         tenant_id,
         *limits.values(),
+        now,
     )
     assert row is not None
     return tenant_id, {name: row[column] for name, column in QUOTA_COLUMNS.items()}

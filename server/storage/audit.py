@@ -196,7 +196,7 @@ def changed_memories_statement(
               CROSS JOIN LATERAL unnest(e.memory_ids) WITH ORDINALITY AS u (memory_id, ord)
               CROSS JOIN LATERAL (
                   SELECT * FROM memories v
-                  WHERE v.tenant_id = e.tenant_id AND v.memory_id = u.memory_id
+                  WHERE v.tenant_id = $1::uuid AND v.memory_id = u.memory_id
                     AND v.recorded_at <= e.at
                   ORDER BY v.version DESC LIMIT 1) m
               WHERE {visibility_predicate(v, p)} AND {filter_predicate(f, p)}
@@ -230,7 +230,7 @@ def changed_documents_statement(
               CROSS JOIN LATERAL unnest(e.memory_ids) WITH ORDINALITY AS u (document_id, ord)
               CROSS JOIN LATERAL (
                   SELECT * FROM documents r
-                  WHERE r.tenant_id = e.tenant_id AND r.document_id = u.document_id
+                  WHERE r.tenant_id = $1::uuid AND r.document_id = u.document_id
                     AND r.recorded_at <= e.at
                   ORDER BY r.version DESC LIMIT 1) d
               WHERE e.outcome LIKE '%document.%' AND {" AND ".join(where)}

@@ -57,8 +57,10 @@ class NewConflict:
 
 def _both_visible(v: Visibility, p: Params, alias: str = "c") -> str:
     """Both memories of conflict ``alias`` pass the visibility predicate now."""
+    pinned = v.app_filter or v.tenant_pin
+    tenant = f"{p.add(v.tenant_id)}::uuid" if pinned else f"{alias}.tenant_id"
     return " AND ".join(
-        f"EXISTS (SELECT 1 FROM memories {m} WHERE {m}.tenant_id = {alias}.tenant_id "
+        f"EXISTS (SELECT 1 FROM memories {m} WHERE {m}.tenant_id = {tenant} "
         f"AND {m}.memory_id = {alias}.{column} AND {m}.retired_at IS NULL "
         f"AND {visibility_predicate(v, p, m)})"
         for m, column in (("cn", "newer_id"), ("co", "older_id"))

@@ -72,6 +72,11 @@ def outage(exc: BaseException) -> BrainError | None:
         | asyncpg.TooManyConnectionsError,
     ):
         return Unavailable(UNAVAILABLE_MESSAGE)
+    if isinstance(exc, asyncpg.FeatureNotSupportedError) and "cannot PREPARE" in str(exc):
+        # On Citus, a write that reached two nodes (its shard group moving under it) commits
+        # by two-phase commit, which the NOTIFY queued in its transaction forbids: nothing
+        # was written, and the retry finds the group in one place (deploy/SCALING.md).
+        return Unavailable(UNAVAILABLE_MESSAGE)
     if isinstance(exc, asyncpg.InternalClientError):
         # asyncpg's protocol state after its connection broke in the middle of an operation.
         _log.warning("database connection broke mid-operation", error=str(exc))
@@ -276,6 +281,12 @@ class Database:
     async def text_match_is_leakproof(self) -> bool:
         """Whether lexical searches can use the GIN indexes under row-level security."""
         return bool(await self.pool.fetchval(migrate.IS_LEAKPROOF, migrate.TEXT_MATCH))
+
+    async def is_distributed(self) -> bool:
+        """Whether the database is a Citus coordinator (the citus extension is installed)."""
+        return bool(
+            await self.pool.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")
+        )
 
     async def embedding_dimension(self) -> int:
         """The dimension the schema's vector column was declared with."""

@@ -207,29 +207,38 @@ async def close_predecessors(
     # The ids travel as an array of known length, so the rows are found by primary key
     # (an UPDATE joined to a CTE may scan the tenant's relations, each checked by RLS).
     # Same transaction; a row another write retired meanwhile is skipped, copy and all.
-    rows = await conn.fetch(
-        """WITH retired AS (
-                UPDATE graph_relations o SET retired_at = $2
-                WHERE o.tenant_id = $3::uuid AND o.relation_id = ANY ($4::uuid[])
-                  AND o.retired_at IS NULL AND NOT o.pending
-                RETURNING o.*)
-            INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id,
+    # Two statements, each on the tenant's shard alone: Citus would run an INSERT fed by
+    # a modifying CTE through the coordinator, over every node.
+    retired = await conn.fetch(
+        """UPDATE graph_relations o SET retired_at = $2
+           WHERE o.tenant_id = $1::uuid AND o.relation_id = ANY ($3::uuid[])
+             AND o.retired_at IS NULL AND NOT o.pending
+           RETURNING o.relation_id, o.memory_id, o.subject_id, o.predicate, o.object_id,
+                     o.cardinality, o.valid_from""",
+        tenant_id,
+        at,
+        [r["relation_id"] for r in closing],
+    )
+    if not retired:
+        return 0
+    ends = {r["relation_id"]: r["ends"] for r in closing}
+    p = Params(tenant_id, at, memory_id)
+    values = ", ".join(
+        f"($1::uuid, {p.add(uuid.uuid4())}::uuid, {p.add(r['memory_id'])}::uuid, "
+        f"{p.add(r['subject_id'])}::uuid, {p.add(r['predicate'])}, {p.add(r['object_id'])}::uuid, "
+        f"{p.add(r['cardinality'])}, {p.add(r['valid_from'])}::timestamptz, "
+        f"{p.add(ends[r['relation_id']])}::timestamptz, false, $2::timestamptz, $3::uuid, "
+        f"{p.add(r['relation_id'])}::uuid)"
+        for r in sorted(retired, key=lambda r: r["relation_id"])
+    )
+    await conn.execute(
+        f"""INSERT INTO graph_relations (tenant_id, relation_id, memory_id, subject_id,
                                          predicate, object_id, cardinality, valid_from,
                                          valid_to, pending, recorded_at, closed_by, replaces)
-            SELECT r.tenant_id, gen_random_uuid(), r.memory_id, r.subject_id, r.predicate,
-                   r.object_id, r.cardinality, r.valid_from, c.ends, false, $2, $1,
-                   r.relation_id
-            FROM retired r
-            JOIN unnest($4::uuid[], $5::timestamptz[]) AS c (relation_id, ends)
-              ON c.relation_id = r.relation_id
-            RETURNING relation_id""",
-        memory_id,
-        at,
-        tenant_id,
-        [r["relation_id"] for r in closing],
-        [r["ends"] for r in closing],
+            VALUES {values}""",
+        *p.values,
     )
-    return len(rows)
+    return len(retired)
 
 
 async def reopen(conn: asyncpg.Connection, memory_id: uuid.UUID, *, closed: bool) -> None:
@@ -364,17 +373,21 @@ async def summaries(
     return {r["entity_id"]: r for r in rows}
 
 
-_RELATION_COLUMNS = """r.relation_id, r.memory_id, r.subject_id, r.predicate, r.object_id,
+def _relation_columns(tenant: str) -> str:
+    """A relation's columns and its endpoints' names; the name lookups read ``tenant``
+    (the statement's tenant parameter: on Citus a subquery correlated on ``r.tenant_id``
+    would take the statement off its one shard)."""
+    return f"""r.relation_id, r.memory_id, r.subject_id, r.predicate, r.object_id,
     r.cardinality, r.valid_from, r.valid_to, r.recorded_at, r.retired_at,
-    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = r.tenant_id
+    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = {tenant}::uuid
        AND y.memory_id = r.memory_id AND y.entity_id = r.subject_id
      ORDER BY y.recorded_at DESC LIMIT 1) AS subject_name,
-    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = r.tenant_id
+    (SELECT y.name FROM graph_mentions y WHERE y.tenant_id = {tenant}::uuid
        AND y.memory_id = r.memory_id AND y.entity_id = r.object_id
      ORDER BY y.recorded_at DESC LIMIT 1) AS object_name,
-    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = r.tenant_id
+    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = {tenant}::uuid
        AND e.entity_id = r.subject_id) AS subject_norm,
-    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = r.tenant_id
+    (SELECT e.name_norm FROM graph_entities e WHERE e.tenant_id = {tenant}::uuid
        AND e.entity_id = r.object_id) AS object_norm"""
 
 
@@ -386,7 +399,7 @@ async def relations_of(
     p = Params(entity_id, v.tenant_id)
     return list(
         await conn.fetch(
-            f"""SELECT {_RELATION_COLUMNS} FROM graph_relations r
+            f"""SELECT {_relation_columns("$2")} FROM graph_relations r
                 WHERE r.tenant_id = $2::uuid AND (r.subject_id = $1 OR r.object_id = $1)
                   AND {relation_time(t, p, "r")} AND {asserting_memory_visible(v, p, "r")}
                 ORDER BY r.valid_from DESC, r.recorded_at DESC, r.relation_id
@@ -429,7 +442,7 @@ async def neighbours(
             nearest AS (
                 SELECT DISTINCT ON (entity_id) entity_id, depth, relation_id FROM paths
                 WHERE depth > 0 ORDER BY entity_id, depth, relation_id)
-            SELECT n.entity_id, n.depth, {_RELATION_COLUMNS}
+            SELECT n.entity_id, n.depth, {_relation_columns(tenant)}
             FROM nearest n JOIN graph_relations r
                  ON r.tenant_id = {tenant}::uuid AND r.relation_id = n.relation_id
             ORDER BY n.depth, n.entity_id

@@ -108,9 +108,15 @@ async def find_at_path(
 
 
 async def insert_version(
-    conn: asyncpg.Connection, tenant_id: str, new: NewVersion, at: datetime
+    conn: asyncpg.Connection,
+    tenant_id: str,
+    new: NewVersion,
+    at: datetime,
+    *,
+    one_statement: bool = True,
 ) -> None:
-    """Insert a document version and its chunks, recorded at ``at``."""
+    """Insert a document version and its chunks, recorded at ``at`` (the chunks in one
+    statement unless ``one_statement`` is off)."""
     await conn.execute(
         """INSERT INTO documents (tenant_id, document_id, version, namespace, user_id,
                session_id, collection, path, format, labels, status, content, content_hash,
@@ -125,7 +131,9 @@ async def insert_version(
     )  # fmt: skip
     if not new.chunks:
         return
-    if any(c.embedding is not None for c in new.chunks):  # vectors given: row by row
+    # Vectors given, or a Citus coordinator (which writes an INSERT ... SELECT of many rows
+    # through COPY, refused under row-level security): row by row.
+    if not one_statement or any(c.embedding is not None for c in new.chunks):
         await conn.executemany(
             """INSERT INTO document_chunks (tenant_id, chunk_id, document_id, version,
                    chunk_no, namespace, user_id, session_id, collection, path, labels,

@@ -56,9 +56,14 @@ class Visibility:
     may_review: bool = False
     # Off only in tests that prove row-level security holds on its own.
     app_filter: bool = True
+    # With app_filter off, still name the caller's tenant in every statement: on Citus a
+    # statement reaches one shard only when each table in it is pinned to one tenant by a
+    # value its planner reads (row-level security's is not one), so there the rls-only
+    # tests prove every rule but the tenant wall by row-level security alone.
+    tenant_pin: bool = False
 
     @classmethod
-    def of(cls, caller: Caller, *, app_filter: bool = True) -> Visibility:
+    def of(cls, caller: Caller, *, app_filter: bool = True, tenant_pin: bool = False) -> Visibility:
         return cls(
             tenant_id=caller.tenant_id,
             labels=caller.key.labels,
@@ -67,13 +72,14 @@ class Visibility:
             principal=caller.principal,
             may_review=caller.has(Permission.REVIEW.value),
             app_filter=app_filter,
+            tenant_pin=tenant_pin,
         )
 
 
 def visibility_predicate(v: Visibility, p: Params, alias: str = "m") -> str:
     """SQL boolean expression over ``alias`` restricting rows to what ``v`` may see."""
     if not v.app_filter:
-        return "TRUE"
+        return _tenant_only(v, p, alias)
     a, head = alias, f"{alias}_head"
     access = _access_rule(v, p)
     # Scope never changes between versions (a trigger holds it, migration 0005), so it is
@@ -98,7 +104,7 @@ def object_visibility(v: Visibility, p: Params, alias: str) -> str:
     no proposal state: a knowledge document version or chunk (migration 0020 keeps labels
     equal on every row of a document, so each row is its own head)."""
     if not v.app_filter:
-        return "TRUE"
+        return _tenant_only(v, p, alias)
     labels = p.add(sorted(v.labels))
     return f"({_scope_rule(v, p, alias)} AND {alias}.labels && {labels}::text[])"
 
@@ -119,7 +125,7 @@ def audit_cell_predicate(v: Visibility, p: Params, alias: str = "c") -> str:
     admitted only for its proposer and for reviewers, as ``visibility_predicate`` reads a
     head."""
     if not v.app_filter:
-        return "TRUE"
+        return _tenant_only(v, p, alias)
     rule = object_visibility(v, p, alias)
     if v.may_review:
         return rule
@@ -168,7 +174,7 @@ def visible_links(v: Visibility, p: Params, column: str, alias: str = "m") -> st
     a = alias
     return (
         f"ARRAY(SELECT u.id FROM unnest({a}.{column}) WITH ORDINALITY AS u (id, n) "
-        f"WHERE EXISTS (SELECT 1 FROM memories l WHERE l.tenant_id = {a}.tenant_id "
+        f"WHERE EXISTS (SELECT 1 FROM memories l WHERE l.tenant_id = {_pinned(v, p, a)} "
         f"AND l.memory_id = u.id AND l.retired_at IS NULL "
         f"AND {visibility_predicate(v, p, 'l')}) ORDER BY u.n)"
     )
@@ -202,8 +208,25 @@ def asserting_memory_visible(v: Visibility, p: Params, alias: str) -> str:
     nothing about an entity known only from invisible memories reaches a caller."""
     a = alias
     return (
-        f"EXISTS (SELECT 1 FROM memories am WHERE am.tenant_id = {a}.tenant_id "
+        f"EXISTS (SELECT 1 FROM memories am WHERE am.tenant_id = {_pinned(v, p, a)} "
         f"AND am.memory_id = {a}.memory_id AND am.retired_at IS NULL "
         f"AND (am.expires_at IS NULL OR am.expires_at > now()) "
         f"AND {visibility_predicate(v, p, 'am')})"
     )
+
+
+def _pinned(v: Visibility, p: Params, alias: str) -> str:
+    """The tenant a correlated subquery over a tenant table reads: the caller's, as a
+    parameter (the row's own tenant, which the statement's scope rule makes the same).
+    Citus runs a statement on one shard only when every table in it is pinned to one
+    tenant by a value its planner reads (deploy/SCALING.md); with the application's
+    predicate off (rls-only, on plain PostgreSQL), the row's tenant, and row-level security
+    walls it."""
+    if not v.app_filter and not v.tenant_pin:
+        return f"{alias}.tenant_id"
+    return f"{p.add(v.tenant_id)}::uuid"
+
+
+def _tenant_only(v: Visibility, p: Params, alias: str) -> str:
+    """The application's predicate when it is off: nothing, or only the tenant pin."""
+    return f"{alias}.tenant_id = {p.add(v.tenant_id)}::uuid" if v.tenant_pin else "TRUE"

@@ -301,7 +301,10 @@ class Knowledge:
                 created_by=created_by, changed_by=caller.principal,
                 changed_by_key=caller.key.key_id, chunks=chunks,
             )  # fmt: skip
-            await sql.insert_version(conn, caller.tenant_id, new, at)
+            await sql.insert_version(
+                conn, caller.tenant_id, new, at,
+                one_statement=not self.memories.limits.distributed,
+            )  # fmt: skip
             row = await sql.get(conn, vis, doc_id, 0)
         assert row is not None
         if self.filler is not None and chunks:

@@ -63,6 +63,10 @@ class Limits:
     idempotency_retention: timedelta = timedelta(hours=24)
     # Off only in tests proving that row-level security holds on its own.
     app_filter: bool = True
+    # The database is a Citus coordinator: statements name the tenant even with
+    # app_filter off (storage.visibility.Visibility.tenant_pin), and a put's chunks go in
+    # row by row (storage.knowledge.insert_version).
+    distributed: bool = False
 
 
 Hit = FusedHit
@@ -228,7 +232,9 @@ class MemoryBase:
         )
 
     def visibility(self, caller: Caller) -> Visibility:
-        return Visibility.of(caller, app_filter=self.limits.app_filter)
+        return Visibility.of(
+            caller, app_filter=self.limits.app_filter, tenant_pin=self.limits.distributed
+        )
 
     def page_size(self, field: str, requested: int, default: int) -> int:
         size = requested or default
