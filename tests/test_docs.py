@@ -134,6 +134,22 @@ def test_the_readme_is_a_front_door() -> None:
     assert "docs/index.md" in text and "make run" in text and "make test" in text
 
 
+def test_every_server_flag_is_in_the_configuration_table() -> None:
+    """Every flag brain-server takes is in docs/operations/configuration.md (a flag added
+    without its row is a setting an operator cannot find)."""
+    import argparse
+
+    from brain.server.runtime.config import add_server_arguments
+
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    assert "--listen" in flags and "--reranker-url" in flags  # the parser was read
+    table = (ROOT / "docs" / "operations" / "configuration.md").read_text()
+    documented = set(re.findall(r"`(--[a-z0-9-]+)", table))
+    assert sorted(flags - {"--help"} - documented) == []
+
+
 def test_the_site_builds_strict(tmp_path: Path) -> None:
     """mkdocs build --strict: no broken link or anchor, the API pages generated from the
     protos, the client reference from the docstrings."""

@@ -95,6 +95,14 @@ class Explained:
         self.buffers = 0
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        await self.measure(sql, *args)
+        return list(await self.conn.fetch(sql, *args))
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        await self.measure(sql, *args)
+        return str(await self.conn.execute(sql, *args))
+
+    async def measure(self, sql: str, *args: Any) -> None:
         calls = "SELECT COALESCE(pg_stat_get_xact_function_calls($1), 0)"
         savepoint = self.conn.transaction()
         await savepoint.start()
@@ -106,7 +114,6 @@ class Explained:
             await savepoint.rollback()
         plan = json.loads(rows[0][0])[0]["Plan"]
         self.buffers += plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
-        return list(await self.conn.fetch(sql, *args))
 
 
 async def approval_cost(server: BrainServer, tenant: str, memory_id: str) -> tuple[int, int]:
