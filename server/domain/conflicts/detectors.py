@@ -130,6 +130,11 @@ def is_value(token: str, lower: str) -> bool:
         return True
     if not any(ch.isdigit() for ch in token):
         return False
+    return _not_identifier(lower)
+
+
+def _not_identifier(lower: str) -> bool:
+    """Whether a token that holds a digit is a value rather than an identifier (Q3)."""
     return not (
         _IDENTIFIER.match(lower)
         and not _TIME.match(lower)
@@ -161,18 +166,32 @@ class Statement:
     corrects: bool
     adds: bool
     text: str
+    # Read once per text, so a write compared with many peers tokenises each text once:
+    order: tuple[str, ...] = ()  # the stem of every token, in order (for `_head`)
+    pronoun: bool = False  # the first token is a pronoun (for `_head`)
+    bounded: bool = False  # words that bound the statement's time (`_BOUNDED`)
 
 
 def statement(text: str) -> Statement:
     """The words and values of one memory's text."""
     words: set[str] = set()
     values: set[str] = set()
+    order: list[str] = []
     opening = ""
+    first = ""
     for index, match in enumerate(_WORD.finditer(text)):
         token = match.group(0)
         lower = token.lower().rstrip(".:'")
-        if is_value(token, lower) or (
-            index > 0 and token[:1].isupper() and not any(ch.isdigit() for ch in token)
+        if not index:
+            first = lower
+        # No alphabetic character is a digit: most tokens skip the per-character test.
+        digits = not token.isalpha() and any(ch.isdigit() for ch in token)
+        stemmed = stem(lower)
+        order.append(stemmed)
+        if (
+            lower in _CALENDAR
+            or (digits and _not_identifier(lower))
+            or (index > 0 and not digits and token[:1].isupper())
         ):
             values.add(lower)
         elif lower not in _FUNCTION_WORDS:
@@ -183,10 +202,11 @@ def statement(text: str) -> Statement:
                 and not _CORRECTION.fullmatch(lower)
             ):
                 opening = lower
-            words.add(stem(lower))
+            words.add(stemmed)
     return Statement(
         frozenset(words), frozenset(values), opening, bool(_CORRECTION.search(text)),
-        bool(_ADDITIVE.search(text)), " ".join(text.lower().split()),
+        bool(_ADDITIVE.search(text)), " ".join(text.lower().split()), tuple(order),
+        first in _PRONOUNS, bool(_BOUNDED.search(text)),
     )  # fmt: skip
 
 
@@ -198,8 +218,9 @@ def _resolve_opening(a: Statement, b: Statement) -> tuple[Statement, Statement]:
         if not s.opening or stem(s.opening) in other.words:
             return s
         return Statement(
-            s.words - {stem(s.opening)}, s.values | {s.opening}, "", s.corrects, s.adds, s.text
-        )
+            s.words - {stem(s.opening)}, s.values | {s.opening}, "", s.corrects, s.adds,
+            s.text, s.order, s.pronoun, s.bounded,
+        )  # fmt: skip
 
     return fix(a, b), fix(b, a)
 
@@ -228,14 +249,12 @@ def _changed_types(a: Statement, b: Statement) -> list[tuple[str, list[str], lis
     return out
 
 
-def _head(text: str, said: Statement) -> list[str]:
+def _head(said: Statement) -> list[str]:
     """The first two content words of a statement (stemmed): where its subject usually is."""
     out: list[str] = []
-    tokens = [m.group(0).lower().rstrip(".:'") for m in _WORD.finditer(text)]
     # "We hold the standup ...": a pronoun and its verb come before the subject.
-    skip = 1 if tokens and tokens[0] in _PRONOUNS else 0
-    for token in tokens:
-        word = stem(token)
+    skip = 1 if said.pronoun else 0
+    for word in said.order:
         if word not in said.words or word in out:
             continue
         if skip:
@@ -247,24 +266,32 @@ def _head(text: str, said: Statement) -> list[str]:
     return out
 
 
-def _same_subject(older: Statement, newer: Statement, o_text: str, n_text: str) -> bool:
+def _same_subject(older: Statement, newer: Statement) -> bool:
     """Whether each statement's first two content words (after a leading pronoun and its
     verb) appear in the other: a look-alike about another subject ("the staging database" /
     "the production database", "the payments team" / "the payments risk team") does not."""
-    o_head, n_head = _head(o_text, older), _head(n_text, newer)
+    o_head, n_head = _head(older), _head(newer)
     return bool(o_head) and set(o_head) <= newer.words and set(n_head) <= older.words
 
 
 def compare(older_text: str, newer_text: str, cosine: float = 0.0) -> Finding | None:
     """What the newer statement does to the older one, by the module's rules (None: no
     conflict). ``cosine`` is their embeddings' similarity, 0 when either has none."""
-    older, newer = _resolve_opening(statement(older_text), statement(newer_text))
-    if older.text == newer.text or newer.adds or _BOUNDED.search(older_text):
+    return compare_statements(statement(older_text), statement(newer_text), cosine)
+
+
+def compare_statements(
+    older_said: Statement, newer_said: Statement, cosine: float = 0.0
+) -> Finding | None:
+    """`compare` of two texts read by `statement` (a write reads its own text once for
+    all of its peers)."""
+    older, newer = _resolve_opening(older_said, newer_said)
+    if older.text == newer.text or newer.adds or older.bounded:
         return None
     shared = older.words & newer.words
     union = older.words | newer.words
     overlap = len(shared) / len(union) if union else 0.0
-    subject = _same_subject(older, newer, older_text, newer_text)
+    subject = _same_subject(older, newer)
     changed = _changed_types(older, newer)
     detail = "; ".join(f"{k} {', '.join(a)} -> {', '.join(b)}" for k, a, b in changed)
     many = bool(union & _MANY_VALUED) and all(k == "name" for k, _, _ in changed)

@@ -30,7 +30,7 @@ import asyncpg
 
 from brain.authz import Caller
 from brain.server.domain import convert
-from brain.server.domain.conflicts.detectors import Finding, Rule, compare
+from brain.server.domain.conflicts.detectors import Finding, Rule, compare_statements, statement
 from brain.server.storage import conflicts as sql
 from brain.server.storage import memories as memory_sql
 from brain.v1 import common_pb2
@@ -126,12 +126,15 @@ class Detection:
         if policy == "off":
             return []
         found: dict[uuid.UUID, tuple[asyncpg.Record, Finding]] = {}
+        said = None  # the written text, read once for all of its peers
         for peer in await sql.peers(
             conn, vis, written["namespace"], written["memory_id"], written["content"],
             vector, model,
         ):  # fmt: skip
-            older, newer = (peer, written) if _newer_first(written, peer) else (written, peer)
-            finding = compare(older["content"], newer["content"], float(peer["cosine"]))
+            said = said or statement(written["content"])
+            other = statement(peer["content"])
+            older, newer = (other, said) if _newer_first(written, peer) else (said, other)
+            finding = compare_statements(older, newer, float(peer["cosine"]))
             if finding is not None:
                 found[peer["memory_id"]] = (peer, finding)
         if slots and not proposal:
