@@ -153,7 +153,7 @@ def value_type(token: str) -> str:
         return "date"
     if _TIME.match(token):
         return "time"
-    if any(ch.isdigit() for ch in token):
+    if not token.isalpha() and any(ch.isdigit() for ch in token):
         return "number"
     return "name"
 
@@ -240,12 +240,23 @@ class Finding:
 def _changed_types(a: Statement, b: Statement) -> list[tuple[str, list[str], list[str]]]:
     """For each value type, the values only A holds and only B holds, when both hold one."""
     only_a, only_b = a.values - b.values, b.values - a.values
-    out = []
-    for kind in ("time", "date", "version", "number", "name"):
-        xa = sorted(v for v in only_a if value_type(v) == kind)
-        xb = sorted(v for v in only_b if value_type(v) == kind)
-        if xa and xb:
-            out.append((kind, xa, xb))
+    if not only_a or not only_b:
+        return []
+    typed_a, typed_b = _by_type(only_a), _by_type(only_b)
+    return [
+        (kind, sorted(typed_a[kind]), sorted(typed_b[kind]))
+        for kind in _TYPES
+        if kind in typed_a and kind in typed_b
+    ]
+
+
+_TYPES = ("time", "date", "version", "number", "name")
+
+
+def _by_type(values: frozenset[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for v in values:
+        out.setdefault(value_type(v), []).append(v)
     return out
 
 
