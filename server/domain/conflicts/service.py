@@ -133,8 +133,8 @@ class Detection:
         ):  # fmt: skip
             said = said or statement(written["content"])
             other = statement(peer["content"])
-            older, newer = (other, said) if _newer_first(written, peer) else (said, other)
-            finding = compare_statements(older, newer, float(peer["cosine"]))
+            first, then = (other, said) if _newer_first(written, peer) else (said, other)
+            finding = compare_statements(first, then, float(peer["cosine"]))
             if finding is not None:
                 found[peer["memory_id"]] = (peer, finding)
         if slots and not proposal:
