@@ -45,6 +45,7 @@ Tuned on the development half of ``brain-eval conflicts``; the held-out half is 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -172,6 +173,30 @@ class Statement:
     bounded: bool = False  # words that bound the statement's time (`_BOUNDED`)
 
 
+_CACHED_TOKEN = 48  # longer tokens are read afresh (the cache holds short words only)
+
+
+def _read(token: str) -> tuple[str, str, bool, bool, bool, bool]:
+    """What `statement` needs of one token wherever it stands: its lower-cased form, its
+    stem, whether it is a value anywhere, a capitalised word without digits (a value after
+    the first token), a function word, and a capitalised opening that may be a name."""
+    lower = token.lower().rstrip(".:'")
+    # No alphabetic character is a digit: most tokens skip the per-character test.
+    digits = not token.isalpha() and any(ch.isdigit() for ch in token)
+    capital = not digits and token[:1].isupper()
+    opens = (
+        token[:1].isupper() and token[1:2].islower() and not _CORRECTION.fullmatch(lower)
+    )  # fmt: skip
+    return (
+        lower, stem(lower), lower in _CALENDAR or (digits and _not_identifier(lower)),
+        capital, lower in _FUNCTION_WORDS, opens,
+    )  # fmt: skip
+
+
+# A pure function of the token, and words repeat across a write's peers and across writes.
+_read_token = functools.lru_cache(maxsize=1 << 15)(_read)
+
+
 def statement(text: str) -> Statement:
     """The words and values of one memory's text."""
     words: set[str] = set()
@@ -181,26 +206,15 @@ def statement(text: str) -> Statement:
     first = ""
     for index, match in enumerate(_WORD.finditer(text)):
         token = match.group(0)
-        lower = token.lower().rstrip(".:'")
+        read = _read_token(token) if len(token) <= _CACHED_TOKEN else _read(token)
+        lower, stemmed, value, capital, function, opens = read
         if not index:
             first = lower
-        # No alphabetic character is a digit: most tokens skip the per-character test.
-        digits = not token.isalpha() and any(ch.isdigit() for ch in token)
-        stemmed = stem(lower)
         order.append(stemmed)
-        if (
-            lower in _CALENDAR
-            or (digits and _not_identifier(lower))
-            or (index > 0 and not digits and token[:1].isupper())
-        ):
+        if value or (index > 0 and capital):
             values.add(lower)
-        elif lower not in _FUNCTION_WORDS:
-            if (
-                index == 0
-                and token[:1].isupper()
-                and token[1:2].islower()
-                and not _CORRECTION.fullmatch(lower)
-            ):
+        elif not function:
+            if index == 0 and opens:
                 opening = lower
             words.add(stemmed)
     return Statement(
