@@ -14,9 +14,7 @@ import asyncpg
 import grpc
 import pytest
 
-from brain.authz import Confinement
 from brain.server.admin import registry
-from brain.server.storage import admin as store
 from brain.v1 import audit_pb2, audit_pb2_grpc, common_pb2, memory_pb2, memory_pb2_grpc
 
 from .conftest import BrainServer, unique
@@ -308,49 +306,64 @@ SET_REHASH_TENANT = "SELECT set_config('brain.rehash_tenant', $1::text, true)"
 
 
 async def test_admin_key_events_name_the_admin(brain_server: BrainServer) -> None:
-    """Tenant creation, key minting and revocation by brain-admin are chained events by
-    admin:<os user>, and so is a namespace policy change; a key's last-used touch is not."""
+    """Tenant creation, a quota, key minting, rotation and revocation, and a namespace policy
+    change by the brain-admin CLI are chained events by admin:<os user> (set with SET LOCAL
+    in each write's transaction, which Citus carries to the workers); a key's last-used touch
+    is not an event. A write on an owner connection outside such a transaction names the
+    database role: the setting ends with its transaction."""
     tenant = unique("t")
+
+    def run(*args: str) -> Any:
+        done = admin(brain_server, *args, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    tenant_id = run("tenants", "create", tenant)["tenant_id"]
+    run("tenants", "set-quota", tenant, "--memories", "10")
+    first = run("keys", "create", "--tenant", tenant, "--principal", "alice")["key_id"]
+    brain_server.sql("SELECT brain_touch_key($1)", first)
+    second = run("keys", "rotate", first, "--grace", "1h")["key_id"]
+    run("keys", "revoke", second)
+    run("namespaces", "set", "proj", "--tenant", tenant, "--review-required")
+    rows = brain_server.sql(
+        """SELECT seq, key_id, principal, method, outcome FROM audit_events
+           WHERE tenant_id = $1::uuid ORDER BY seq""",
+        tenant_id,
+    )
+    assert [(r["seq"], r["method"], r["key_id"]) for r in rows] == [
+        (1, "admin.tenants.create", ""),
+        (2, "admin.tenants.set_quota", ""),
+        (3, "admin.keys.create", first),
+        (4, "admin.keys.rotate", second),
+        (5, "admin.keys.revoke", first),  # the old key ends after the grace period
+        (6, "admin.keys.revoke", second),
+        (7, "admin.namespaces.set", ""),
+    ]
+    assert {r["principal"] for r in rows} == {registry.admin_principal()}
+    assert rows[6]["outcome"].startswith("namespace proj: review_required=true")
+
     conn = await asyncpg.connect(brain_server.cluster.owner_dsn)
     try:
-        await registry.set_admin_actor(conn)
-        await store.create_tenant(conn, tenant)
-        minted = await store.mint_key(
-            conn,
-            brain_server.cluster.pepper,
-            tenant=tenant,
-            principal="alice",
-            permissions=frozenset({"memories:read"}),
-            confinement=Confinement(),
-            labels=frozenset({"team"}),
-            expires_at=None,
+        async with registry.acting(conn):
+            await conn.execute(
+                "INSERT INTO namespace_policies (tenant_id, namespace) VALUES ($1::uuid, 'a')",
+                tenant_id,
+            )
+        await conn.execute(
+            "INSERT INTO namespace_policies (tenant_id, namespace) VALUES ($1::uuid, 'b')",
+            tenant_id,
         )
-        await conn.execute("SELECT brain_touch_key($1)", minted.key_id)
-        await store.revoke_key(conn, minted.key_id)
-        rows = await conn.fetch(
-            """SELECT seq, key_id, principal, method, outcome FROM audit_events
-               WHERE tenant_id = $1::uuid ORDER BY seq""",
-            minted.tenant_id,
+        role = await conn.fetchval("SELECT session_user")
+        after = await conn.fetch(
+            """SELECT principal FROM audit_events WHERE tenant_id = $1::uuid AND seq > 7
+               ORDER BY seq""",
+            tenant_id,
         )
     finally:
         await conn.close()
-    assert [(r["seq"], r["method"]) for r in rows] == [
-        (1, "admin.tenants.create"),
-        (2, "admin.keys.create"),
-        (3, "admin.keys.revoke"),
-    ]
-    assert {r["principal"] for r in rows} == {registry.admin_principal()}
-    assert rows[1]["key_id"] == rows[2]["key_id"] == minted.key_id
-    done = admin(brain_server, "namespaces", "set", "proj", "--tenant", tenant, "--review-required")
-    assert done.returncode == 0, done.stderr
-    last = brain_server.sql(
-        "SELECT method, outcome FROM audit_events WHERE tenant_id = $1::uuid AND seq = 4",
-        minted.tenant_id,
-    )
-    assert last[0]["method"] == "admin.namespaces.set"
-    assert last[0]["outcome"].startswith("namespace proj: review_required=true")
+    assert [r["principal"] for r in after] == [registry.admin_principal(), f"db:{role}"]
     code, report = verify(brain_server, tenant)
-    assert (code, report["events"]) == (0, 4)
+    assert (code, report["events"]) == (0, 9)
 
 
 async def test_each_lifecycle_rpc_is_one_event_naming_every_memory_it_changed(

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from brain.server.admin.registry import Context, UsageError, command
+from brain.server.admin.registry import Context, UsageError, acting, command
 from brain.server.storage import backup as store
 
 
@@ -49,7 +49,7 @@ async def cmd_restore(ctx: Context) -> None:
     a = ctx.args
     try:
         with a.file.open(encoding="utf-8") as f:  # a CLI: nothing else runs on this loop
-            async with ctx.connect() as conn:
+            async with ctx.connect() as conn, acting(conn):
                 done = await store.restore(conn, ctx.pepper, f)
     except OSError as exc:
         raise UsageError(f"cannot read {a.file}: {exc}") from exc

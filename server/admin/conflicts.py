@@ -15,10 +15,16 @@ import asyncpg
 from pgvector.asyncpg import register_vector
 
 from brain.authz import Confinement, RequestScope, is_valid_name
-from brain.server.admin.registry import Context, UsageError, admin_principal, command, output
+from brain.server.admin.registry import (
+    Context,
+    UsageError,
+    acting,
+    admin_principal,
+    command,
+    output,
+)
 from brain.server.domain.conflicts import consolidation
 from brain.server.domain.conflicts.detectors import RESTATED
-from brain.server.storage import setlocal
 from brain.server.storage.conflicts import CONFLICT_COLUMNS
 from brain.server.storage.visibility import Visibility
 
@@ -100,9 +106,8 @@ async def cmd_consolidate(ctx: Context) -> None:
             tenant_id=str(tenant_id), labels=frozenset(), confinement=Confinement(),
             scope=RequestScope(namespace=a.namespace), app_filter=False,
         )  # fmt: skip
-        async with conn.transaction():
-            # The quota and audit triggers read the tenant of the transaction.
-            await setlocal.set_local(conn, {"brain.tenant_id": str(tenant_id)})
+        # The quota and audit triggers read the tenant of the transaction.
+        async with acting(conn, {"brain.tenant_id": str(tenant_id)}):
             rows = await consolidation.active_rows(conn, everything, a.namespace)
             found = consolidation.clusters(rows, a.min_overlap)[: a.max_clusters]
             proposed: list[dict[str, Any]] = []

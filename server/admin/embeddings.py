@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 from pgvector.asyncpg import register_vector
 
-from brain.server.admin.registry import Context, UsageError, command, output
+from brain.server.admin.registry import Context, UsageError, acting, command, output
 from brain.server.domain.knowledge.measures import embedding_text
 from brain.server.domain.memories import model_id
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError, build_embedder
@@ -146,14 +146,15 @@ async def cmd_backfill(ctx: Context) -> None:
             # fills rows without a vector) makes them again; the semantic lane never
             # compares another model's vectors, so a search meanwhile misses only them.
             for table in ("memories", "document_chunks"):
-                await conn.execute(
-                    f"""UPDATE {table} m SET embedding = NULL, embedding_model = NULL
-                        WHERE m.embedding IS NOT NULL AND m.retired_at IS NULL
-                          AND m.embedding_model IS DISTINCT FROM ${len(args) + 1}
-                          AND {where}""",
-                    *args,
-                    model,
-                )
+                async with acting(conn):
+                    await conn.execute(
+                        f"""UPDATE {table} m SET embedding = NULL, embedding_model = NULL
+                            WHERE m.embedding IS NOT NULL AND m.retired_at IS NULL
+                              AND m.embedding_model IS DISTINCT FROM ${len(args) + 1}
+                              AND {where}""",
+                        *args,
+                        model,
+                    )
         done = await _backfill_memories(conn, embedder, model, where, args, ctx.args.batch)
         print(file=sys.stderr)
         chunks = await _backfill_chunks(conn, embedder, model, where, args, ctx.args.batch)
@@ -222,13 +223,14 @@ async def _backfill(
             vectors = await embedder.embed([rows_of.text(r) for r in rows])
         except EmbedderError as exc:
             raise UsageError(f"embedder failed after {done} {rows_of.noun}: {exc}") from exc
-        await conn.executemany(
-            update,
-            [
-                (r["tenant_id"], *(r[c] for c in rows_of.key), v, model)
-                for r, v in zip(rows, vectors, strict=True)
-            ],
-        )
+        async with acting(conn):  # each batch commits: a failure later keeps it
+            await conn.executemany(
+                update,
+                [
+                    (r["tenant_id"], *(r[c] for c in rows_of.key), v, model)
+                    for r, v in zip(rows, vectors, strict=True)
+                ],
+            )
         done += len(rows)
         after = (str(rows[-1]["tenant_id"]), str(rows[-1][page_key]))
         rate = done / max(time.monotonic() - started, 1e-6)
@@ -263,7 +265,7 @@ async def cmd_set_dimension(ctx: Context) -> None:
     if not ctx.args.yes:
         raise UsageError("this drops every stored vector; pass --yes to confirm")
     index_note = ""
-    async with ctx.connect() as conn, conn.transaction():
+    async with ctx.connect() as conn, acting(conn):
         # Memories and knowledge chunks share the dimension (one embedder serves both).
         for table in ("memories", "document_chunks"):
             await conn.execute(f"DROP INDEX IF EXISTS {table}_embedding_hnsw")

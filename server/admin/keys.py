@@ -9,7 +9,15 @@ from typing import Any
 import asyncpg
 
 from brain.authz import Confinement, is_valid_name, parse_permissions
-from brain.server.admin.registry import Context, UsageError, command, output, parse_duration
+from brain.server.admin.registry import (
+    Context,
+    UsageError,
+    acting,
+    admin_principal,
+    command,
+    output,
+    parse_duration,
+)
 from brain.server.storage import admin as store
 from brain.server.storage.migrate import migrate
 from brain.server.telemetry import logs
@@ -28,7 +36,7 @@ async def cmd_migrate(ctx: Context) -> None:
 
 
 async def cmd_tenants_create(ctx: Context) -> None:
-    async with ctx.connect() as conn:
+    async with ctx.connect() as conn, acting(conn):
         tenant_id = await store.create_tenant(conn, ctx.args.name)
     output(
         ctx.args,
@@ -91,7 +99,7 @@ async def cmd_tenants_set_quota(ctx: Context) -> None:
     }
     if not asked:
         raise UsageError("name at least one of --memories, --documents, --document-bytes")
-    async with ctx.connect() as conn:
+    async with ctx.connect() as conn, acting(conn):
         tenant_id, limits = await store.set_quotas(conn, args.tenant, asked)
     output(
         args,
@@ -160,7 +168,7 @@ async def cmd_namespaces_set(ctx: Context) -> None:
     ttl = parse_duration(a.candidate_ttl) if a.candidate_ttl else None
     if a.max_pending is not None and a.max_pending < 1:
         raise UsageError("--max-pending must be at least 1")
-    async with ctx.connect() as conn:
+    async with ctx.connect() as conn, acting(conn):
         tenant_id = await store.tenant_id_by_name(conn, a.tenant)
         # The clock is read first: Citus takes only immutable calls in DO UPDATE SET.
         now = await conn.fetchval("SELECT now()")
@@ -261,9 +269,7 @@ async def cmd_tombstones_list(ctx: Context) -> None:
 async def cmd_tombstones_readmit(ctx: Context) -> None:
     """Lift a tombstone (of a memory's value or a deleted document's content) so that it
     may be stored again in its bucket (and collection)."""
-    import getpass
-
-    async with ctx.connect() as conn:
+    async with ctx.connect() as conn, acting(conn):
         tenant_id = await store.tenant_id_by_name(conn, ctx.args.tenant)
         for table in ("tombstones", "document_tombstones"):
             status = await conn.execute(
@@ -272,7 +278,7 @@ async def cmd_tombstones_readmit(ctx: Context) -> None:
                       AND readmitted_at IS NULL""",
                 tenant_id,
                 ctx.args.tombstone_id,
-                f"admin:{getpass.getuser()}",
+                admin_principal(),
             )
             if status != "UPDATE 0":
                 break
@@ -299,7 +305,7 @@ async def cmd_keys_create(ctx: Context) -> None:
         )
     expires_at = datetime.now(UTC) + parse_duration(a.expires_in) if a.expires_in else None
     pepper = ctx.pepper
-    async with ctx.connect() as conn:
+    async with ctx.connect() as conn, acting(conn):
         minted = await store.mint_key(
             conn,
             pepper,
@@ -337,7 +343,7 @@ async def cmd_keys_list(ctx: Context) -> None:
 
 
 async def cmd_keys_revoke(ctx: Context) -> None:
-    async with ctx.connect() as conn:
+    async with ctx.connect() as conn, acting(conn):
         await store.revoke_key(conn, ctx.args.key_id)
     output(ctx.args, {"revoked": ctx.args.key_id}, f"revoked {ctx.args.key_id}")
 
@@ -346,7 +352,7 @@ async def cmd_keys_rotate(ctx: Context) -> None:
     """A new key with the same grants; the old one stops working after the grace period."""
     grace = parse_duration(ctx.args.grace)
     pepper = ctx.pepper
-    async with ctx.connect() as conn, conn.transaction():
+    async with ctx.connect() as conn, acting(conn):
         old = await store.key_row(conn, ctx.args.key_id)
         minted = await store.mint_key(
             conn,

@@ -12,7 +12,7 @@ import getpass
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -23,7 +23,7 @@ import asyncpg
 from brain.server.runtime import embedded
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.pepper import load_pepper
-from brain.server.storage import audit as audit_sql
+from brain.server.storage import setlocal
 from brain.server.telemetry import logs
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
@@ -51,12 +51,22 @@ def admin_principal() -> str:
     return f"admin:{user}"
 
 
-async def set_admin_actor(conn: asyncpg.Connection) -> None:
-    """Make this owner connection's writes show up as ``admin:<os user>`` in the audit log.
+@asynccontextmanager
+async def acting(
+    conn: asyncpg.Connection, settings: Mapping[str, str] | None = None
+) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction whose writes the audit triggers attribute to ``admin:<os user>``.
 
-    Called once per brain-admin connection, before any write (`Context.connect`).
+    Every brain-admin write runs in one. The principal (and any other ``settings``) is set
+    with ``SET LOCAL`` (storage/setlocal.py), as the server sets a request's: Citus carries
+    that to the workers where the triggers of distributed tables fire, while a session-level
+    ``set_config`` stays on the coordinator and those events would name the database role
+    (``db:brain_owner``). Inside a transaction already open it is a savepoint, whose
+    settings last until the outer transaction ends.
     """
-    await audit_sql.set_principal(conn, admin_principal())
+    async with conn.transaction():
+        await setlocal.set_local(conn, {"brain.principal": admin_principal(), **(settings or {})})
+        yield conn
 
 
 class Context:
@@ -85,8 +95,7 @@ class Context:
         except (OSError, asyncpg.PostgresError) as exc:
             raise UsageError(f"cannot connect to {logs.redact_dsn(dsn)}: {exc}") from exc
         try:
-            await set_admin_actor(conn)  # audit events name the admin
-            yield conn
+            yield conn  # writes go in `acting(conn)`: their audit events name the admin
         finally:
             await conn.close()
 

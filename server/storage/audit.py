@@ -282,8 +282,3 @@ async def chain(
         if len(rows) < page:
             return
         after = rows[-1]["seq"]
-
-
-async def set_principal(conn: asyncpg.Connection, principal: str) -> None:
-    """Name the actor of this session's writes for the audit triggers."""
-    await conn.execute("SELECT set_config('brain.principal', $1, false)", principal)
