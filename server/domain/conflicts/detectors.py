@@ -45,7 +45,6 @@ Tuned on the development half of ``brain-eval conflicts``; the held-out half is 
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -173,9 +172,6 @@ class Statement:
     bounded: bool = False  # words that bound the statement's time (`_BOUNDED`)
 
 
-_CACHED_TOKEN = 48  # longer tokens are read afresh (the cache holds short words only)
-
-
 def _read(token: str) -> tuple[str, str, bool, bool, bool, bool]:
     """What `statement` needs of one token wherever it stands: its lower-cased form, its
     stem, whether it is a value anywhere, a capitalised word without digits (a value after
@@ -193,12 +189,14 @@ def _read(token: str) -> tuple[str, str, bool, bool, bool, bool]:
     )  # fmt: skip
 
 
-# A pure function of the token, and words repeat across a write's peers and across writes.
-_read_token = functools.lru_cache(maxsize=1 << 15)(_read)
+Reading = dict[str, tuple[str, str, bool, bool, bool, bool]]
 
 
-def statement(text: str) -> Statement:
-    """The words and values of one memory's text."""
+def statement(text: str, memo: Reading | None = None) -> Statement:
+    """The words and values of one memory's text. ``memo`` keeps each token's reading for
+    the texts of one write (words repeat across its peers); it lives as long as that write,
+    never longer: no word of one request, or of a memory since forgotten, stays in the
+    process."""
     words: set[str] = set()
     values: set[str] = set()
     order: list[str] = []
@@ -206,7 +204,10 @@ def statement(text: str) -> Statement:
     first = ""
     for index, match in enumerate(_WORD.finditer(text)):
         token = match.group(0)
-        read = _read_token(token) if len(token) <= _CACHED_TOKEN else _read(token)
+        if memo is None:
+            read = _read(token)
+        elif (read := memo.get(token)) is None:  # type: ignore[assignment]
+            read = memo[token] = _read(token)
         lower, stemmed, value, capital, function, opens = read
         if not index:
             first = lower

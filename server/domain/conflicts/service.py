@@ -30,7 +30,13 @@ import asyncpg
 
 from brain.authz import Caller
 from brain.server.domain import convert
-from brain.server.domain.conflicts.detectors import Finding, Rule, compare_statements, statement
+from brain.server.domain.conflicts.detectors import (
+    Finding,
+    Reading,
+    Rule,
+    compare_statements,
+    statement,
+)
 from brain.server.storage import conflicts as sql
 from brain.server.storage import memories as memory_sql
 from brain.v1 import common_pb2
@@ -127,12 +133,13 @@ class Detection:
             return []
         found: dict[uuid.UUID, tuple[asyncpg.Record, Finding]] = {}
         said = None  # the written text, read once for all of its peers
+        memo: Reading = {}  # each token read once for this write
         for peer in await sql.peers(
             conn, vis, written["namespace"], written["memory_id"], written["content"],
             vector, model,
         ):  # fmt: skip
-            said = said or statement(written["content"])
-            other = statement(peer["content"])
+            said = said or statement(written["content"], memo)
+            other = statement(peer["content"], memo)
             first, then = (other, said) if _newer_first(written, peer) else (said, other)
             finding = compare_statements(first, then, float(peer["cosine"]))
             if finding is not None:
