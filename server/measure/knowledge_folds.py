@@ -140,7 +140,12 @@ class FoldReport:
 
 
 def fit(train: Sequence[ChunkCandidates], tolerance: float = FLOOR_TOLERANCE) -> Any:
-    return crossval.fit_model(train, tolerance=tolerance, k=FLOOR_AT)
+    return crossval.fit_model(
+        train,
+        tolerance=tolerance,
+        k=FLOOR_AT,
+        relevance_features=relevance.KNOWLEDGE_RELEVANCE_FEATURES,
+    )
 
 
 def cross_validate(

@@ -35,11 +35,18 @@ from brain.authz import Caller
 from brain.server.domain import convert
 from brain.server.domain import validation as check
 from brain.server.domain.context import Neighbours
+from brain.server.domain.knowledge import reading
 from brain.server.domain.memories import DEFAULT_SEARCH_LIMIT, Memories
 from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import Corpus, FusedHit, RetrievalParams
-from brain.server.domain.retrieval.relevance import KNOWLEDGE_HYBRID_MODEL, KNOWLEDGE_LEXICAL_MODEL
+from brain.server.domain.retrieval.relevance import (
+    KNOWLEDGE_HYBRID_MODEL,
+    KNOWLEDGE_LEXICAL_MODEL,
+    KNOWLEDGE_READING_MODEL,
+    RelevanceModel,
+    feature_rows,
+)
 from brain.server.domain.retrieval.rerankers import RerankerError
 from brain.server.storage import knowledge as sql
 from brain.v1 import knowledge_pb2
@@ -128,6 +135,12 @@ class ChunkSearch:
         self.params = params
         self.shape = ContextShape()
         self.observer: ChunkObserver | None = None  # brain-eval only
+        # With the local embedder a hybrid search reads its best chunks (`reading`) and
+        # weighs what it found with this model; None: it reads nothing (another
+        # embedder: an endpoint's cost per search, and no model fitted for its cosines).
+        self.reading_model: RelevanceModel | None = (
+            KNOWLEDGE_READING_MODEL if memories.embedder.name == "local" else None
+        )
 
     async def search(
         self,
@@ -202,6 +215,7 @@ class ChunkSearch:
                 _log.warning("query embedding failed; lexical only", error=str(exc))
                 lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE
         n = max(limit, params.candidates)
+        asked = vector  # the query's own vector, before feedback moves it
         vis = m.visibility(caller)
         where = sql.chunk_where(vis, collections)
         async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
@@ -226,6 +240,8 @@ class ChunkSearch:
             lexical, semantic, None, params, exact=exact, corpus=CHUNKS,
             corpus_size=size, model=relevance,
         )  # fmt: skip
+        if semantic and asked is not None and self.reading_model is not None:
+            relevance = await self.read(asked, fused, size, relevance, self.reading_model)
         if self.observer is not None:
             self.observer(fused, size)
         # As memory search: the search answers only when its best hit reaches the floor;
@@ -236,6 +252,27 @@ class ChunkSearch:
         if fused and max(h.relevance for h in fused) < floor:
             return Found([], lanes, below_floor=min(limit, len(fused)))
         return Found(fused[: max(limit, depth or 0)], lanes)
+
+    async def read(
+        self,
+        query: Sequence[float],
+        fused: list[FusedHit],
+        size: int,
+        unread: RelevanceModel,
+        model: RelevanceModel,
+    ) -> RelevanceModel:
+        """Read the best chunks (`reading.read`) and give every hit its relevance under
+        ``model``; the model that decided: ``model``, or ``unread`` (the relevances fusion
+        gave) when the embedder failed."""
+        try:
+            await reading.read(self.memories.embedder, query, fused)
+        except EmbedderError as exc:
+            _log.warning("reading the best chunks failed; unread relevance", error=str(exc))
+            return unread
+        rows = feature_rows([h.lanes(CHUNKS.session) for h in fused], size or len(fused))
+        for hit, probability in zip(fused, model.probabilities(rows), strict=True):
+            hit.relevance = float(probability)
+        return model
 
     async def recall_chunks(
         self,

@@ -196,6 +196,7 @@ class FusedHit:
     again_similarity: float = 0.0
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
+    reading: float = 0.0  # knowledge: the best cosine to one of its sentences (0: not read)
 
     def lanes(self, session: str = "valid_from") -> LaneView:
         """The lanes' view of the hit; ``session`` names the column that groups hits."""
@@ -213,6 +214,7 @@ class FusedHit:
             named=self.named,
             again_similarity=self.again_similarity,
             again_rank=self.again_rank,
+            reading=self.reading,
         )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,8 @@ __all__ = [
     "HYBRID_MODELS",
     "KNOWLEDGE_HYBRID_MODEL",
     "KNOWLEDGE_LEXICAL_MODEL",
+    "KNOWLEDGE_READING_MODEL",
+    "KNOWLEDGE_RELEVANCE_FEATURES",
     "LEXICAL_MODEL",
     "MULTILINGUAL_MODEL",
     "ORDER_FEATURES",
@@ -73,12 +75,19 @@ FEATURES = (
     # 1 / rank, and the round's best similarity minus this hit's (both 0 when not found).
     "again_rr",
     "again_gap",
+    # Knowledge chunks read at query time (`knowledge.reading`): the best cosine between
+    # the query and one sentence of the chunk (0: not read).
+    "reading",
 )
 # `lexical` = best - gap, and the best is the same for every hit of a query: it would only
 # shift all of a query's scores, so the order leaves it out. The relevance reads each hit's
 # own strength only.
-ORDER_FEATURES = tuple(f for f in FEATURES if f != "lexical")
+# `reading` is known for a search's first chunks only, after they are ordered: the order
+# never reads it.
+ORDER_FEATURES = tuple(f for f in FEATURES if f not in ("lexical", "reading"))
 RELEVANCE_FEATURES = ("lexical", "exact", "semantic", "coverage")
+# Knowledge relevance also weighs what reading the best chunks found.
+KNOWLEDGE_RELEVANCE_FEATURES = (*RELEVANCE_FEATURES, "reading")
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,7 @@ class LaneView:
     named: bool = False  # the hit asserts an entity the query names
     again_similarity: float = 0.0  # the second round's semantic lane (0: not found there)
     again_rank: int = 0
+    reading: float = 0.0  # the best cosine to one sentence of the chunk (0: not read)
 
 
 @dataclass(frozen=True)
@@ -182,6 +192,7 @@ def feature_rows(hits: Sequence[LaneView], corpus_size: int) -> np.ndarray:
                 float(h.named),
                 1.0 / h.again_rank if h.again_rank else 0.0,
                 top_again - h.again_similarity if h.again_rank else 0.0,
+                h.reading,
             )
         )
     return np.asarray(rows, dtype=np.float64)
@@ -286,6 +297,7 @@ LEXICAL_MODEL = RelevanceModel(
         2.2856,
         0.0,
         0.0,
+        0.0,
     ),
     weights=(
         0.927,
@@ -299,6 +311,7 @@ LEXICAL_MODEL = RelevanceModel(
         0.0,
         0.0,
         4.0485,
+        0.0,
         0.0,
         0.0,
         0.0,
@@ -329,6 +342,7 @@ HYBRID_MODEL = RelevanceModel(
         1.9167,
         0.0,
         0.0,
+        0.0,
     ),
     weights=(
         0.803,
@@ -342,6 +356,7 @@ HYBRID_MODEL = RelevanceModel(
         0.0,
         0.0,
         3.3397,
+        0.0,
         0.0,
         0.0,
         0.0,
@@ -390,4 +405,16 @@ KNOWLEDGE_HYBRID_MODEL = RelevanceModel(
     weights=(0.901, 0.0, 0.0, 0.7516, 0.0, 4.2651, 0.0, 0.0, 0.0, 0.0, 1.9447),
     bias=-8.3359,
     floor=0.0417,
+)
+# With the local embedder a hybrid search reads its best chunks (`knowledge.reading`) and
+# their relevance weighs what it found (`reading`); it orders them first, with the hybrid
+# model's order. Fitted by the same command (--folds, the reading feature in the fit):
+#   .venv/bin/brain-eval knowledge --folds
+KNOWLEDGE_READING_MODEL = replace(
+    KNOWLEDGE_HYBRID_MODEL,
+    weights=(0.6868, 0.0, 0.0, 0.458, 0.0, 2.6904, 0.0, 0.0, 0.0, 0.0, 1.2032)
+    + (0.0,) * 5
+    + (3.9476,),
+    bias=-7.7921,
+    floor=0.0954,
 )
