@@ -241,7 +241,7 @@ class ChunkSearch:
             corpus_size=size, model=relevance,
         )  # fmt: skip
         if semantic and asked is not None and self.reading_model is not None:
-            relevance = await self.read(asked, fused, size, relevance, self.reading_model)
+            relevance = await self.read(query, asked, fused, size, relevance, self.reading_model)
         if self.observer is not None:
             self.observer(fused, size)
         # As memory search: the search answers only when its best hit reaches the floor;
@@ -255,6 +255,7 @@ class ChunkSearch:
 
     async def read(
         self,
+        text: str,
         query: Sequence[float],
         fused: list[FusedHit],
         size: int,
@@ -265,7 +266,7 @@ class ChunkSearch:
         ``model``; the model that decided: ``model``, or ``unread`` (the relevances fusion
         gave) when the embedder failed."""
         try:
-            await reading.read(self.memories.embedder, query, fused)
+            await reading.read(self.memories.embedder, text, query, fused)
         except EmbedderError as exc:
             _log.warning("reading the best chunks failed; unread relevance", error=str(exc))
             return unread
