@@ -28,11 +28,23 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+import structlog
 
-from brain.server.domain.retrieval.embedders import Embedder
+from brain.server.domain.retrieval.embedders import Embedder, EmbedderError
 from brain.server.domain.retrieval.lanes import FusedHit
+from brain.server.domain.retrieval.relevance import RelevanceModel, feature_rows
 
-__all__ = ["MAX_SENTENCES", "READ_TOP", "read", "sentences", "words", "worth_reading"]
+__all__ = [
+    "MAX_SENTENCES",
+    "READ_TOP",
+    "read",
+    "reweigh",
+    "sentences",
+    "words",
+    "worth_reading",
+]
+
+_log = structlog.get_logger("brain.knowledge")
 
 READ_TOP = 3  # chunks read per search (the first of the fused order)
 # Sentences embedded per chunk at most (a chunk is at most one 256-token window, so this
@@ -54,8 +66,8 @@ _COMMON = frozenset(_COMMON_WORDS.split())
 
 
 def sentences(text: str) -> list[str]:
-    """The sentences of a chunk: each line (without Markdown heading, list, table or
-    quote marks) cut at sentence ends; pieces under 3 characters are dropped. A chunk
+    """The sentences of a chunk: each line (without Markdown heading, list or table
+    marks) cut at sentence ends; pieces under 3 characters are dropped. A chunk
     with none reads as its first 500 characters."""
     found: list[str] = []
     for line in text.split("\n"):
@@ -99,3 +111,27 @@ async def read(
     for hit, piece in zip(head, pieces, strict=True):
         hit.reading = float(cosines[start : start + len(piece)].max())
         start += len(piece)
+
+
+async def reweigh(
+    embedder: Embedder,
+    text: str,
+    query: Sequence[float],
+    hits: Sequence[FusedHit],
+    corpus_size: int,
+    unread: RelevanceModel,
+    model: RelevanceModel,
+) -> RelevanceModel:
+    """`read` the first hits, then give every hit its relevance under ``model``; returns
+    the model that decides the search's silence: ``model``, or ``unread`` (whose
+    relevances fusion gave the hits) when the embedder failed, which never fails the
+    search."""
+    try:
+        await read(embedder, text, query, hits)
+    except EmbedderError as exc:
+        _log.warning("reading the best chunks failed; unread relevance", error=str(exc))
+        return unread
+    rows = feature_rows([h.lanes("document_id") for h in hits], corpus_size or len(hits))
+    for hit, probability in zip(hits, model.probabilities(rows), strict=True):
+        hit.relevance = float(probability)
+    return model

@@ -10,7 +10,9 @@ Every hit carries a relevance: the probability that it answers the query, from a
 model over its own match strength (`retrieval.relevance`), fitted on chunks rather than
 conversation turns (`KNOWLEDGE_PARAMS`). A search answers only when its best hit reaches
 the floor (the request's ``min_relevance``, else the model's); otherwise it returns no
-hits and says how many were withheld (``below_floor``), as memory search does.
+hits and says how many were withheld (``below_floor``), as memory search does. With the
+local embedder a hybrid search first reads its best chunks (`reading`): the relevance then
+also weighs the query's best cosine to one of their sentences (`KNOWLEDGE_READING_MODEL`).
 
 A configured reranker (the memories' one, `retrieval.rerankers`) then reorders the top N
 of an answered SearchKnowledge, reading each chunk's heading path and text; when it fails
@@ -45,7 +47,6 @@ from brain.server.domain.retrieval.relevance import (
     KNOWLEDGE_LEXICAL_MODEL,
     KNOWLEDGE_READING_MODEL,
     RelevanceModel,
-    feature_rows,
 )
 from brain.server.domain.retrieval.rerankers import RerankerError
 from brain.server.storage import knowledge as sql
@@ -241,7 +242,9 @@ class ChunkSearch:
             corpus_size=size, model=relevance,
         )  # fmt: skip
         if semantic and asked is not None and self.reading_model is not None:
-            relevance = await self.read(query, asked, fused, size, relevance, self.reading_model)
+            relevance = await reading.reweigh(
+                m.embedder, query, asked, fused, size, relevance, self.reading_model
+            )
         if self.observer is not None:
             self.observer(fused, size)
         # As memory search: the search answers only when its best hit reaches the floor;
@@ -252,28 +255,6 @@ class ChunkSearch:
         if fused and max(h.relevance for h in fused) < floor:
             return Found([], lanes, below_floor=min(limit, len(fused)))
         return Found(fused[: max(limit, depth or 0)], lanes)
-
-    async def read(
-        self,
-        text: str,
-        query: Sequence[float],
-        fused: list[FusedHit],
-        size: int,
-        unread: RelevanceModel,
-        model: RelevanceModel,
-    ) -> RelevanceModel:
-        """Read the best chunks (`reading.read`) and give every hit its relevance under
-        ``model``; the model that decided: ``model``, or ``unread`` (the relevances fusion
-        gave) when the embedder failed."""
-        try:
-            await reading.read(self.memories.embedder, text, query, fused)
-        except EmbedderError as exc:
-            _log.warning("reading the best chunks failed; unread relevance", error=str(exc))
-            return unread
-        rows = feature_rows([h.lanes(CHUNKS.session) for h in fused], size or len(fused))
-        for hit, probability in zip(fused, model.probabilities(rows), strict=True):
-            hit.relevance = float(probability)
-        return model
 
     async def recall_chunks(
         self,
