@@ -173,8 +173,8 @@ async def test_a_hybrid_search_reads_its_chunks_through_the_server(
             assert server.running is not None
             searching = server.running.memories.knowledge
             assert isinstance(searching, ChunkSearch)
-            assert searching.reading_model is None  # an endpoint's embedder: no reading
-            searching.reading_model = reading_only()
+            assert set(searching.reading_models) == {"local"}  # an endpoint's: no reading
+            searching.reading_models = {"openai": reading_only()}
             async with server.channel() as channel:
                 api = Api(channel, server.mint_key(unique("kb"), "w", permissions=ALL))
                 spread = "Alpha one. Beta two. Gamma three."

@@ -136,12 +136,11 @@ class ChunkSearch:
         self.params = params
         self.shape = ContextShape()
         self.observer: ChunkObserver | None = None  # brain-eval only
-        # With the local embedder a hybrid search reads its best chunks (`reading`) and
-        # weighs what it found with this model; None: it reads nothing (another
-        # embedder: an endpoint's cost per search, and no model fitted for its cosines).
-        self.reading_model: RelevanceModel | None = (
-            KNOWLEDGE_READING_MODEL if memories.embedder.name == "local" else None
-        )
+        # Embedder name -> the relevance model of a hybrid search that reads its best chunks
+        # (`reading`); a search with another embedder (the calling tenant's, see
+        # `retrieval.routing`) reads nothing: an endpoint's cost per search, and no model
+        # fitted for its cosines.
+        self.reading_models: dict[str, RelevanceModel] = {"local": KNOWLEDGE_READING_MODEL}
 
     async def search(
         self,
@@ -241,9 +240,10 @@ class ChunkSearch:
             lexical, semantic, None, params, exact=exact, corpus=CHUNKS,
             corpus_size=size, model=relevance,
         )  # fmt: skip
-        if semantic and asked is not None and self.reading_model is not None:
+        reads = self.reading_models.get(m.embedder.name) if semantic else None
+        if reads is not None and asked is not None:
             relevance = await reading.reweigh(
-                m.embedder, query, asked, fused, size, relevance, self.reading_model
+                m.embedder, query, asked, fused, size, relevance, reads
             )
         if self.observer is not None:
             self.observer(fused, size)

@@ -408,13 +408,19 @@ KNOWLEDGE_HYBRID_MODEL = RelevanceModel(
 )
 # With the local embedder a hybrid search reads its best chunks (`knowledge.reading`) and
 # their relevance weighs what it found (`reading`); it orders them first, with the hybrid
-# model's order. Fitted by the same command (--folds, the reading feature in the fit):
+# model's order. Fitted by the same command (the reading feature in the fit):
 #   .venv/bin/brain-eval knowledge --folds
+# The whole-dev fit's floor depends on one dev question: when the semantic lane ranks the
+# passage of "What is the deadline for writing up a postmortem?" in the top 5 (about half
+# the runs; its relevance is 0.008), keeping hit@5 within 0.02 keeps the next weakest
+# answer and the floor falls to 0.0478-0.0549 (dev cross-validated: 5/17 silent); without
+# it, 0.0954 (8/17, at the same hit@5). This is the fit of such a run; the two kinds of
+# run pooled give 0.1095 (docs: Knowledge base).
 KNOWLEDGE_READING_MODEL = replace(
     KNOWLEDGE_HYBRID_MODEL,
-    weights=(0.6868, 0.0, 0.0, 0.458, 0.0, 2.6904, 0.0, 0.0, 0.0, 0.0, 1.2032)
+    weights=(0.6824, 0.0, 0.0, 0.4711, 0.0, 2.7491, 0.0, 0.0, 0.0, 0.0, 1.2195)
     + (0.0,) * 5
-    + (3.9476,),
-    bias=-7.7921,
+    + (3.8368,),
+    bias=-7.7923,
     floor=0.0954,
 )
