@@ -152,6 +152,51 @@ def test_the_reading_model_weighs_the_reading_and_the_order_never_reads_it() -> 
     assert 0 < KNOWLEDGE_READING_MODEL.floor < 1
 
 
+def test_reading_is_on_unless_the_server_is_told_off(
+    monkeypatch: pytest.MonkeyPatch, pg_cluster: PgCluster, loop_thread: LoopThread
+) -> None:
+    """--knowledge-reading (BRAIN_KNOWLEDGE_READING) is on by default; off, a server's
+    knowledge search reads with no embedder; anything else is refused."""
+    import argparse
+
+    from brain.server.runtime.config import add_server_arguments, settings_from_args
+
+    def parsed(*argv: str) -> bool:
+        parser = argparse.ArgumentParser()
+        add_server_arguments(parser)
+        return settings_from_args(parser.parse_args(list(argv))).knowledge_reading
+
+    monkeypatch.delenv("BRAIN_KNOWLEDGE_READING", raising=False)
+    assert parsed() is True
+    assert parsed("--knowledge-reading", "off") is False
+    monkeypatch.setenv("BRAIN_KNOWLEDGE_READING", "off")
+    assert parsed() is False and parsed("--knowledge-reading", "on") is True
+    monkeypatch.setenv("BRAIN_KNOWLEDGE_READING", "maybe")
+    with pytest.raises(SystemExit):
+        parsed()
+
+    server = BrainServer(
+        cluster=pg_cluster, loop=loop_thread,
+        settings=server_settings(pg_cluster, embedder="none", knowledge_reading=False),
+    )  # fmt: skip
+    server.start()
+    try:
+        assert server.running is not None
+        assert isinstance(server.running.memories.knowledge, ChunkSearch)
+        assert server.running.memories.knowledge.reading_models == {}
+    finally:
+        server.stop()
+    on = BrainServer(
+        cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster, embedder="none")
+    )
+    on.start()
+    try:
+        assert on.running is not None and isinstance(on.running.memories.knowledge, ChunkSearch)
+        assert set(on.running.memories.knowledge.reading_models) == {"local"}  # the control
+    finally:
+        on.stop()
+
+
 async def test_a_hybrid_search_reads_its_chunks_through_the_server(
     pg_cluster: PgCluster, loop_thread: LoopThread, brain_server: BrainServer
 ) -> None:

@@ -59,6 +59,10 @@ class Settings:
     # toward the best hits'; None: the shipped value (0: off).
     hop_entities: int | None = None
     hop_vector_weight: float | None = None
+    # Knowledge search with the local embedder reads its best chunks' sentences (issue 31:
+    # silence when no passage answers, for about 3.5x the search latency); False: it
+    # decides with the unread hybrid model.
+    knowledge_reading: bool = True
     max_candidate_ttl_days: int = 30
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
@@ -290,6 +294,15 @@ def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
         "query (two hops); 0 = no such round, the default (BRAIN_HOP_ENTITIES)",
     )
     parser.add_argument(
+        "--knowledge-reading",
+        type=_on_off,
+        metavar="{on,off}",
+        default=_env("KNOWLEDGE_READING", "on") or "on",
+        help="with the local embedder, knowledge search embeds the sentences of its best 3 "
+        "chunks to tell an answer from a passage that only shares words; off: faster, "
+        "less often silent (BRAIN_KNOWLEDGE_READING)",
+    )
+    parser.add_argument(
         "--hop-vector-weight",
         type=float,
         default=float(_env("HOP_VECTOR_WEIGHT", "-1") or -1),
@@ -299,11 +312,19 @@ def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _on_off(value: str) -> bool:
+    """``on`` or ``off`` (from the flag or the environment alike)."""
+    if value not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not on or off")
+    return value == "on"
+
+
 def graph_extract_settings(args: argparse.Namespace) -> dict[str, object]:
     return {
         "graph_lane_weight": args.graph_lane_weight if args.graph_lane_weight >= 0 else None,
         "hop_entities": args.hop_entities if args.hop_entities >= 0 else None,
         "hop_vector_weight": args.hop_vector_weight if args.hop_vector_weight >= 0 else None,
+        "knowledge_reading": args.knowledge_reading,
         "graph_extract_url": args.graph_extract_url,
         "graph_extract_model": args.graph_extract_model,
         "graph_extract_api_key": _env("GRAPH_EXTRACT_API_KEY"),
