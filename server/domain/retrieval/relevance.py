@@ -412,10 +412,10 @@ KNOWLEDGE_HYBRID_MODEL = RelevanceModel(
 #   .venv/bin/brain-eval knowledge --folds
 # The whole-dev fit's floor depends on one dev question: when the semantic lane ranks the
 # passage of "What is the deadline for writing up a postmortem?" in the top 5 (about half
-# the runs; its relevance is 0.008), keeping hit@5 within 0.02 keeps the next weakest
+# the runs; its relevance is about 0.01), keeping hit@5 within 0.02 keeps the next weakest
 # answer and the floor falls to 0.0478-0.0549 (dev cross-validated: 5/17 silent); without
-# it, 0.0954 (8/17, at the same hit@5). This is the fit of such a run; the two kinds of
-# run pooled give 0.1095 (docs: Knowledge base).
+# it, 0.0954 (8/17, at the same hit@5). This is the fit of a run without it; the dev
+# parts of one run of each kind pooled give 0.1095 (docs: Knowledge base).
 KNOWLEDGE_READING_MODEL = replace(
     KNOWLEDGE_HYBRID_MODEL,
     weights=(0.6824, 0.0, 0.0, 0.4711, 0.0, 2.7491, 0.0, 0.0, 0.0, 0.0, 1.2195)
