@@ -97,8 +97,19 @@ def test_only_sentences_sharing_a_word_with_the_query_are_read() -> None:
         "Redis runs on three nodes.",
         "The rotation of passwords is monthly.",
     ]
-    # A chunk sharing no word (a reworded question the semantic lane found) is read whole.
+    # A chunk sharing no word (a reworded question the semantic lane found): its first ones.
     assert reading.worth_reading("Call Bob. Then Alice.", asked) == ["Call Bob.", "Then Alice."]
+    assert reading.READ_SENTENCES == 4
+    many = "\n".join(["Call Bob.", "Redis one.", "Redis two.", "Redis passwords rotate.",
+                      "Redis three.", "Redis four.", "Redis five."])  # fmt: skip
+    assert reading.worth_reading(many, asked) == [
+        "Redis one.",
+        "Redis two.",
+        "Redis passwords rotate.",
+        "Redis three.",
+    ]  # the most shared words first (3 here), then the earlier; kept in chunk order
+    unrelated = "\n".join(f"Line {i} here." for i in range(9))
+    assert reading.worth_reading(unrelated, asked) == [f"Line {i} here." for i in range(4)]
 
 
 async def test_the_first_chunks_get_their_best_sentences_cosine_in_one_batch() -> None:

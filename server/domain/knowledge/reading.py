@@ -8,8 +8,9 @@ holds none. So, with the in-process local embedder, a hybrid search embeds the s
 of its best `READ_TOP` chunks (the fused order's first) that share a word with the query
 (all of a chunk's when none does) and gives each chunk a ``reading``: the highest cosine
 between the query's own vector (not the feedback-moved one the semantic lane searched
-with) and one of those sentences. Only sentences sharing a word: a third as many to
-embed (9 a search rather than 28 on the knowledge set) for the same dev figures.
+with) and one of those sentences (at most 4 a chunk, those sharing the most words).
+Only sentences sharing a word: a third as many to embed (8 a search rather than 28 on the
+knowledge set) for the same dev figures.
 
 The reading is a feature of the knowledge relevance model
 (`relevance.KNOWLEDGE_READING_MODEL`, fitted with it: the chunks further down, unread,
@@ -36,6 +37,7 @@ from brain.server.domain.retrieval.relevance import RelevanceModel, feature_rows
 
 __all__ = [
     "MAX_SENTENCES",
+    "READ_SENTENCES",
     "READ_TOP",
     "read",
     "reweigh",
@@ -47,6 +49,10 @@ __all__ = [
 _log = structlog.get_logger("brain.knowledge")
 
 READ_TOP = 3  # chunks read per search (the first of the fused order)
+# Sentences read per chunk at most (so at most 12 a search): on the knowledge set a chunk
+# has 3 sharing a word with the query on average, this project's own docs more; the cap
+# changed the reading of 20 of 588 chunks read there and no dev figure.
+READ_SENTENCES = 4
 # Sentences embedded per chunk at most (a chunk is at most one 256-token window, so this
 # bounds only a chunk of many one-word lines, such as a list of names).
 MAX_SENTENCES = 40
@@ -85,11 +91,15 @@ def words(text: str) -> frozenset[str]:
 
 
 def worth_reading(text: str, query: frozenset[str]) -> list[str]:
-    """The sentences of a chunk that share a word with the query (`words`); all of them
+    """The sentences of a chunk that share a word with the query (`words`), at most
+    `READ_SENTENCES`: those sharing the most words, the earlier first; the first ones
     when none does (a chunk the semantic lane found for a reworded question)."""
     every = sentences(text)
-    sharing = [s for s in every if words(s) & query]
-    return sharing or every
+    shared = [(len(words(s) & query), i) for i, s in enumerate(every)]
+    sharing = sorted((-n, i) for n, i in shared if n)[:READ_SENTENCES]
+    if not sharing:
+        return every[:READ_SENTENCES]
+    return [every[i] for _, i in sorted(sharing, key=lambda x: x[1])]
 
 
 async def read(
