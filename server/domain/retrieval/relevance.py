@@ -418,9 +418,9 @@ KNOWLEDGE_HYBRID_MODEL = RelevanceModel(
 # parts of one run of each kind pooled give 0.1095 (docs: Knowledge base).
 KNOWLEDGE_READING_MODEL = replace(
     KNOWLEDGE_HYBRID_MODEL,
-    weights=(0.6824, 0.0, 0.0, 0.4711, 0.0, 2.7491, 0.0, 0.0, 0.0, 0.0, 1.2195)
+    weights=(0.6953, 0.0, 0.0, 0.4847, 0.0, 2.8591, 0.0, 0.0, 0.0, 0.0, 1.2888)
     + (0.0,) * 5
-    + (3.8368,),
-    bias=-7.7923,
+    + (3.5869,),
+    bias=-7.82,
     floor=0.0954,
 )
