@@ -20,6 +20,41 @@
 -- rewrite) and every tenant's statistics recounted; see docs for the figure per 10,000
 -- memories.
 
+-- The english configuration stems English only: a word of another spaced script keeps its
+-- whole form there, so an inflection ("संभालता" / "संभालते", "الموارد" / "موارد",
+-- "счёта" / "счета") shared no lexeme with its answer. `brain_truncate` reads such a word
+-- in the english vector by its first four characters instead, the crudest stemmer there
+-- is, once the attached Arabic article or conjunction is removed (ال، وال، بال، فال، كال،
+-- لل, as Arabic light stemmers do); at the word's positions, so its term frequency is the
+-- word's. `p_scripts`: the bracket-expression ranges whose words are truncated. Numbers,
+-- addresses and paths (anything with an ASCII digit or punctuation) stay whole.
+CREATE FUNCTION brain_truncate(p_tsv tsvector, p_scripts text) RETURNS tsvector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT SET search_path = pg_catalog, public
+AS $$
+DECLARE
+    v_words text[];
+    v_prefixes text;
+BEGIN
+    IF p_tsv::text !~ ('[' || p_scripts || ']') THEN
+        RETURN p_tsv;  -- the common case: no word of those scripts
+    END IF;
+    SELECT array_agg(w.lexeme),
+           string_agg('''' || left(w.word, 4) || ''':' || array_to_string(w.positions, ','), ' ')
+    INTO v_words, v_prefixes
+    FROM (SELECT CASE WHEN u.lexeme ~ '^(وال|بال|فال|كال|لل|ال)[\u0600-\u06FF]{3,}$'
+                      THEN regexp_replace(u.lexeme, '^(وال|بال|فال|كال|لل|ال)', '')
+                      ELSE u.lexeme END AS word,
+                 u.lexeme, u.positions
+          FROM unnest(p_tsv) u) w
+    WHERE char_length(w.lexeme) > 4
+      AND w.word ~ ('^[' || p_scripts || ']+$');
+    IF v_words IS NULL THEN
+        RETURN p_tsv;
+    END IF;
+    RETURN ts_delete(p_tsv, v_words) || v_prefixes::tsvector;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION brain_tsv(p_config regconfig, p_text text) RETURNS tsvector
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT SET search_path = pg_catalog, public
 AS $$
@@ -27,45 +62,38 @@ DECLARE
     v_segmented text := brain_segment(p_text);
     v_stops text[] := brain_function_lexemes(v_segmented);
     v_tsv tsvector;
-    v_prefixes text;
 BEGIN
     IF cardinality(v_stops) > 0 AND p_config <> 'simple'::regconfig THEN
         -- The same words as the configuration spells them (english: stemmed).
         v_stops := tsvector_to_array(to_tsvector(p_config, array_to_string(v_stops, ' ')));
     END IF;
     v_tsv := ts_delete(to_tsvector(p_config, v_segmented), v_stops);
-    IF p_config <> 'simple'::regconfig THEN
+    IF p_config = 'simple'::regconfig THEN
         RETURN v_tsv;
     END IF;
-    -- Prefix lexemes: letters only (no ASCII digit or punctuation, so no quote or
-    -- backslash reaches the literal), no unspaced script, not an English stop word.
-    SELECT string_agg('''' || left(u.lexeme, 4) || '~'':'
-                      || array_to_string(u.positions, ','), ' ')
-    INTO v_prefixes
-    FROM unnest(v_tsv) u
-    WHERE char_length(u.lexeme) >= 4
-      AND u.lexeme !~ '[\u0021-\u0040\u005B-\u0060\u007B-\u007E]'
-      AND u.lexeme !~ ('[' || brain_unspaced_class() || ']')
-      AND ts_lexize('english_stem', u.lexeme) IS DISTINCT FROM '{}'::text[];
-    IF v_prefixes IS NULL THEN
-        RETURN v_tsv;
-    END IF;
-    RETURN v_tsv || v_prefixes::tsvector;
+    -- Spaced scripts other than Latin: Greek to Sinhala, and Georgian.
+    RETURN brain_truncate(v_tsv, '\u0370-\u0DFF\u10A0-\u10FF');
 END
 $$;
 
--- Regenerate the exact-form columns (PostgreSQL 15 has no SET EXPRESSION), their indexes,
+-- Regenerate the lexical columns (PostgreSQL 15 has no SET EXPRESSION), their indexes,
 -- then recount the statistics.
-ALTER TABLE memories DROP COLUMN search_tsv_simple;
+ALTER TABLE memories DROP COLUMN search_tsv, DROP COLUMN search_tsv_simple;
 ALTER TABLE memories
+    ADD COLUMN search_tsv tsvector
+        GENERATED ALWAYS AS (brain_tsv('english'::regconfig, content)) STORED,
     ADD COLUMN search_tsv_simple tsvector
         GENERATED ALWAYS AS (brain_tsv('simple'::regconfig, content)) STORED;
+CREATE INDEX memories_tsv ON memories USING gin (search_tsv);
 CREATE INDEX memories_tsv_simple ON memories USING gin (search_tsv_simple);
 
-ALTER TABLE document_chunks DROP COLUMN search_tsv_simple;
+ALTER TABLE document_chunks DROP COLUMN search_tsv, DROP COLUMN search_tsv_simple;
 ALTER TABLE document_chunks
+    ADD COLUMN search_tsv tsvector
+        GENERATED ALWAYS AS (brain_tsv('english'::regconfig, content)) STORED,
     ADD COLUMN search_tsv_simple tsvector
         GENERATED ALWAYS AS (brain_tsv('simple'::regconfig, content)) STORED;
+CREATE INDEX document_chunks_tsv ON document_chunks USING gin (search_tsv);
 CREATE INDEX document_chunks_tsv_simple ON document_chunks USING gin (search_tsv_simple);
 
 SELECT brain_rebuild_lexical_stats(tenant_id) FROM tenants;
