@@ -1,0 +1,100 @@
+"""What migration 0064's backfill costs per 10,000 memories.
+
+    .venv/bin/python -m brain.server.measure.lexical_backfill [--memories 10000]
+
+For each of two corpora, a fresh private server (embedded PostgreSQL, embedder none) gets
+``--memories`` memories in one bucket, filled through SQL as the benchmarks fill theirs:
+*english* cycles the English memories of the multilingual sets, *multilingual* all their
+memories (eleven languages; Russian, Hindi and Arabic among them, whose words 0064 reads by
+four letters). Each text carries a number, so no two rows are equal. Then the part of the
+migration that touches rows (regenerating the lexical columns of memories and knowledge
+chunks, their indexes, and recounting every tenant's term statistics) runs as the
+migration runs it, in one transaction, and is timed; and so is reading every row's text
+through ``brain_tsv('english', ...)`` alone, the cost each write now pays. Figures depend on
+the machine and its load (the one printed with them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from importlib import resources
+
+import asyncpg
+
+from brain.server.measure import multilingual
+from brain.server.measure.private import private_brain
+
+MIGRATION = "0064_prefix_reading.sql"
+
+FILL_SQL = """
+    INSERT INTO memories (tenant_id, memory_id, version, namespace, content, labels, status,
+                          valid_from, created_by, changed_by, changed_by_key, change)
+    SELECT $1, gen_random_uuid(), 1, 'backfill',
+           ($2::text[])[1 + g % cardinality($2::text[])] || ' ' || g,
+           '{team}', 'active', now(), 'bench', 'bench', 'bench', 'save'
+    FROM generate_series(1, $3::int) g"""
+
+
+def corpus(which: str) -> list[str]:
+    """The texts a corpus cycles through."""
+    texts = []
+    for split in sorted(multilingual.SPLITS):
+        for lang in multilingual.load(multilingual.SPLITS[split]):
+            if which == "multilingual" or lang.code == "en":
+                texts.extend(lang.memories)
+    return texts
+
+
+def row_statements() -> str:
+    """The statements of the migration that touch rows (after its functions)."""
+    text = resources.files("brain.server.storage").joinpath("migrations", MIGRATION).read_text()
+    return text[text.index("-- Regenerate") :]
+
+
+async def measure(which: str, memories: int) -> dict[str, float]:
+    async with private_brain("none") as brain:
+        bucket = await brain.bucket("backfill")
+        conn = await asyncpg.connect(brain.owner_dsn)
+        try:
+            tenant_id = await conn.fetchval(
+                "SELECT tenant_id FROM api_keys WHERE key_id = $1", bucket.api_key.split("_")[1]
+            )
+            await conn.execute("ALTER TABLE memories DISABLE TRIGGER memories_lexical_stats")
+            await conn.execute(FILL_SQL, tenant_id, corpus(which), memories)
+            await conn.execute("ALTER TABLE memories ENABLE TRIGGER memories_lexical_stats")
+            await conn.execute("SELECT brain_rebuild_lexical_stats($1)", tenant_id)
+            await conn.execute("VACUUM ANALYZE memories")
+            started = time.perf_counter()
+            async with conn.transaction():
+                await conn.execute(row_statements())
+            backfill = time.perf_counter() - started
+            started = time.perf_counter()
+            await conn.fetchval(
+                "SELECT sum(length(brain_tsv('english'::regconfig, content))) FROM memories"
+            )
+            read = time.perf_counter() - started
+        finally:
+            await conn.close()
+    per = 10_000 / memories
+    return {"backfill_s": backfill * per, "read_english_ms": read * 1000 / memories}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--memories", type=int, default=10_000)
+    args = p.parse_args(argv)
+    for which in ("english", "multilingual"):
+        figures = asyncio.run(measure(which, args.memories))
+        print(
+            f"{which}: {args.memories} memories; backfill {figures['backfill_s']:.1f} s per "
+            f"10,000 memories; brain_tsv('english') {figures['read_english_ms']:.3f} ms per "
+            f"memory (load {os.getloadavg()[0]:.1f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
