@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (Cyrillic letters that look Latin: the texts are Russian)
 """Words of spaced scripts other than Latin are read by their first four characters in the
 english vector (migration 0064, issue 34): another inflection of the word matches, for
 memories and knowledge chunks alike, and the term statistics still count exactly what is

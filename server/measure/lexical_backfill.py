@@ -41,7 +41,7 @@ FILL_SQL = """
 
 def corpus(which: str) -> list[str]:
     """The texts a corpus cycles through."""
-    texts = []
+    texts: list[str] = []
     for split in sorted(multilingual.SPLITS):
         for lang in multilingual.load(multilingual.SPLITS[split]):
             if which == "multilingual" or lang.code == "en":
