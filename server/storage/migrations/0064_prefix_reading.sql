@@ -1,33 +1,27 @@
--- The exact-form lane also reads each word by its first four characters (issue 34).
+-- Words of spaced scripts other than Latin are read by their first four letters in the
+-- english vector (issue 34).
 --
--- Only English is stemmed (the `english` lane): a Russian, German, French or Hindi word
--- in another inflection ("счета" / "счёт", "Lieferanten" / "Lieferantenrechnungen",
--- "piraté" / "piratage") shared no lexeme with its answer. The `simple` vector now holds,
--- beside the exact forms, a *prefix lexeme* for every content word of four characters or
--- more that is made of letters: its first four characters and a tilde ("lief~"), at the
--- word's positions (so its term frequency is the word's). The tilde keeps prefixes apart
--- from exact words ("meet" never matches "meet~"), and no function word has one (English
--- stop words, and the function words of the text's language, removed before). Runs of
--- unspaced scripts are already character bigrams and get none; nor do numbers, e-mail
--- addresses, paths or hyphenated forms (anything holding an ASCII digit or punctuation).
---
--- Both sides read text through `brain_tsv`, so queries get the same prefixes, and the
--- term statistics (lexical_terms, per visibility cell, migration 0010) count them like
--- any stored lexeme: they stay exact per cell with no new table. Measured in docs
--- (Retrieval, Languages).
---
--- Cost: the `simple` columns of memories and knowledge chunks are regenerated (a table
--- rewrite) and every tenant's statistics recounted; see docs for the figure per 10,000
--- memories.
-
 -- The english configuration stems English only: a word of another spaced script keeps its
 -- whole form there, so an inflection ("संभालता" / "संभालते", "الموارد" / "موارد",
--- "счёта" / "счета") shared no lexeme with its answer. `brain_truncate` reads such a word
+-- "счета" / "счетов") shared no lexeme with its answer. `brain_truncate` reads such a word
 -- in the english vector by its first four characters instead, the crudest stemmer there
 -- is, once the attached Arabic article or conjunction is removed (ال، وال، بال، فال، كال،
 -- لل, as Arabic light stemmers do); at the word's positions, so its term frequency is the
 -- word's. `p_scripts`: the bracket-expression ranges whose words are truncated. Numbers,
 -- addresses and paths (anything with an ASCII digit or punctuation) stay whole.
+--
+-- The exact-form (`simple`) vector keeps every word whole, and Latin-script words are read
+-- as before (English stemmed; four letters were too few for Spanish on the dev split:
+-- "contraseña" met "contabilidad"). Both sides read text through `brain_tsv`, so a query
+-- is read the same way, and the term statistics (lexical_terms, per visibility cell,
+-- migration 0010) count the stored lexemes whatever they are: exact per cell, no new
+-- table. Measured in docs (Retrieval, Languages), with what was tried and not kept.
+--
+-- Cost: both lexical columns of memories and knowledge chunks are regenerated (a table
+-- rewrite, as in 0050) and every tenant's statistics recounted: 2.7 s per 10,000 English
+-- memories, 5.5 s per 10,000 in eleven languages on the shared 2-core machine
+-- (python -m brain.server.measure.lexical_backfill). Text holding none of those scripts
+-- is stored exactly as before.
 CREATE FUNCTION brain_truncate(p_tsv tsvector, p_scripts text) RETURNS tsvector
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT SET search_path = pg_catalog, public
 AS $$
