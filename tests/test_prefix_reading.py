@@ -112,3 +112,42 @@ async def test_knowledge_chunks_are_read_the_same_way(
         "ru.md"
     }
     assert await found_paths(api, "विभाग कौन संभालता है?", lexical_only=True) == {"hi.md"}
+
+
+async def lexical_scores(api: Api, query: str) -> dict[str, float]:
+    response = await api.memories.SearchMemories(
+        memory_pb2.SearchMemoriesRequest(
+            scope=api.scope(), query=query, limit=20, mode=LEXICAL, min_relevance=0.0
+        ),
+        metadata=api.md,
+    )
+    return {h.memory.id: h.lexical_score for h in response.hits}
+
+
+async def test_another_users_inflections_change_no_score_a_caller_sees(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Bob's private memories share the four-letter forms of Alice's words: Alice's scores
+    stay what they were (no count of his rows reaches her), while a key that may read
+    Bob's rows gets other scores for the same memories (the positive control)."""
+    tenant, namespace = unique("t"), unique("ns")
+    alice = Api(
+        channel,
+        brain_server.mint_key(tenant, "alice", user="alice", namespaces=(namespace,)),
+        namespace=namespace,
+        user_id="alice",
+    )
+    writer = Api(channel, brain_server.mint_key(tenant, "writer"), namespace=namespace)
+    own = {(await alice.save(text)).memory.id for text in (
+        "Ирина оплачивает счета поставщиков", "Поставщик прислал договор", "Отчёт готов"
+    )}  # fmt: skip
+    query = "Кто оплачивает счета поставщикам?"
+    before = await lexical_scores(alice, query)
+    assert set(before) <= own and before
+    seen_before = await lexical_scores(writer, query)
+    for i in range(6):
+        await writer.save(f"Поставки и оплата счетов номер {i}", scope=writer.scope(user_id="bob"))
+    assert await lexical_scores(alice, query) == before
+    seen_after = await lexical_scores(writer, query)
+    assert len(seen_after) > len(seen_before)
+    assert any(seen_after[i] != score for i, score in seen_before.items())
