@@ -18,10 +18,10 @@
 -- table. Measured in docs (Retrieval, Languages), with what was tried and not kept.
 --
 -- Cost: both lexical columns of memories and knowledge chunks are regenerated (a table
--- rewrite, as in 0050) and every tenant's statistics recounted: 2.7 s per 10,000 English
--- memories, 5.5 s per 10,000 in eleven languages on the shared 2-core machine
--- (python -m brain.server.measure.lexical_backfill). Text holding none of those scripts
--- is stored exactly as before.
+-- rewrite, as in 0050) and every tenant's statistics recounted: 2.5-2.9 s per 10,000
+-- English memories, 2.3-5.5 s per 10,000 in eleven languages, in three runs on the shared
+-- 2-core machine at load 5-8 (python -m brain.server.measure.lexical_backfill). Text
+-- holding none of those scripts is stored exactly as before.
 CREATE FUNCTION brain_truncate(p_tsv tsvector, p_scripts text) RETURNS tsvector
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT SET search_path = pg_catalog, public
 AS $$
