@@ -11,7 +11,12 @@ migration that touches rows (regenerating the lexical columns of memories and kn
 chunks, their indexes, and recounting every tenant's term statistics) runs as the
 migration runs it, in one transaction, and is timed; and so is reading every row's text
 through ``brain_tsv('english', ...)`` alone, the cost each write now pays, against the
-function as migration 0050 defined it. Figures depend on
+function as migration 0050 defined it.
+
+    .venv/bin/python -m brain.server.measure.lexical_backfill --unchanged FILE_OR_FOLDER...
+
+counts instead the texts (every string of a JSON file) whose two lexical vectors differ
+from what 0050's function made of them. Figures depend on
 the machine and its load (the one printed with them).
 """
 
@@ -19,10 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import time
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -107,10 +115,60 @@ async def measure(which: str, memories: int) -> dict[str, float]:
     }
 
 
+def strings(path: Path) -> list[str]:
+    """Every string of a JSON file (all its values, nested), or a text file's text; every
+    file of a folder."""
+    if path.is_dir():
+        return [text for child in sorted(path.rglob("*")) if child.is_file()
+                for text in strings(child)]  # fmt: skip
+    if path.suffix != ".json":
+        return [path.read_text(errors="replace")]
+    found: list[str] = []
+    todo: list[Any] = [json.loads(path.read_text())]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
+
+
+async def unchanged(paths: Sequence[Path]) -> tuple[int, int]:
+    """(texts, texts whose english or simple vector differs from before 0064)."""
+    texts = [text for path in paths for text in strings(path)]
+    async with private_brain("none") as brain:
+        conn = await asyncpg.connect(brain.owner_dsn)
+        try:
+            await conn.execute(before_0064())
+            differ: int = await conn.fetchval(
+                """SELECT count(*) FROM unnest($1::text[]) t WHERE
+                       brain_tsv('english', t) IS DISTINCT FROM brain_tsv_before('english', t)
+                    OR brain_tsv('simple', t) IS DISTINCT FROM brain_tsv_before('simple', t)""",
+                texts,
+            )
+        finally:
+            await conn.close()
+    return len(texts), differ
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--memories", type=int, default=10_000)
+    p.add_argument(
+        "--unchanged",
+        type=Path,
+        nargs="+",
+        help="instead: count the texts of these files (JSON: every string) or folders whose "
+        "lexical vectors differ from before 0064",
+    )
     args = p.parse_args(argv)
+    if args.unchanged:
+        texts, differ = asyncio.run(unchanged(args.unchanged))
+        print(f"{texts} texts, {differ} read differently than before 0064")
+        return
     for which in ("english", "multilingual"):
         figures = asyncio.run(measure(which, args.memories))
         print(
