@@ -38,7 +38,7 @@ def test_centring_removes_the_direction_every_vector_shares() -> None:
 
     query = unit([3.0, 1.0, 0.0, 0.0])
     memories = np.stack([unit([3.0, 1.0, 0.2, 0.0]), unit([3.0, 0.0, 0.0, 1.0])])
-    values = features(query[None, :], memories, shared * 0.9)
+    values = features(query[None, :], memories, (shared * 0.9)[None, :])
     raw, first = values["cosine"][:, 0]
     centred, centred_first = values["centred"][:, 0]
     assert int(first) == 0 and int(centred_first) == 0
