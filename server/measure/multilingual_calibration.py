@@ -263,6 +263,13 @@ async def measure(split: str) -> None:
     top = DEV_THRESHOLDS["centred"]
     vetoed = [(on and c >= DEV_VETO) or c >= top for on, c in zip(lexical, centred, strict=True)]
     print(line(f"floor if centred >= {DEV_VETO}, or {top}", tally(asked, vetoed.__getitem__)))
+    # Added after the held-out run (so that run is no evidence for it): the veto alone, the
+    # answer similarity as shipped. It ties the line above on dev.
+    alone = [
+        (on and c >= DEV_VETO) or b >= similarity
+        for on, c, b in zip(lexical, centred, cos, strict=True)
+    ]
+    print(line(f"  the same, or cosine >= {similarity}", tally(asked, alone.__getitem__)))
     if split != "dev":
         return  # the logistic would be fitted on the split it scores
     y = np.asarray([q.answer is not None for q in asked], dtype=float)
