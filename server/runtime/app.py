@@ -288,6 +288,8 @@ async def _serve(
         embedder = RoutedEmbedder(
             embedder, {tenant: one for tenant, (_, one) in tenant_embedders.items()}
         )
+    distributed = await db.is_distributed()
+    db.notify_after_commit = distributed  # storage/db.py: Citus cannot PREPARE a NOTIFY
     memories = Memories(
         db,
         pepper,
@@ -295,7 +297,7 @@ async def _serve(
             max_page_size=settings.max_page_size,
             statement_timeout_ms=settings.statement_timeout_ms,
             app_filter=settings.app_filter,
-            distributed=await db.is_distributed(),
+            distributed=distributed,
         ),
         embedder=embedder,
         embedding_dimension=dimension,

@@ -4,7 +4,7 @@ Every transaction that touches tenant rows first sets ``brain.tenant_id`` (read 
 row-level security policies), the acting key and principal (read by audit triggers),
 and a statement timeout derived from the RPC deadline — all transaction-local, by
 ``SET LOCAL`` (storage/setlocal.py); a write transaction also queues the NOTIFY that
-wakes the tenant's watchers at commit.
+wakes the tenant's watchers at commit (on a Citus coordinator: sends it after the commit).
 Database errors become domain errors here, at this one boundary.
 """
 
@@ -112,6 +112,12 @@ class Database:
         self.replica = replica
         self._written: dict[str, str] = {}  # key id -> primary WAL position after its last write
         self._probe: asyncio.Task[bool] | None = None  # the health probe in flight, if any
+        # On a Citus coordinator a write's NOTIFY goes after its commit, not in it: Citus
+        # commits a transaction that reached two nodes (a shard group moving under it) by
+        # two-phase commit, and PostgreSQL cannot PREPARE a transaction that has queued a
+        # NOTIFY. A NOTIFY lost between commit and send only delays watchers until their
+        # poll (domain/watch.py), which reads from the audit log, not from notifications.
+        self.notify_after_commit = False
 
     @classmethod
     async def connect(
@@ -220,18 +226,20 @@ class Database:
                                 "brain.may_review": "on" if may_review else "",
                             }
                         )
-                        if not readonly:
+                        notify = f"NOTIFY {audit.NOTIFY_CHANNEL}, {setlocal.literal(tenant_id)}"
+                        if not readonly and not self.notify_after_commit:
                             # Wakes the tenant's watchers (domain/watch.py), delivered at
                             # commit and only if it commits. Sent from this connection (the
                             # coordinator on Citus), not by the audit trigger, which runs on
                             # the shard's worker (migration 0033).
-                            prologue += f";\nNOTIFY {audit.NOTIFY_CHANNEL}, "
-                            prologue += setlocal.literal(tenant_id)
+                            prologue += f";\n{notify}"
                         await conn.execute(prologue)  # one round trip, simple query
                         yield conn
                         auditing = not readonly and await metrics.audit_pending(conn)
                     if auditing:  # committed
                         metrics.AUDIT_EVENTS.inc()
+                    if not readonly and self.notify_after_commit:  # committed
+                        await _notify(conn, notify)
                     if not readonly and key_id and self.replica is not None:
                         # After commit: the position a replica must reach to show this write.
                         self._written[key_id] = await conn.fetchval(
@@ -361,6 +369,15 @@ async def embedding_dimension(conn: asyncpg.Pool | asyncpg.Connection) -> int:
            WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"""
     )
     return value
+
+
+async def _notify(conn: asyncpg.Connection, notify: str) -> None:
+    """A NOTIFY after its write committed: the write stands whether or not it is sent."""
+    try:
+        await conn.execute(notify)
+    except DATABASE_ERRORS as exc:
+        # Watchers see the write at their next poll (domain/watch.py ChangeFeed.wait).
+        _log.warning("watchers not notified of a committed write", error=str(exc))
 
 
 def _pg_array(values: frozenset[str]) -> str:
