@@ -289,7 +289,7 @@ async def _serve(
             embedder, {tenant: one for tenant, (_, one) in tenant_embedders.items()}
         )
     distributed = await db.is_distributed()
-    db.notify_after_commit = distributed  # storage/db.py: Citus cannot PREPARE a NOTIFY
+    db.notify_apart = distributed  # storage/db.py: Citus replays a SET LOCAL's whole string
     memories = Memories(
         db,
         pepper,

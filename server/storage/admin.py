@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -64,24 +67,36 @@ async def mint_key(
     """Create a key and return it with its secret — the only time the secret exists."""
     tenant_id = await tenant_id_by_name(conn, tenant)
     key_id, secret = new_key_id(), new_secret()
-    await conn.execute(
-        """INSERT INTO api_keys (tenant_id, key_id, secret_hash, principal, permissions,
-               confine_user_id, confine_namespaces, confine_session_id, labels, expires_at,
-               description, rotated_from)
-           VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)""",
-        tenant_id,
-        key_id,
-        hash_secret(pepper, key_id, secret),
-        principal,
-        sorted(permissions),
-        confinement.user_id,
-        sorted(confinement.namespaces),
-        confinement.session_id,
-        sorted(labels),
-        expires_at,
-        description,
-        rotated_from,
+    # The key and its tenant entry, both or neither (in the caller's transaction, if any).
+    together: AbstractAsyncContextManager[Any] = (
+        contextlib.nullcontext() if conn.is_in_transaction() else conn.transaction()
     )
+    async with together:
+        # Which tenant holds the key, read to authenticate it without asking every shard of
+        # api_keys on a Citus cluster (migration 0061; api_keys' foreign key requires it).
+        await conn.execute(
+            "INSERT INTO api_key_tenants (key_id, tenant_id) VALUES ($1, $2::uuid)",
+            key_id,
+            tenant_id,
+        )
+        await conn.execute(
+            """INSERT INTO api_keys (tenant_id, key_id, secret_hash, principal, permissions,
+                   confine_user_id, confine_namespaces, confine_session_id, labels,
+                   expires_at, description, rotated_from)
+               VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)""",
+            tenant_id,
+            key_id,
+            hash_secret(pepper, key_id, secret),
+            principal,
+            sorted(permissions),
+            confinement.user_id,
+            sorted(confinement.namespaces),
+            confinement.session_id,
+            sorted(labels),
+            expires_at,
+            description,
+            rotated_from,
+        )
     return MintedKey(
         key=format_key(key_id, secret),
         key_id=key_id,

@@ -4,7 +4,7 @@ Every transaction that touches tenant rows first sets ``brain.tenant_id`` (read 
 row-level security policies), the acting key and principal (read by audit triggers),
 and a statement timeout derived from the RPC deadline — all transaction-local, by
 ``SET LOCAL`` (storage/setlocal.py); a write transaction also queues the NOTIFY that
-wakes the tenant's watchers at commit (on a Citus coordinator: sends it after the commit).
+wakes the tenant's watchers at commit (on a Citus coordinator as a statement of its own).
 Database errors become domain errors here, at this one boundary.
 """
 
@@ -73,9 +73,9 @@ def outage(exc: BaseException) -> BrainError | None:
     ):
         return Unavailable(UNAVAILABLE_MESSAGE)
     if isinstance(exc, asyncpg.FeatureNotSupportedError) and "cannot PREPARE" in str(exc):
-        # On Citus, a write that reached two nodes (its shard group moving under it) commits
-        # by two-phase commit, which the NOTIFY queued in its transaction forbids: nothing
-        # was written, and the retry finds the group in one place (deploy/SCALING.md).
+        # On Citus, a write that reached two workers commits by two-phase commit, which a
+        # NOTIFY a worker ran forbids (Database.notify_apart keeps the server's own off the
+        # workers): nothing was written; retry (deploy/SCALING.md).
         return Unavailable(UNAVAILABLE_MESSAGE)
     if isinstance(exc, asyncpg.InternalClientError):
         # asyncpg's protocol state after its connection broke in the middle of an operation.
@@ -112,12 +112,14 @@ class Database:
         self.replica = replica
         self._written: dict[str, str] = {}  # key id -> primary WAL position after its last write
         self._probe: asyncio.Task[bool] | None = None  # the health probe in flight, if any
-        # On a Citus coordinator a write's NOTIFY goes after its commit, not in it: Citus
-        # commits a transaction that reached two nodes (a shard group moving under it) by
-        # two-phase commit, and PostgreSQL cannot PREPARE a transaction that has queued a
-        # NOTIFY. A NOTIFY lost between commit and send only delays watchers until their
-        # poll (domain/watch.py), which reads from the audit log, not from notifications.
-        self.notify_after_commit = False
+        # On a Citus coordinator a write's NOTIFY is a statement of its own, not part of the
+        # settings' string: Citus replays the whole query string of a SET LOCAL on every
+        # worker connection the transaction opens (citus.propagate_set_commands), NOTIFY
+        # and all, and a transaction whose write reached two workers (a shard group moving
+        # under it) then fails at commit: a worker cannot PREPARE a transaction that has
+        # executed NOTIFY. Sent apart, it runs on the coordinator only, still delivered at
+        # commit and only if it commits.
+        self.notify_apart = False
 
     @classmethod
     async def connect(
@@ -226,20 +228,23 @@ class Database:
                                 "brain.may_review": "on" if may_review else "",
                             }
                         )
-                        notify = f"NOTIFY {audit.NOTIFY_CHANNEL}, {setlocal.literal(tenant_id)}"
-                        if not readonly and not self.notify_after_commit:
+                        if not readonly:
                             # Wakes the tenant's watchers (domain/watch.py), delivered at
                             # commit and only if it commits. Sent from this connection (the
                             # coordinator on Citus), not by the audit trigger, which runs on
                             # the shard's worker (migration 0033).
-                            prologue += f";\n{notify}"
+                            notify = f"NOTIFY {audit.NOTIFY_CHANNEL}, "
+                            notify += setlocal.literal(tenant_id)
+                            if self.notify_apart:
+                                await conn.execute(prologue)
+                                prologue = notify
+                            else:
+                                prologue += f";\n{notify}"
                         await conn.execute(prologue)  # one round trip, simple query
                         yield conn
                         auditing = not readonly and await metrics.audit_pending(conn)
                     if auditing:  # committed
                         metrics.AUDIT_EVENTS.inc()
-                    if not readonly and self.notify_after_commit:  # committed
-                        await _notify(conn, notify)
                     if not readonly and key_id and self.replica is not None:
                         # After commit: the position a replica must reach to show this write.
                         self._written[key_id] = await conn.fetchval(
@@ -369,15 +374,6 @@ async def embedding_dimension(conn: asyncpg.Pool | asyncpg.Connection) -> int:
            WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"""
     )
     return value
-
-
-async def _notify(conn: asyncpg.Connection, notify: str) -> None:
-    """A NOTIFY after its write committed: the write stands whether or not it is sent."""
-    try:
-        await conn.execute(notify)
-    except DATABASE_ERRORS as exc:
-        # Watchers see the write at their next poll (domain/watch.py ChangeFeed.wait).
-        _log.warning("watchers not notified of a committed write", error=str(exc))
 
 
 def _pg_array(values: frozenset[str]) -> str:
