@@ -19,7 +19,6 @@ CREATE TABLE api_key_tenants (
     tenant_id uuid NOT NULL,
     UNIQUE (tenant_id, key_id)
 );
-SELECT brain_protect_table('api_key_tenants');
 
 -- On a cluster distributed before this migration (deploy/citus/distribute.sql makes the
 -- table a reference table on a fresh one): a reference table now, before the foreign key
@@ -37,7 +36,10 @@ $$;
 
 ALTER TABLE api_key_tenants
     ADD CONSTRAINT api_key_tenants_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (tenant_id);
+-- Filled before row-level security: on Citus a many-row INSERT ... SELECT is a COPY,
+-- which a table under row-level security refuses (deploy/SCALING.md, item 7).
 INSERT INTO api_key_tenants (key_id, tenant_id) SELECT key_id, tenant_id FROM api_keys;
+SELECT brain_protect_table('api_key_tenants');
 ALTER TABLE api_keys
     ADD CONSTRAINT api_keys_key_tenant_fkey FOREIGN KEY (tenant_id, key_id)
         REFERENCES api_key_tenants (tenant_id, key_id);
