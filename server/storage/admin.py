@@ -125,28 +125,46 @@ async def list_keys(conn: asyncpg.Connection, tenant: str | None) -> list[asyncp
     )
 
 
+async def key_tenant(conn: asyncpg.Connection, key_id: str) -> str:
+    """The tenant holding a key (migration 0061's api_key_tenants): the statements that
+    follow name it, so on Citus they read or write one shard of api_keys, not all of them
+    (and a transaction that then mints a key may write the reference table: Citus refuses
+    that after a parallel read of every shard)."""
+    tenant_id = await conn.fetchval(
+        "SELECT tenant_id FROM api_key_tenants WHERE key_id = $1", key_id
+    )
+    if tenant_id is None:
+        raise AdminError(f"no key with id {key_id!r}")
+    return str(tenant_id)
+
+
 async def revoke_key(conn: asyncpg.Connection, key_id: str, at: datetime | None = None) -> None:
-    # The time is read first, not written as COALESCE($2, now()): a key is found by its id
-    # alone, which on Citus is an update of every shard, where Citus refuses a non-immutable
-    # call inside COALESCE or CASE.
+    # The time is read first, not written as COALESCE($2, now()): where Citus evaluates a
+    # statement itself it refuses a non-immutable call inside COALESCE or CASE.
+    tenant_id = await key_tenant(conn, key_id)
     if at is None:
         at = await conn.fetchval("SELECT now()")
     status = await conn.execute(
-        "UPDATE api_keys SET revoked_at = $2 WHERE key_id = $1 "
-        "AND (revoked_at IS NULL OR revoked_at > $2)",
+        "UPDATE api_keys SET revoked_at = $3 WHERE tenant_id = $1::uuid AND key_id = $2 "
+        "AND (revoked_at IS NULL OR revoked_at > $3)",
+        tenant_id,
         key_id,
         at,
     )
     if status == "UPDATE 0":
-        exists = await conn.fetchval("SELECT 1 FROM api_keys WHERE key_id = $1", key_id)
+        exists = await conn.fetchval(
+            "SELECT 1 FROM api_keys WHERE tenant_id = $1::uuid AND key_id = $2", tenant_id, key_id
+        )
         if not exists:
             raise AdminError(f"no key with id {key_id!r}")
 
 
 async def key_row(conn: asyncpg.Connection, key_id: str) -> asyncpg.Record:
+    tenant_id = await key_tenant(conn, key_id)
     row = await conn.fetchrow(
         """SELECT t.name AS tenant, k.* FROM api_keys k JOIN tenants t USING (tenant_id)
-           WHERE k.key_id = $1""",
+           WHERE k.tenant_id = $1::uuid AND k.key_id = $2""",
+        tenant_id,
         key_id,
     )
     if row is None:
