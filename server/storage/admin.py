@@ -208,15 +208,30 @@ async def set_quotas(
     return tenant_id, {name: row[column] for name, column in QUOTA_COLUMNS.items()}
 
 
-async def list_tenants(conn: asyncpg.Connection) -> list[asyncpg.Record]:
-    """Every tenant with its quotas (NULL: unlimited) and what it stores."""
-    return list(
-        await conn.fetch(
-            """SELECT t.tenant_id, t.name, t.created_at, q.max_memories, q.max_documents,
-                      q.max_document_bytes, brain_memories_used(t.tenant_id) AS memories,
-                      d.documents, d.document_bytes
-               FROM tenants t LEFT JOIN tenant_quotas q USING (tenant_id)
-               CROSS JOIN LATERAL brain_documents_used(t.tenant_id) d
-               ORDER BY t.name"""
+async def list_tenants(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    """Every tenant with its quotas (NULL: unlimited) and what it stores.
+
+    Read tenant by tenant, not by `tenants LEFT JOIN tenant_quotas`: on Citus that outer
+    join of a reference table with a distributed one lost a tenant isolated to shards of
+    its own (storage/audit.py `tenants`)."""
+    out = []
+    for t in await conn.fetch("SELECT tenant_id, name, created_at FROM tenants ORDER BY name"):
+        quotas = await conn.fetchrow(
+            """SELECT max_memories, max_documents, max_document_bytes FROM tenant_quotas
+               WHERE tenant_id = $1""",
+            t["tenant_id"],
         )
-    )
+        used = await conn.fetchrow(
+            """SELECT brain_memories_used($1) AS memories, d.documents, d.document_bytes
+               FROM brain_documents_used($1) d""",
+            t["tenant_id"],
+        )
+        assert used is not None  # an aggregate: always one row
+        out.append(
+            {
+                **dict(t),
+                **{c: quotas[c] if quotas else None for c in QUOTA_COLUMNS.values()},
+                **dict(used),
+            }
+        )
+    return out
