@@ -212,8 +212,8 @@ async def list_tenants(conn: asyncpg.Connection) -> list[dict[str, Any]]:
     """Every tenant with its quotas (NULL: unlimited) and what it stores.
 
     Read tenant by tenant, not by `tenants LEFT JOIN tenant_quotas`: on Citus that outer
-    join of a reference table with a distributed one lost a tenant isolated to shards of
-    its own (storage/audit.py `tenants`)."""
+    join of a reference table with a distributed one is suspected of losing a tenant
+    isolated to shards of its own (storage/audit.py `tenants`)."""
     out = []
     for t in await conn.fetch("SELECT tenant_id, name, created_at FROM tenants ORDER BY name"):
         quotas = await conn.fetchrow(

@@ -255,9 +255,10 @@ async def changed_documents(
 async def tenants(conn: asyncpg.Connection, name: str | None) -> list[dict[str, Any]]:
     """Tenants with their recorded head, all or the one named.
 
-    Each head is read by its tenant, not by `tenants LEFT JOIN audit_heads`: on Citus that
-    outer join of a reference table with a distributed one lost the tenant that
-    `isolate_tenant_to_new_shard` had given shards of its own (make test-citus)."""
+    Each head is read by its tenant (one shard on Citus), not by `tenants LEFT JOIN
+    audit_heads`: in one make test-citus run `audit verify` printed no line for a tenant
+    just isolated to shards of its own, and that outer join of a reference table with a
+    distributed one is the suspect."""
     out = []
     for t in await conn.fetch(
         "SELECT tenant_id, name FROM tenants WHERE $1::text IS NULL OR name = $1 ORDER BY name",
