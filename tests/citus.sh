@@ -8,8 +8,9 @@
 # the subqueries out of three policies there), deploy/citus/distribute.sql, then
 # tests/citus_checks.py. brain-server then serves as brain_server through the coordinator,
 # the tests of CITUS_TESTS (pytest paths; a default list below) run against it, and a
-# third worker joins while a writer runs (tests/citus_rebalance.py). deploy/SCALING.md says
-# what passes and what does not yet. Needs root; minutes.
+# third worker joins while a writer runs, then one tenant moves to another worker and
+# another is isolated to shards of its own, each under its writer (tests/citus_rebalance.py).
+# deploy/SCALING.md says what passes and what does not yet. Needs root; minutes.
 # Not part of `make test`. Everything lives in one temporary folder, removed afterwards
 # (CITUS_KEEP=1 keeps the cluster running and prints how to reach it).
 #
@@ -176,11 +177,12 @@ psql_on "$COORD" brain_owner brain -At -c \
 say "checks on the cluster (tests/citus_checks.py)"
 "$PY" "$HERE/tests/citus_checks.py" "$OWNER_URL" "$APP_URL"
 
-# The isolation, authorization, lifecycle, audit, review, knowledge and graph tests, and
+# The foundation, isolation, authorization, lifecycle, audit, review, knowledge (and its
+# chunk filler) and graph tests, and
 # tests/test_citus_plans.py (every statement of a tenant's request is a one-shard plan).
-CITUS_TESTS=${CITUS_TESTS-tests/test_citus_plans.py tests/test_isolation.py tests/test_authz.py \
-tests/test_lifecycle.py tests/test_audit.py tests/test_review.py tests/test_knowledge.py \
-tests/test_graph.py}
+CITUS_TESTS=${CITUS_TESTS-tests/test_citus_plans.py tests/test_foundation.py tests/test_isolation.py \
+tests/test_authz.py tests/test_lifecycle.py tests/test_audit.py tests/test_review.py \
+tests/test_knowledge.py tests/test_knowledge_filler.py tests/test_graph.py}
 GRPC_PORT=$(free_port)
 "$VENV/bin/brain-admin" certs dev --out "$ROOT/tls" >/dev/null
 say "brain-server as brain_server through the coordinator on 127.0.0.1:$GRPC_PORT"
@@ -220,7 +222,7 @@ NODES+=(worker3)
 port=$(free_port)
 start_node worker3 "$port"
 prepare_node "$port"
-say "worker3 on $port joins; rebalancing while a writer saves through brain-server"
+say "worker3 on $port joins; rebalancing, then moving and isolating tenants, while writers save through brain-server"
 "$PY" "$HERE/tests/citus_rebalance.py" "postgresql://postgres@127.0.0.1:$COORD/brain" "$OWNER_URL" \
     "127.0.0.1:$GRPC_PORT" "$ROOT/tls/ca.pem" "$BRAIN_PEPPER_FILE" "$port" || status=${status:-$?}
 [ "${status:-0}" -eq 0 ] || exit "$status"

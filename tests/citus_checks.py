@@ -7,6 +7,9 @@ each has a control that shows what it guards against.
 1. Request settings by SET LOCAL reach the workers, set_config does not.
 2. A write transaction over two workers, with the audit triggers on both, commits; with
    the NOTIFY the audit trigger sent before migration 0033 it cannot (PREPARE fails).
+   The server's own NOTIFY, sent apart from its SET LOCAL settings (storage/db.py
+   notify_apart), runs on the coordinator only; in the settings' string Citus replays it
+   on every worker the transaction reaches (heard there: the control).
 3. Citus refuses DDL on a distributed table in a multi-statement string, one statement at a
    time it is accepted (why migrate splits).
 4. The chunk filler's claim takes due chunks of tenants on two workers; the claim of
@@ -25,6 +28,7 @@ import asyncpg
 
 from brain.server.storage import setlocal
 from brain.server.storage.audit import NOTIFY_CHANNEL
+from brain.server.storage.db import Database
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "server" / "storage" / "migrations"
 INSERT_MEMORY = """
@@ -123,6 +127,57 @@ async def check_notify(owner: asyncpg.Connection, tenants: list[str]) -> None:
     ok("a write over two workers commits, its audit chains extended (0003's NOTIFY: fails)")
 
 
+async def check_notify_apart(owner: asyncpg.Connection, app_dsn: str, tenants: list[str]) -> None:
+    """Where a write transaction's NOTIFY runs: listeners on every node, the server's
+    tenant_tx with a read of the tenant's rows (so a worker connection opens)."""
+    nodes = await owner.fetch(
+        "SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary' ORDER BY nodeid"
+    )
+    database = await owner.fetchval("SELECT current_database()")
+    user = await owner.fetchval("SELECT current_user")
+    heard: dict[int, list[str]] = {}
+    listeners = []
+    db = await Database.connect(app_dsn, max_size=1)
+    try:
+        for node in nodes:
+            conn = await asyncpg.connect(
+                host=node["nodename"], port=node["nodeport"], user=user, database=database
+            )
+            listeners.append(conn)
+            await conn.add_listener(
+                NOTIFY_CHANNEL,
+                lambda c, pid, ch, payload, port=node["nodeport"]: heard.setdefault(
+                    port, []
+                ).append(str(payload)),
+            )
+        coordinator = await owner.fetchval("SELECT current_setting('port')::int")
+        for apart in (True, False):
+            heard.clear()
+            db.notify_apart = apart
+            for tenant in tenants:
+                async with db.tenant_tx(tenant, labels=frozenset({"team"})) as conn:
+                    await conn.fetchval(
+                        "SELECT count(*) FROM memories WHERE tenant_id = $1", tenant
+                    )
+            for _ in range(50):  # notifications arrive after the commits
+                if len(heard.get(coordinator, [])) >= len(tenants):
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.3)
+            elsewhere = {port: got for port, got in heard.items() if port != coordinator}
+            assert sorted(heard.get(coordinator, [])) == sorted(tenants), (apart, heard)
+            if apart:
+                assert elsewhere == {}, elsewhere
+            else:  # the control: replayed with the settings on the tenants' workers
+                assert len(elsewhere) >= 2, heard
+    finally:
+        await db.close()
+        for conn in listeners:
+            await conn.close()
+    ok("a write's NOTIFY apart from its settings runs on the coordinator only (with them: "
+       f"on {len(elsewhere)} workers too)")  # fmt: skip
+
+
 async def check_ddl(owner: asyncpg.Connection) -> None:
     index = f"citus_check_{uuid.uuid4().hex[:8]}"
     try:
@@ -180,6 +235,7 @@ async def main(owner_dsn: str, app_dsn: str) -> None:
         tenants = await tenants_on_two_workers(owner)
         await check_settings(app_dsn, tenants)
         await check_notify(owner, tenants)
+        await check_notify_apart(owner, app_dsn, tenants)
         await check_ddl(owner)
         await check_chunk_claim(owner, tenants)
     finally:

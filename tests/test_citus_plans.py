@@ -30,7 +30,7 @@ from .helpers import Api
 
 # Statements that are not a tenant's, by design (deploy/SCALING.md, "The schema rules"):
 # the key lookup by public id runs before the tenant is known, and a key's last use is
-# written by that id too.
+# written by that id too (what they read inside: the last test below).
 NOT_A_TENANTS = ("brain_lookup_key(", "brain_touch_key(")
 PLANNED = re.compile(r"^\s*(WITH|SELECT|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 TASKS = re.compile(r"Task Count: (\d+)")
@@ -171,3 +171,37 @@ async def test_a_tenants_hot_statements_are_router_plans(
         if any(int(n) > 1 for n in TASKS.findall(plan))
     ]
     assert not fanned, "multi-shard plans:\n" + "\n".join(fanned)
+
+
+async def test_the_key_lookup_reads_one_shard_of_api_keys(
+    recording_server: tuple[BrainServer, Recorder], pg_cluster: PgCluster
+) -> None:
+    """brain_lookup_key and brain_touch_key find the key's tenant in the reference table
+    api_key_tenants (migration 0061), then read one shard of api_keys; the lookup by key id
+    alone, as before, reads every shard (the control). Counted from the commands Citus
+    sends to the workers (``citus.log_remote_commands``), as the owner, whose functions
+    these are (the function call itself is not a plan EXPLAIN can open)."""
+    server, _ = recording_server
+    key_id = server.mint_key(unique("lookup"), "alice").split("_")[1]
+    conn = await asyncpg.connect(pg_cluster.owner_dsn)
+    logged: list[str] = []
+    conn.add_log_listener(lambda _, message: logged.append(str(message)))
+
+    async def shards(query: str) -> set[str]:
+        logged.clear()
+        async with conn.transaction():
+            await conn.execute("SET LOCAL citus.log_remote_commands = on")
+            await conn.execute("SET LOCAL client_min_messages = log")
+            await conn.fetch(query, key_id)
+        return set(re.findall(r"\bapi_keys_\d+\b", " ".join(logged)))
+
+    try:
+        found = await shards("SELECT * FROM brain_lookup_key($1)")
+        touched = await shards("SELECT brain_touch_key($1)")
+        fanned = await shards("SELECT key_id FROM api_keys WHERE key_id = $1")
+        row = await conn.fetchrow("SELECT * FROM brain_lookup_key($1)", key_id)
+    finally:
+        await conn.close()
+    assert row is not None and row["key_id"] == key_id
+    assert len(found) == 1 and len(touched) <= 1, (found, touched)
+    assert len(fanned) > 1, fanned  # the control: by key id alone, every shard

@@ -39,7 +39,9 @@ RELEASE_0_1_0 = (
     "0004_retrieval.sql",
 )
 # Global tables: Citus reference tables, replicated to every node, keyed without tenant_id.
-REFERENCE_TABLES = {"tenants", "brain_schema_migrations"}
+# api_key_tenants: a key's tenant by its public id alone, read to authenticate a request
+# before its tenant is known, locally on a Citus coordinator (migration 0061).
+REFERENCE_TABLES = {"tenants", "brain_schema_migrations", "api_key_tenants"}
 SERVER_SQL = Path(__file__).resolve().parent.parent / "server"
 
 

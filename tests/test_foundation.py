@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncpg
 import grpc
 import pytest
 
+from brain.authz import Confinement, format_key, new_key_id, new_secret, parse_permissions
+from brain.server.storage import admin
 from brain.v1 import common_pb2, identity_pb2, identity_pb2_grpc, memory_pb2, memory_pb2_grpc
 
 from .conftest import BrainServer, unique
@@ -119,3 +122,63 @@ async def test_bad_keys_are_all_the_same_unauthenticated(
     me = await stub.WhoAmI(identity_pb2.WhoAmIRequest(), metadata=md(good))
     assert me.principal == "alice"
     assert me.tenant_name == tenant
+
+
+async def test_a_keys_tenant_entry_routes_its_lookup_and_never_authenticates_alone(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The key-id-to-tenant table (migration 0061, what a Citus coordinator reads instead of
+    every shard of api_keys) only routes: an entry whose key row is absent or revoked
+    authenticates nothing; no key row exists without its entry naming its tenant; a mint
+    that fails leaves no entry behind."""
+    tenant = unique("t")
+    good = brain_server.mint_key(tenant, "alice")
+    revoked = brain_server.mint_key(tenant, "carol")
+    brain_server.sql(
+        "UPDATE api_keys SET revoked_at = now() WHERE key_id = $1", revoked.split("_")[1]
+    )
+    stray_id = new_key_id()  # an entry without a key row
+    tenant_id = brain_server.sql("SELECT tenant_id FROM tenants WHERE name = $1", tenant)[0][0]
+    brain_server.sql(
+        "INSERT INTO api_key_tenants (key_id, tenant_id) VALUES ($1, $2)", stray_id, tenant_id
+    )
+    stub = identity_pb2_grpc.IdentityServiceStub(channel)
+    for key in [revoked, format_key(stray_id, new_secret())]:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.WhoAmI(identity_pb2.WhoAmIRequest(), metadata=md(key))
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    me = await stub.WhoAmI(identity_pb2.WhoAmIRequest(), metadata=md(good))  # control
+    assert (me.principal, me.tenant_name) == ("alice", tenant)
+    entries = brain_server.sql(
+        "SELECT tenant_id FROM api_key_tenants WHERE key_id = $1", good.split("_")[1]
+    )
+    assert [r[0] for r in entries] == [tenant_id]
+
+    conn = await asyncpg.connect(brain_server.cluster.owner_dsn)
+    refused = []
+    try:
+        try:  # a key row without its entry
+            await conn.execute(
+                "INSERT INTO api_keys (tenant_id, key_id, secret_hash, principal, permissions, "
+                "labels) VALUES ($1, $2, '', 'x', '{}', '{team}')",
+                tenant_id,
+                new_key_id(),
+            )
+        except asyncpg.ForeignKeyViolationError as exc:  # (Citus names the shard's copy)
+            refused.append(
+                "api_keys_key_tenant_fkey" if "api_keys_key_tenant_fkey" in str(exc) else str(exc)
+            )
+        before = await conn.fetchval("SELECT count(*) FROM api_key_tenants")
+        try:  # no label: api_keys' check refuses it, outside any transaction of the caller
+            await admin.mint_key(
+                conn, b"p" * 32, tenant=tenant, principal="dave",
+                permissions=parse_permissions("memories:read"), confinement=Confinement(),
+                labels=frozenset(), expires_at=None,
+            )  # fmt: skip
+        except asyncpg.CheckViolationError:
+            refused.append("labels")
+        left = await conn.fetchval("SELECT count(*) FROM api_key_tenants") - before
+    finally:
+        await conn.close()
+    assert refused == ["api_keys_key_tenant_fkey", "labels"]
+    assert left == 0  # the failed mint's entry went with it

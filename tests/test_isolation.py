@@ -183,19 +183,21 @@ def test_app_role_cannot_read_key_hashes(pg_cluster: PgCluster, loop_thread: Loo
     """The server's role reads keys only through the lookup function, never the table."""
     import asyncpg
 
-    async def probe() -> tuple[str, int]:
+    async def probe() -> tuple[list[str], int]:
         conn = await asyncpg.connect(pg_cluster.app_dsn)
         try:
-            denied = ""
-            try:
-                await conn.fetch("SELECT secret_hash FROM api_keys")
-            except asyncpg.InsufficientPrivilegeError as exc:
-                denied = str(exc)
+            denied = []
+            # Nor which tenant holds which key id (migration 0061).
+            for query in ["SELECT secret_hash FROM api_keys", "SELECT * FROM api_key_tenants"]:
+                try:
+                    await conn.fetch(query)
+                except asyncpg.InsufficientPrivilegeError as exc:
+                    denied.append(str(exc))
             allowed = await conn.fetchval("SELECT count(*) FROM tenants")  # positive control
             return denied, allowed
         finally:
             await conn.close()
 
     denied, allowed = loop_thread.run(probe())
-    assert "permission denied" in denied
+    assert len(denied) == 2 and all("permission denied" in d for d in denied), denied
     assert allowed == 0  # no tenant set in this session: RLS shows none, but the grant works

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from brain.server.domain.knowledge.filler import ChunkFiller, FillerSettings
+from brain.server.storage import setlocal
 from brain.v1 import knowledge_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
@@ -334,10 +335,9 @@ async def test_filler_columns_are_behind_row_level_security_and_its_doors_are_na
                 conn = await asyncpg.connect(pg_cluster.app_dsn)
                 try:
                     async with conn.transaction():
-                        await conn.execute(
-                            "SELECT set_config('brain.tenant_id', $1, true), "
-                            "set_config('brain.labels', '{team}', true)",
-                            ids[mine],
+                        # As the server sets them (SET LOCAL reaches Citus's workers).
+                        await setlocal.set_local(
+                            conn, {"brain.tenant_id": ids[mine], "brain.labels": "{team}"}
                         )
                         seen = await conn.fetch(
                             "SELECT tenant_id::text, embed_attempts, embed_after "

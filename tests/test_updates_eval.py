@@ -12,12 +12,14 @@ from .conftest import BrainServer, unique
 
 
 def test_the_splits_share_no_pair_and_dev_holds_the_rule_tests_pairs() -> None:
-    """Held-out pairs are not dev pairs; every dev pair is an update by the rule and no
-    look-alike pair is (the rule was written from dev)."""
+    """Held-out pairs are not dev pairs; every dev pair but one is an update by the text
+    rule (that one, words before the subject, is left to a recorded conflict: see
+    test_current_first) and no look-alike pair is (the rule was chosen on dev)."""
     dev, held = updates_eval.load("dev"), updates_eval.load("held-out")
     assert not {p.older for p in dev.updates} & {p.older for p in held.updates}
     assert not {p.question for p in dev.updates} & {p.question for p in held.updates}
-    assert all(updates(statement(p.older), statement(p.newer)) for p in dev.updates)
+    unseen = [p.newer for p in dev.updates if not updates(statement(p.older), statement(p.newer))]
+    assert unseen == ["After the cache fix the nightly build takes 12 minutes"]
     for p in dev.different + held.different:
         assert not updates(statement(p.older), statement(p.newer)), p
         assert not updates(statement(p.newer), statement(p.older)), p

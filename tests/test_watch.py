@@ -97,11 +97,13 @@ async def watching(
                 await watcher.task
 
 
+@pytest.mark.parametrize("apart", [False, True], ids=["with-settings", "apart"])
 async def test_watch_delivers_allowed_change_and_never_a_foreign_one(
-    brain_server: BrainServer, channel: grpc.aio.Channel
+    brain_server: BrainServer, channel: grpc.aio.Channel, apart: bool
 ) -> None:
     """Another tenant's write, another user's write and a row with a label the key lacks
-    never reach the watcher; its own change is pushed to it by NOTIFY."""
+    never reach the watcher; its own change is pushed to it by NOTIFY (queued with the
+    transaction's settings, or, as on a Citus coordinator, by a statement of its own)."""
     tenant, other_tenant = unique("t"), unique("t")
     watcher_key = brain_server.mint_key(tenant, "alice", user="alice")
     bob = brain_server.mint_key(tenant, "bob", user="bob")
@@ -113,6 +115,7 @@ async def test_watch_delivers_allowed_change_and_never_a_foreign_one(
     assert brain_server.running is not None
     feed = watch.feed_for(brain_server.running.db)
     poll_seconds, feed.poll_seconds = feed.poll_seconds, 3600.0
+    brain_server.running.db.notify_apart = apart
     try:
         async with watching(channel, watcher_key, user_id="alice") as w:
             await save(channel, stranger, "other tenant's plan", user_id="alice")
@@ -132,6 +135,7 @@ async def test_watch_delivers_allowed_change_and_never_a_foreign_one(
             assert await w.nothing_within(QUIET)
     finally:
         feed.poll_seconds = poll_seconds
+        brain_server.running.db.notify_apart = False
 
 
 async def test_watch_resumes_after_its_cursor(
@@ -299,12 +303,17 @@ async def test_position_marker_lets_a_quiet_watch_resume_without_a_gap(
     assert before != missed
 
 
+@pytest.mark.parametrize("apart", [False, True], ids=["with-settings", "apart"])
 async def test_watchers_are_woken_by_the_server_at_commit_not_by_the_audit_trigger(
-    pg_cluster: PgCluster,
+    pg_cluster: PgCluster, apart: bool
 ) -> None:
-    """Only a committed server write notifies its tenant; the audit trigger and rollbacks don't."""
+    """Only a committed server write notifies its tenant; the audit trigger and rollbacks
+    don't. Either way: the NOTIFY queued with the transaction's settings (PostgreSQL), or
+    by a statement of its own (a Citus coordinator, which replays the settings' string on
+    the workers, where a NOTIFY cannot be PREPAREd)."""
     owner = await asyncpg.connect(pg_cluster.owner_dsn)
     db = await Database.connect(pg_cluster.app_dsn, max_size=1)
+    db.notify_apart = apart
     heard: list[str] = []
     arrived = asyncio.Event()
 

@@ -6,7 +6,8 @@
 -- of the three that held one (lexical_terms, graph_entities, audit_cell_events). See
 -- deploy/SCALING.md.
 --
--- tenants and brain_schema_migrations become reference tables (a copy on every node);
+-- tenants, brain_schema_migrations and api_key_tenants (a key's tenant, migration 0061)
+-- become reference tables (a copy on every node);
 -- every other table is hash-distributed by tenant_id, co-located with memories, so a
 -- tenant's rows of every table live in one shard group on one worker.
 --
@@ -30,6 +31,7 @@ BEGIN
 END $$;
 SELECT create_reference_table('tenants');
 SELECT create_reference_table('brain_schema_migrations');
+SELECT create_reference_table('api_key_tenants');
 SELECT create_distributed_table('memories', 'tenant_id');
 SELECT create_distributed_table(t, 'tenant_id', colocate_with => 'memories')
 FROM unnest(ARRAY['api_keys', 'tombstones', 'idempotency_keys', 'namespace_policies',

@@ -288,6 +288,8 @@ async def _serve(
         embedder = RoutedEmbedder(
             embedder, {tenant: one for tenant, (_, one) in tenant_embedders.items()}
         )
+    distributed = await db.is_distributed()
+    db.notify_apart = distributed  # storage/db.py: Citus replays a SET LOCAL's whole string
     memories = Memories(
         db,
         pepper,
@@ -295,7 +297,7 @@ async def _serve(
             max_page_size=settings.max_page_size,
             statement_timeout_ms=settings.statement_timeout_ms,
             app_filter=settings.app_filter,
-            distributed=await db.is_distributed(),
+            distributed=distributed,
         ),
         embedder=embedder,
         embedding_dimension=dimension,

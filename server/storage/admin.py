@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -64,24 +67,36 @@ async def mint_key(
     """Create a key and return it with its secret — the only time the secret exists."""
     tenant_id = await tenant_id_by_name(conn, tenant)
     key_id, secret = new_key_id(), new_secret()
-    await conn.execute(
-        """INSERT INTO api_keys (tenant_id, key_id, secret_hash, principal, permissions,
-               confine_user_id, confine_namespaces, confine_session_id, labels, expires_at,
-               description, rotated_from)
-           VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)""",
-        tenant_id,
-        key_id,
-        hash_secret(pepper, key_id, secret),
-        principal,
-        sorted(permissions),
-        confinement.user_id,
-        sorted(confinement.namespaces),
-        confinement.session_id,
-        sorted(labels),
-        expires_at,
-        description,
-        rotated_from,
+    # The key and its tenant entry, both or neither (in the caller's transaction, if any).
+    together: AbstractAsyncContextManager[Any] = (
+        contextlib.nullcontext() if conn.is_in_transaction() else conn.transaction()
     )
+    async with together:
+        # Which tenant holds the key, read to authenticate it without asking every shard of
+        # api_keys on a Citus cluster (migration 0061; api_keys' foreign key requires it).
+        await conn.execute(
+            "INSERT INTO api_key_tenants (key_id, tenant_id) VALUES ($1, $2::uuid)",
+            key_id,
+            tenant_id,
+        )
+        await conn.execute(
+            """INSERT INTO api_keys (tenant_id, key_id, secret_hash, principal, permissions,
+                   confine_user_id, confine_namespaces, confine_session_id, labels,
+                   expires_at, description, rotated_from)
+               VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)""",
+            tenant_id,
+            key_id,
+            hash_secret(pepper, key_id, secret),
+            principal,
+            sorted(permissions),
+            confinement.user_id,
+            sorted(confinement.namespaces),
+            confinement.session_id,
+            sorted(labels),
+            expires_at,
+            description,
+            rotated_from,
+        )
     return MintedKey(
         key=format_key(key_id, secret),
         key_id=key_id,
@@ -110,28 +125,46 @@ async def list_keys(conn: asyncpg.Connection, tenant: str | None) -> list[asyncp
     )
 
 
+async def key_tenant(conn: asyncpg.Connection, key_id: str) -> str:
+    """The tenant holding a key (migration 0061's api_key_tenants): the statements that
+    follow name it, so on Citus they read or write one shard of api_keys, not all of them
+    (and a transaction that then mints a key may write the reference table: Citus refuses
+    that after a parallel read of every shard)."""
+    tenant_id = await conn.fetchval(
+        "SELECT tenant_id FROM api_key_tenants WHERE key_id = $1", key_id
+    )
+    if tenant_id is None:
+        raise AdminError(f"no key with id {key_id!r}")
+    return str(tenant_id)
+
+
 async def revoke_key(conn: asyncpg.Connection, key_id: str, at: datetime | None = None) -> None:
-    # The time is read first, not written as COALESCE($2, now()): a key is found by its id
-    # alone, which on Citus is an update of every shard, where Citus refuses a non-immutable
-    # call inside COALESCE or CASE.
+    # The time is read first, not written as COALESCE($2, now()): where Citus evaluates a
+    # statement itself it refuses a non-immutable call inside COALESCE or CASE.
+    tenant_id = await key_tenant(conn, key_id)
     if at is None:
         at = await conn.fetchval("SELECT now()")
     status = await conn.execute(
-        "UPDATE api_keys SET revoked_at = $2 WHERE key_id = $1 "
-        "AND (revoked_at IS NULL OR revoked_at > $2)",
+        "UPDATE api_keys SET revoked_at = $3 WHERE tenant_id = $1::uuid AND key_id = $2 "
+        "AND (revoked_at IS NULL OR revoked_at > $3)",
+        tenant_id,
         key_id,
         at,
     )
     if status == "UPDATE 0":
-        exists = await conn.fetchval("SELECT 1 FROM api_keys WHERE key_id = $1", key_id)
+        exists = await conn.fetchval(
+            "SELECT 1 FROM api_keys WHERE tenant_id = $1::uuid AND key_id = $2", tenant_id, key_id
+        )
         if not exists:
             raise AdminError(f"no key with id {key_id!r}")
 
 
 async def key_row(conn: asyncpg.Connection, key_id: str) -> asyncpg.Record:
+    tenant_id = await key_tenant(conn, key_id)
     row = await conn.fetchrow(
         """SELECT t.name AS tenant, k.* FROM api_keys k JOIN tenants t USING (tenant_id)
-           WHERE k.key_id = $1""",
+           WHERE k.tenant_id = $1::uuid AND k.key_id = $2""",
+        tenant_id,
         key_id,
     )
     if row is None:
@@ -175,15 +208,30 @@ async def set_quotas(
     return tenant_id, {name: row[column] for name, column in QUOTA_COLUMNS.items()}
 
 
-async def list_tenants(conn: asyncpg.Connection) -> list[asyncpg.Record]:
-    """Every tenant with its quotas (NULL: unlimited) and what it stores."""
-    return list(
-        await conn.fetch(
-            """SELECT t.tenant_id, t.name, t.created_at, q.max_memories, q.max_documents,
-                      q.max_document_bytes, brain_memories_used(t.tenant_id) AS memories,
-                      d.documents, d.document_bytes
-               FROM tenants t LEFT JOIN tenant_quotas q USING (tenant_id)
-               CROSS JOIN LATERAL brain_documents_used(t.tenant_id) d
-               ORDER BY t.name"""
+async def list_tenants(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    """Every tenant with its quotas (NULL: unlimited) and what it stores.
+
+    Read tenant by tenant, not by `tenants LEFT JOIN tenant_quotas`: on Citus that outer
+    join of a reference table with a distributed one is suspected of losing a tenant
+    isolated to shards of its own (storage/audit.py `tenants`)."""
+    out = []
+    for t in await conn.fetch("SELECT tenant_id, name, created_at FROM tenants ORDER BY name"):
+        quotas = await conn.fetchrow(
+            """SELECT max_memories, max_documents, max_document_bytes FROM tenant_quotas
+               WHERE tenant_id = $1""",
+            t["tenant_id"],
         )
-    )
+        used = await conn.fetchrow(
+            """SELECT brain_memories_used($1) AS memories, d.documents, d.document_bytes
+               FROM brain_documents_used($1) d""",
+            t["tenant_id"],
+        )
+        assert used is not None  # an aggregate: always one row
+        out.append(
+            {
+                **dict(t),
+                **{c: quotas[c] if quotas else None for c in QUOTA_COLUMNS.values()},
+                **dict(used),
+            }
+        )
+    return out

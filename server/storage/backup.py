@@ -35,6 +35,7 @@ FORMAT = "shared-brain-backup"
 FORMAT_VERSION = 1
 NOT_BACKED_UP = (
     "api_keys",
+    "api_key_tenants",
     "idempotency_keys",
     "lexical_cells",
     "lexical_terms",

@@ -4,7 +4,7 @@ Every transaction that touches tenant rows first sets ``brain.tenant_id`` (read 
 row-level security policies), the acting key and principal (read by audit triggers),
 and a statement timeout derived from the RPC deadline — all transaction-local, by
 ``SET LOCAL`` (storage/setlocal.py); a write transaction also queues the NOTIFY that
-wakes the tenant's watchers at commit.
+wakes the tenant's watchers at commit (on a Citus coordinator as a statement of its own).
 Database errors become domain errors here, at this one boundary.
 """
 
@@ -73,9 +73,9 @@ def outage(exc: BaseException) -> BrainError | None:
     ):
         return Unavailable(UNAVAILABLE_MESSAGE)
     if isinstance(exc, asyncpg.FeatureNotSupportedError) and "cannot PREPARE" in str(exc):
-        # On Citus, a write that reached two nodes (its shard group moving under it) commits
-        # by two-phase commit, which the NOTIFY queued in its transaction forbids: nothing
-        # was written, and the retry finds the group in one place (deploy/SCALING.md).
+        # On Citus, a write that reached two workers commits by two-phase commit, which a
+        # NOTIFY a worker ran forbids (Database.notify_apart keeps the server's own off the
+        # workers): nothing was written; retry (deploy/SCALING.md).
         return Unavailable(UNAVAILABLE_MESSAGE)
     if isinstance(exc, asyncpg.InternalClientError):
         # asyncpg's protocol state after its connection broke in the middle of an operation.
@@ -112,6 +112,14 @@ class Database:
         self.replica = replica
         self._written: dict[str, str] = {}  # key id -> primary WAL position after its last write
         self._probe: asyncio.Task[bool] | None = None  # the health probe in flight, if any
+        # On a Citus coordinator a write's NOTIFY is a statement of its own, not part of the
+        # settings' string: Citus replays the whole query string of a SET LOCAL on every
+        # worker connection the transaction opens (citus.propagate_set_commands), NOTIFY
+        # and all, and a transaction whose write reached two workers (a shard group moving
+        # under it) then fails at commit: a worker cannot PREPARE a transaction that has
+        # executed NOTIFY. Sent apart, it runs on the coordinator only, still delivered at
+        # commit and only if it commits.
+        self.notify_apart = False
 
     @classmethod
     async def connect(
@@ -225,8 +233,13 @@ class Database:
                             # commit and only if it commits. Sent from this connection (the
                             # coordinator on Citus), not by the audit trigger, which runs on
                             # the shard's worker (migration 0033).
-                            prologue += f";\nNOTIFY {audit.NOTIFY_CHANNEL}, "
-                            prologue += setlocal.literal(tenant_id)
+                            notify = f"NOTIFY {audit.NOTIFY_CHANNEL}, "
+                            notify += setlocal.literal(tenant_id)
+                            if self.notify_apart:
+                                await conn.execute(prologue)
+                                prologue = notify
+                            else:
+                                prologue += f";\n{notify}"
                         await conn.execute(prologue)  # one round trip, simple query
                         yield conn
                         auditing = not readonly and await metrics.audit_pending(conn)

@@ -65,7 +65,7 @@ async def naming(
               AND {mention_time(t, p, "x")}
               AND (x.alias_norms && $2::text[]
                    OR EXISTS (SELECT 1 FROM graph_entities e
-                              WHERE e.tenant_id = x.tenant_id AND e.entity_id = x.entity_id
+                              WHERE e.tenant_id = {tenant}::uuid AND e.entity_id = x.entity_id
                                 AND e.name_norm = ANY ($2::text[])))""",
         *p.values,
     )

@@ -35,7 +35,7 @@ from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.domain.retrieval.lanes import FusedHit
 from brain.server.domain.retrieval.relevance import RelevanceModel
 from brain.server.domain.retrieval.rerankers import RerankerError
-from brain.server.domain.retrieval.updates import current_first
+from brain.server.domain.retrieval.updates import current_first, links
 from brain.server.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -331,8 +331,11 @@ class MemoryReads(MemoryBase):
             and t.valid_at is None
             and not t.any_valid_time
         ):
-            # A question about now: a newer statement of a changed value ranks first.
-            recalled = replace(recalled, hits=current_first(recalled.hits))
+            # A question about now: a newer statement of a changed value ranks first, by
+            # a recorded conflict between two hits (read through the caller's walls) or
+            # by the text rule.
+            linked = links(recalled.conflicts)
+            recalled = replace(recalled, hits=current_first(recalled.hits, linked))
         return recalled
 
     def reads(self, query: str) -> bool:
