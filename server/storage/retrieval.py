@@ -65,9 +65,21 @@ class Corpus:
     keys: tuple[tuple[str, str], ...]  # (column, SQL type)
     columns: Callable[[Visibility, Params], str]
     session: str = "valid_from"
+    # Columns ordering rows of equal score before the keys do: values that stay the same
+    # when the same content is put again (a chunk's collection, path and number), so equal
+    # scores rank the same way in every run rather than by random ids (issue 31).
+    ties: tuple[str, ...] = ()
 
     def key(self, row: asyncpg.Record) -> tuple[Any, ...]:
         return tuple(row[name] for name, _ in self.keys)
+
+    def tie(self, row: asyncpg.Record) -> tuple[Any, ...]:
+        """How ``row`` ranks among rows of equal score: its `ties`, then its keys."""
+        return (*(row[name] for name in self.ties), *(str(k) for k in self.key(row)))
+
+    def order(self, alias: str) -> str:
+        """The SQL ordering rows of equal score, as `tie` does, over ``alias``."""
+        return ", ".join(f"{alias}.{name}" for name in (*self.ties, *(k for k, _ in self.keys)))
 
 
 # Memory lanes read the ranking columns; `shown` reads the returned hits in full.
@@ -104,6 +116,9 @@ async def bm25_rows(
     m_keys = ", ".join(f"m.{name}" for name, _ in corpus.keys)
     d_keys = ", ".join(f"d.{name}" for name, _ in corpus.keys)
     tf_keys = ", ".join(f"tf.{name}" for name, _ in corpus.keys)
+    m_ties, d_ties, tf_ties = (
+        "".join(f", {alias}.{name}" for name in corpus.ties) for alias in ("m", "d", "tf")
+    )
     p = Params(query)
     scope_sql = where(p)
     k1, b = f"{p.add(bm25.k1)}::float8", f"{p.add(bm25.b)}::float8"
@@ -141,11 +156,11 @@ async def bm25_rows(
         -- Candidates: rows holding a rare term; if every term is common (an unspecific
         -- query), the first rows found holding any of them, up to the cap.
         docs AS (
-            SELECT m.tenant_id, {m_keys}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
+            SELECT m.tenant_id, {m_keys}{m_ties}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
             FROM {table} m, q
             WHERE q.rare IS NOT NULL AND m.{tsv} @@ q.rare AND {scope_sql}
             UNION ALL
-            (SELECT m.tenant_id, {m_keys}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
+            (SELECT m.tenant_id, {m_keys}{m_ties}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
              FROM {table} m, q
              WHERE q.rare IS NULL AND q.every IS NOT NULL AND m.{tsv} @@ q.every
                AND {scope_sql}
@@ -153,26 +168,29 @@ async def bm25_rows(
         ),
         corpus AS ({corpus_sql}),
         tf AS (
-            SELECT d.tenant_id, {d_keys}, d.dl, u.lexeme,
+            SELECT d.tenant_id, {d_keys}{d_ties}, d.dl, u.lexeme,
                    cardinality(u.positions)::float8 AS tf
             FROM docs d, unnest(d.tsv) AS u
             WHERE u.lexeme IN (SELECT lexeme FROM terms)
         ),
+        -- Rounded to 9 decimals: summed in another order, equal scores differ in their
+        -- last bits, which would decide their order (and which of them make the limit).
         scored AS (
-            SELECT tf.tenant_id, {tf_keys},
-                   sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))
+            SELECT tf.tenant_id, {tf_keys}{tf_ties},
+                   round(sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))
                        * tf.tf * ({k1} + 1)
-                       / (tf.tf + {k1} * (1 - {b} + {b} * tf.dl / GREATEST(c.avgdl, 1)))) AS score
+                       / (tf.tf + {k1} * (1 - {b} + {b} * tf.dl / GREATEST(c.avgdl, 1))))
+                       ::numeric, 9)::float8 AS score
             FROM tf JOIN df USING (lexeme), corpus c
-            GROUP BY tf.tenant_id, {tf_keys}
-            ORDER BY score DESC
+            GROUP BY tf.tenant_id, {tf_keys}{tf_ties}
+            ORDER BY score DESC, {corpus.order("tf")}
             LIMIT {p.add(limit)}
         )
         SELECT {corpus.columns(v, p)}, s.score,
                (SELECT sum(ln(1 + (c.n - df.df + 0.5) / (df.df + 0.5))) FROM df, corpus c) AS mass,
                (SELECT c.n FROM corpus c) AS n
         FROM scored s JOIN {table} m USING (tenant_id, {keys})
-        ORDER BY s.score DESC, {m_keys}"""
+        ORDER BY s.score DESC, {corpus.order("m")}"""
     return list(await conn.fetch(sql, *p.values))
 
 
@@ -400,7 +418,7 @@ async def nearest_rows(
             LIMIT {p.add(limit)}
         ) hits
         WHERE similarity >= {p.add(similarity_floor)}::float8
-        ORDER BY similarity DESC"""
+        ORDER BY similarity DESC, {corpus.order("hits")}"""
     return list(await conn.fetch(sql, *p.values))
 
 

@@ -65,7 +65,11 @@ __all__ = [
 
 MAX_COLLECTIONS = 16
 CHUNKS = Corpus(
-    "document_chunks", (("chunk_id", "uuid"),), sql.chunk_columns, session="document_id"
+    "document_chunks",
+    (("chunk_id", "uuid"),),
+    sql.chunk_columns,
+    session="document_id",
+    ties=("collection", "path", "chunk_no"),
 )
 # The memories' lanes and BM25 constants (b = 0 stayed best on chunks too: docs,
 # Knowledge base), with relevance models fitted on chunks.

@@ -544,7 +544,7 @@ def fuse(
         if params.fusion == "learned":
             item.score = float(learned)
         item.score += boost(item.row, params, now)
-    ranked = sorted(items, key=lambda h: (-h.score, str(corpus.key(h.row)[0])))
+    ranked = sorted(items, key=lambda h: (-h.score, *corpus.tie(h.row)))
     return ranked if limit is None else ranked[:limit]
 
 
