@@ -82,6 +82,25 @@ async def test_a_small_collection_answers_without_the_default_floor(
     assert list((await _search(api, "alpha", min_relevance=0.99)).hits) == []
 
 
+async def test_chunks_of_equal_score_rank_in_document_order(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Ten sections saying the same thing score the same; they rank by their place in the
+    document (chunk number), the same in every search, not by their random chunk ids, and
+    the lane's candidate limit keeps the first ones (issue 31: a refit must not depend on
+    the run)."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=KB))
+    sections = "\n\n".join(f"# Part {i}\n\nalpha gamma delta" for i in range(10))
+    await put(api, "same.md", sections)
+    await put(api, "other.md", "# Other\n\nepsilon zeta")  # the positive control: not found
+    found = await _search(api, "alpha", limit=10, min_relevance=0.0)
+    assert [h.source.path for h in found.hits] == ["same.md"] * 10
+    lines = [h.source.line_start for h in found.hits]
+    assert lines == sorted(lines) and len(set(lines)) == 10
+    first = await _search(api, "alpha", limit=3, min_relevance=0.0)
+    assert [h.source.line_start for h in first.hits] == lines[:3]
+
+
 def coined(i: int, salt: int) -> str:
     """A made-up word, the same on every run: a 'q' and three syllables from ``i``."""
     syllables = ("ka", "lo", "mi", "ne", "ru", "sa", "te", "vo")

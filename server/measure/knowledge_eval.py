@@ -367,6 +367,13 @@ def add_parser(commands: Any) -> None:
         help="with --folds: the hit@5 the fitted floor may cost on the training folds "
         f"(default {knowledge_folds.FLOOR_TOLERANCE})",
     )
+    p.add_argument(
+        "--reading",
+        choices=["on", "off"],
+        default="on",
+        help="whether a hybrid search reads its best chunks (the server's "
+        "--knowledge-reading; off: the hybrid model without the reading feature)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
 
 
@@ -422,6 +429,9 @@ async def run(args: argparse.Namespace) -> Evaluated:
     semantic = args.embedder != "none"
     async with private_brain(args.embedder) as brain:
         key = await private_key(brain.owner_dsn, brain.pepper)
+        if getattr(args, "reading", "on") == "off":
+            assert isinstance(brain.memories.knowledge, ChunkSearch)
+            brain.memories.knowledge.reading_models = {}
         capture = None
         if args.folds:
             assert isinstance(brain.memories.knowledge, ChunkSearch)
