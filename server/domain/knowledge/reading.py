@@ -48,7 +48,7 @@ __all__ = [
 
 _log = structlog.get_logger("brain.knowledge")
 
-READ_TOP = 3  # chunks read per search (the first of the fused order)
+READ_TOP = 2  # chunks read per search (the first of the fused order)
 # Sentences read per chunk at most (so at most 12 a search): on the knowledge set a chunk
 # has 3 sharing a word with the query on average, this project's own docs more; the cap
 # changed the reading of 20 of 588 chunks read there and no dev figure.
