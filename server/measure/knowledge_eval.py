@@ -35,6 +35,7 @@ import grpc
 
 from brain.authz import Confinement
 from brain.server.domain.knowledge.search import ChunkSearch
+from brain.server.domain.retrieval.relevance import KNOWLEDGE_READING_MODEL
 from brain.server.measure import knowledge_folds
 from brain.server.storage import admin
 from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc, memory_pb2, memory_pb2_grpc
@@ -370,9 +371,10 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "--reading",
         choices=["on", "off"],
-        default="on",
-        help="whether a hybrid search reads its best chunks (the server's "
-        "--knowledge-reading; off: the hybrid model without the reading feature)",
+        default="off",
+        help="whether a hybrid search reads its best chunks, as the server's "
+        "--knowledge-reading (default off, as the server's; with --folds, on refits the "
+        "reading model, off the hybrid model)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
 
@@ -429,12 +431,13 @@ async def run(args: argparse.Namespace) -> Evaluated:
     semantic = args.embedder != "none"
     async with private_brain(args.embedder) as brain:
         key = await private_key(brain.owner_dsn, brain.pepper)
-        if getattr(args, "reading", "on") == "off":
-            assert isinstance(brain.memories.knowledge, ChunkSearch)
-            brain.memories.knowledge.reading_models = {}
+        assert isinstance(brain.memories.knowledge, ChunkSearch)
+        reads = getattr(args, "reading", "off") == "on"
+        brain.memories.knowledge.reading_models = (
+            {"local": KNOWLEDGE_READING_MODEL} if reads else {}
+        )
         capture = None
         if args.folds:
-            assert isinstance(brain.memories.knowledge, ChunkSearch)
             capture = Capture(brain.memories.knowledge, qa.questions)
         result = await run_knowledge(
             brain.address, key, root, qa.documents, qa.questions, semantic, capture

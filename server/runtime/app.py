@@ -321,7 +321,7 @@ async def _serve(
     identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(), server)
     graph_pb2_grpc.add_GraphServiceServicer_to_server(GraphServicer(Graph(memories)), server)
     knowledge = Knowledge(memories)
-    if not settings.knowledge_reading:
+    if not settings.knowledge_reading:  # (off by default: docs, Knowledge base)
         knowledge.searching.reading_models = {}
     knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(KnowledgeServicer(knowledge), server)
     health_servicer = health_aio.HealthServicer()

@@ -10,7 +10,7 @@ of its best `READ_TOP` chunks (the fused order's first) that share a word with t
 between the query's own vector (not the feedback-moved one the semantic lane searched
 with) and one of those sentences (at most 4 a chunk, those sharing the most words).
 Only sentences sharing a word: a third as many to embed (8 a search rather than 28 on the
-knowledge set) for the same dev figures.
+knowledge set, reading the top 3) for the same dev figures.
 
 The reading is a feature of the knowledge relevance model
 (`relevance.KNOWLEDGE_READING_MODEL`, fitted with it: the chunks further down, unread,
@@ -18,9 +18,15 @@ count 0); the order does not use it.
 
 Measured on the dev part of the knowledge set, cross-validated (docs: Knowledge base):
 reading the top 2, 3 or 4 silenced the same questions without an answer at the same
-hit@5 (the top 1 fewer, the top 5 or 10 for less hit@5); sentences beat windows of two
-sentences, sentences under their heading path, the whole chunk's cosine to the query's
-own vector and the contextual token vectors' best match per query word.
+hit@5 (the top 1 fewer, the top 5 or 10 for less hit@5), so the top 2, the cheapest;
+sentences beat windows of two sentences, sentences under their heading path, the whole
+chunk's cosine to the query's own vector and the contextual token vectors' best match per
+query word.
+
+Off by default (the server's ``--knowledge-reading``): with the capture made
+deterministic, reading silenced 8 of 17 dev questions without an answer against 6 with
+equal scores ranked by path, but 5 against 6 (for 0.011 of hit@5) with them ranked the
+other way, so its gain is not robust.
 """
 
 from __future__ import annotations
@@ -48,8 +54,11 @@ __all__ = [
 
 _log = structlog.get_logger("brain.knowledge")
 
-READ_TOP = 2  # chunks read per search (the first of the fused order)
-# Sentences read per chunk at most (so at most 12 a search): on the knowledge set a chunk
+# Chunks read per search (the first of the fused order): 2 and 3 gave the same dev
+# cross-validated figures (deterministic capture, two runs each); 2 embed 5.7 sentences a
+# search on the knowledge set, 3 embed 8.3.
+READ_TOP = 2
+# Sentences read per chunk at most (so at most 8 a search): on the knowledge set a chunk
 # has 3 sharing a word with the query on average, this project's own docs more; the cap
 # changed the reading of 20 of 588 chunks read there and no dev figure.
 READ_SENTENCES = 4

@@ -11,8 +11,9 @@ model over its own match strength (`retrieval.relevance`), fitted on chunks rath
 conversation turns (`KNOWLEDGE_PARAMS`). A search answers only when its best hit reaches
 the floor (the request's ``min_relevance``, else the model's); otherwise it returns no
 hits and says how many were withheld (``below_floor``), as memory search does. With the
-local embedder a hybrid search first reads its best chunks (`reading`): the relevance then
-also weighs the query's best cosine to one of their sentences (`KNOWLEDGE_READING_MODEL`).
+local embedder and the server's ``--knowledge-reading on`` (off by default) a hybrid search
+first reads its best chunks (`reading`): the relevance then also weighs the query's best
+cosine to one of their sentences (`KNOWLEDGE_READING_MODEL`).
 
 A configured reranker (the memories' one, `retrieval.rerankers`) then reorders the top N
 of an answered SearchKnowledge, reading each chunk's heading path and text; when it fails
@@ -143,7 +144,7 @@ class ChunkSearch:
         # Embedder name -> the relevance model of a hybrid search that reads its best chunks
         # (`reading`); a search with another embedder (the calling tenant's, see
         # `retrieval.routing`) reads nothing: an endpoint's cost per search, and no model
-        # fitted for its cosines.
+        # fitted for its cosines. The server empties it unless told --knowledge-reading on.
         self.reading_models: dict[str, RelevanceModel] = {"local": KNOWLEDGE_READING_MODEL}
 
     async def search(
