@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -93,6 +94,12 @@ class PgCluster:
         return self.pg
 
 
+# The in-process brain-servers running now, in start order. One server's background work
+# reaches other tests' rows: its chunk-vector filler serves every tenant of the database
+# (`fillers_held`).
+RUNNING: list[BrainServer] = []
+
+
 @dataclass
 class BrainServer:
     """A real brain-server on loopback, plus admin helpers for tests."""
@@ -122,10 +129,12 @@ class BrainServer:
         if self.external_target:
             pytest.skip("cannot start or restart a deployed brain-server from a test")
         self.running = self.loop.run(start_server(self.settings))
+        RUNNING.append(self)
         # Pin the port so restart() comes back on the same address.
         self.settings = Settings(**{**self.settings.__dict__, "listen": self.target})
 
     def stop(self) -> None:
+        RUNNING[:] = [s for s in RUNNING if s is not self]
         if self.running is not None:
             self.loop.run(self.running.stop(grace=1.0))
 
@@ -273,6 +282,33 @@ async def commit_without_waiting_for_the_disk(owner_dsn: str) -> None:
         await conn.execute(f"ALTER DATABASE {embedded.DATABASE} SET synchronous_commit = off")
     finally:
         await conn.close()
+
+
+@contextmanager
+def fillers_held() -> Iterator[None]:
+    """The chunk-vector filler of every in-process server running now (the session's, a
+    module's `walled_server`, any other test's) stopped for the block, so that no filler
+    but those a test starts inside it reaches its chunks; each started again afterwards if
+    its server still runs. A deployed server (``BRAIN_TEST_TARGET``) is not reached: make
+    test-citus serves with ``--embedder none``, which runs no filler."""
+    held = [
+        (server, server.running.filler)
+        for server in list(RUNNING)
+        if server.running is not None and server.running.filler is not None
+    ]
+    for server, filler in held:
+        server.loop.run(filler.stop())
+    try:
+        yield
+    finally:
+        for server, filler in held:
+            running = server.running
+            if (
+                any(s is server for s in RUNNING)
+                and running is not None
+                and running.filler is filler
+            ):
+                server.loop.loop.call_soon_threadsafe(filler.start)
 
 
 def server_settings(cluster: PgCluster, **overrides: Any) -> Settings:

@@ -15,7 +15,7 @@ import grpc
 
 from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc, memory_pb2
 
-from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
+from .conftest import BrainServer, LoopThread, PgCluster, fillers_held, server_settings, unique
 from .edge import RANDOM_ID, outcome
 from .helpers import Api, JsonEndpoint, rpc_error, serving
 from .test_retrieval import toy_vector
@@ -343,16 +343,11 @@ async def test_bad_input_names_the_field_and_writes_nothing(
 
 @contextmanager
 def session_filler_held(brain_server: BrainServer) -> Iterator[None]:
-    """The session server's chunk-vector filler (local model) stopped for the block, so no
-    other filler reaches a test's chunks; started again after it."""
-    filler = brain_server.running.filler if brain_server.running is not None else None
-    if filler is not None:
-        brain_server.loop.run(filler.stop())
-    try:
+    """Every running in-process server's chunk-vector filler stopped for the block (the
+    session server's, and a module's `walled_server` one that stays up for the module's
+    later tests), so no other filler reaches a test's chunks; started again after it."""
+    with fillers_held():
         yield
-    finally:
-        if filler is not None:
-            brain_server.loop.loop.call_soon_threadsafe(filler.start)
 
 
 class SwitchableEmbeddings(JsonEndpoint):
@@ -409,7 +404,16 @@ async def test_embedder_down_puts_lexical_search_then_backfill(
                     "--openai-url", embeddings.url, "--openai-model", "toy",
                     "--embedding-dimension", "384",
                 )  # fmt: skip
-                assert "1 document chunks" in done.stdout + done.stderr
+                said = done.stdout + done.stderr
+                if "1 document chunks" not in said:  # which filler took the chunk, if one did
+                    tenant_id = brain_server.sql(
+                        "SELECT tenant_id FROM tenants WHERE name = $1", tenant
+                    )[0][0]
+                    chunks = brain_server.sql(
+                        "SELECT embedding_model, embed_attempts FROM document_chunks"
+                        " WHERE tenant_id = $1", tenant_id,
+                    )  # fmt: skip
+                    raise AssertionError(f"{said!r}; the chunks then: {chunks}")
                 assert (await get_call(api, doc.document.id)).document.fully_embedded
                 up = await search(api, "nightly backup job")
                 assert up.lanes == knowledge_pb2.KNOWLEDGE_LANES_HYBRID
