@@ -15,8 +15,9 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -39,6 +40,8 @@ from brain.server.runtime.config import (
     reranker_settings,
 )
 from brain.server.telemetry import logs
+
+T = TypeVar("T")
 
 
 def _positive(text: str) -> int:
@@ -109,13 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "multilingual":
-        logs.configure("warning")
-        try:
-            spoken = asyncio.run(multilingual.run(args))
-        except (OSError, ValueError, KeyError, StartupError) as exc:
-            _fail(str(exc), 2)
-        except grpc.aio.AioRpcError as exc:
-            _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
+        spoken = _private_run(multilingual.run(args))
         print(
             json.dumps(spoken.as_json(), indent=2, ensure_ascii=False)
             if args.json
@@ -123,13 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         return
     if args.command == "updates":
-        logs.configure("warning")
-        try:
-            results = asyncio.run(updates.run(args))
-        except (OSError, ValueError, KeyError, StartupError) as exc:
-            _fail(str(exc), 2)
-        except grpc.aio.AioRpcError as exc:
-            _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
+        results = _private_run(updates.run(args))
         print(
             json.dumps([r.as_json() for r in results], indent=2, ensure_ascii=False)
             if args.json
@@ -137,13 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         return
     if args.command == "knowledge":
-        logs.configure("warning")
-        try:
-            found = asyncio.run(knowledge_eval.run(args))
-        except (OSError, ValueError, KeyError, StartupError) as exc:
-            _fail(str(exc), 2)
-        except grpc.aio.AioRpcError as exc:
-            _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
+        found = _private_run(knowledge_eval.run(args))
         print(json.dumps(found.as_json(), indent=2) if args.json else found.table())
         return
     if args.command == "conflicts":
@@ -189,6 +174,18 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         _fail("interrupted" + ("" if args.target else "; the private server was removed"), 130)
     print(json.dumps(result.as_json(), indent=2) if args.json else format_table(result))
+
+
+def _private_run(run: Coroutine[Any, Any, T]) -> T:
+    """Run one evaluation against its private server; a bad set or setting exits 2, a
+    failed call 1, each with its message."""
+    logs.configure("warning")
+    try:
+        return asyncio.run(run)
+    except (OSError, ValueError, KeyError, StartupError) as exc:
+        _fail(str(exc), 2)
+    except grpc.aio.AioRpcError as exc:
+        _fail(f"a call to the private server failed: {exc.code().name}: {exc.details()}", 1)
 
 
 def _conflicts(args: argparse.Namespace) -> None:
