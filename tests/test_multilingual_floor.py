@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from brain.server.domain.retrieval.embedders import LocalEmbedder
-from brain.server.domain.retrieval.relevance import HYBRID_MODEL, MULTILINGUAL_MODEL
+from brain.server.domain.retrieval.relevance import FEATURES, HYBRID_MODEL, MULTILINGUAL_MODEL
 from brain.server.measure import multilingual
 from brain.v1 import knowledge_pb2, memory_pb2
 
@@ -86,13 +86,26 @@ async def test_a_knowledge_query_the_local_embedder_cannot_read_is_lexical(
     assert english.lanes == knowledge_pb2.KNOWLEDGE_LANES_HYBRID
 
 
+# The hybrid model with the cosine weighing nothing in the relevance: only the answer
+# similarity can then answer by a cosine (the shipped `local` model, refitted with names
+# apart, lets a cosine of about 0.75 reach its floor on its own).
+NO_COSINE = replace(
+    HYBRID_MODEL,
+    weights=tuple(
+        0.0 if name == "semantic" else w
+        for name, w in zip(FEATURES, HYBRID_MODEL.weights, strict=True)
+    ),
+)
+
+
 @contextmanager
 def answer_similarity(server: BrainServer, value: float | None) -> Iterator[None]:
-    """The session server's hybrid model with another answer similarity, for one test."""
+    """The session server's hybrid model, the cosine weighing nothing in its relevance,
+    with another answer similarity, for one test."""
     assert server.running is not None
     memories = server.running.memories
     shipped = memories.params
-    memories.params = replace(shipped, hybrid_model=replace(HYBRID_MODEL, answer_similarity=value))
+    memories.params = replace(shipped, hybrid_model=replace(NO_COSINE, answer_similarity=value))
     try:
         yield
     finally:
@@ -104,7 +117,8 @@ async def test_similarity_alone_answers_at_the_models_answer_similarity(
 ) -> None:
     """A question sharing no word with its answer: with an answer similarity of 0.9, a
     stored vector at cosine 0.95 to the query answers, one at 0.6 stays silent; without
-    one (the `local` model's default) both are silent, and so is an explicit floor."""
+    one (the `local` model's default) both are silent, and so is an explicit floor (a
+    relevance that weighs no cosine: the similarity alone is on trial)."""
     tenant = unique("t")
     api = Api(channel, brain_server.mint_key(tenant, "alice"), namespace=unique("ns"))
     close = (await api.save("The quarterly offsite is in Lisbon")).memory.id

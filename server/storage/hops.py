@@ -10,7 +10,7 @@ import asyncpg
 
 from .graph import mention_time
 from .memories import TimeCoords
-from .visibility import Params, Visibility, visibility_predicate
+from .visibility import Params, Visibility, asserting_memory_visible, visibility_predicate
 
 
 async def hit_sources(
@@ -70,3 +70,32 @@ async def naming(
         *p.values,
     )
     return frozenset(r["memory_id"] for r in rows)
+
+
+async def people_seen(
+    conn: asyncpg.Connection, v: Visibility, t: TimeCoords, names: Sequence[str]
+) -> list[str]:
+    """Which of ``names`` (normalised) is the name of an entity that a memory ``v`` may
+    see asserts as a person (a mention of type ``person``, any case) at the search's
+    transaction time; a person known only from hidden memories is no one here.
+
+    Per entity found by name, its mentions are read until the first such one (LIMIT 1):
+    a check per mention from the caller's memories instead read every visible memory's
+    mentions (12-25 ms on a LoCoMo conversation, against under 1 ms)."""
+    if not names:
+        return []
+    p = Params(sorted(set(names)))
+    tenant = p.add(v.tenant_id)
+    rows = await conn.fetch(
+        f"""SELECT e.name_norm AS name FROM graph_entities e
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM graph_mentions x
+                WHERE x.tenant_id = {tenant}::uuid AND x.entity_id = e.entity_id
+                  AND lower(x.type) = 'person' AND {mention_time(t, p, "x")}
+                  AND {asserting_memory_visible(v, p, "x")}
+                LIMIT 1) AS seen
+            WHERE e.tenant_id = {tenant}::uuid AND e.name_norm = ANY ($1::text[])
+            ORDER BY e.name_norm""",
+        *p.values,
+    )
+    return [r["name"] for r in rows]

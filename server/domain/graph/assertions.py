@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -22,10 +24,14 @@ DEFAULT_LIMIT = 50
 # Query n-grams tried as entity names by the graph lane.
 MAX_QUERY_WORDS = 4
 MAX_QUERY_NAMES = 256
+# A query the names were cut from is read without them only when at least this many words
+# are left ("Who is Alice?" keeps its name: "Who is" asks nothing on its own).
+MIN_WORDS_LEFT = 3
 ENTITY_NOT_FOUND = "entity not found"
 _PREDICATE = re.compile(r"^[a-z0-9][a-z0-9_:.\-]{0,63}$")
 _WORD = re.compile(r"[\w][\w&.\-]*")
 _POSSESSIVE = re.compile("['\u2019]s\\b")
+_ANY_CASE_POSSESSIVE = re.compile("['\u2019]s\\b", re.IGNORECASE)
 CARDINALITY = {
     graph_pb2.CARDINALITY_UNSPECIFIED: "many",
     graph_pb2.CARDINALITY_MANY: "many",
@@ -149,3 +155,44 @@ def query_names(query: str) -> list[str]:
             if len(out) >= MAX_QUERY_NAMES:
                 return list(out)
     return list(out)
+
+
+def without_names(query: str, names: Collection[str]) -> str:
+    """``query`` with every run of its words that normalises to one of ``names`` (as
+    `query_names` normalises; the longest run first) cut out, with its possessive.
+
+    The semantic lane reads this (see `Reads.recall`): a small sentence embedder lets a
+    person's or project's name outweigh what is asked about them, while the lexical
+    lanes and the ``named`` feature already match the name. ``query`` itself when
+    nothing was cut or fewer than `MIN_WORDS_LEFT` words would be left."""
+    wanted = set(names)
+    if not wanted:
+        return query
+    text = unicodedata.normalize("NFKC", query)
+    # Possessives blanked, not removed, so every word keeps its offsets in ``text``.
+    bare = _ANY_CASE_POSSESSIVE.sub(lambda m: " " * len(m.group()), text)
+    words = [(m.start(), m.end(), m.group().casefold().strip(".-")) for m in _WORD.finditer(bare)]
+    words = [w for w in words if w[2]]
+    cuts: list[tuple[int, int]] = []
+    i = 0
+    while i < len(words):
+        for n in range(min(MAX_QUERY_WORDS, len(words) - i), 0, -1):
+            if " ".join(w[2] for w in words[i : i + n]) in wanted:
+                end = words[i + n - 1][1]
+                possessive = _ANY_CASE_POSSESSIVE.match(text, end)
+                cuts.append((words[i][0], possessive.end() if possessive else end))
+                i += n
+                break
+        else:
+            i += 1
+    if not cuts:
+        return query
+    kept, at = [], 0
+    for start, end in cuts:
+        kept.append(text[at:start])
+        at = end
+    kept.append(text[at:])
+    left = " ".join("".join(kept).split())
+    if len(_WORD.findall(left)) < MIN_WORDS_LEFT:
+        return query
+    return left

@@ -18,6 +18,7 @@ from brain.authz import Caller, Permission
 from brain.server.domain import context, convert, cursors
 from brain.server.domain import validation as check
 from brain.server.domain.conflicts.service import conflict_marks
+from brain.server.domain.graph.assertions import without_names
 from brain.server.domain.memories._common import (
     ALL_STATUSES,
     DEFAULT_PAGE_SIZE,
@@ -190,10 +191,12 @@ class MemoryReads(MemoryBase):
             except EmbedderError as exc:
                 _log.warning("query embedding failed; lexical only", error=str(exc))
                 lexical_only = True
+        # The memories are searched as SearchMemories searches them (its semantic lane
+        # maybe without people's names, see `recall`); the query's own vector is cached.
         found = await self.recall(
             caller, query, count, req.filter, req.time, timeout_ms,
             mode=memory_pb2.SEARCH_MODE_LEXICAL if lexical_only else memory_pb2.SEARCH_MODE_HYBRID,
-            query_embedding=vector or (), min_relevance=floor,
+            min_relevance=floor,
         )  # fmt: skip
         chunks: list[FusedHit] = []
         if (
@@ -241,11 +244,11 @@ class MemoryReads(MemoryBase):
             raise InvalidArgument("mode", f"unknown search mode {mode}")
         vector = None
         pending: asyncio.Task[list[float] | None] | None = None
-        if mode == memory_pb2.SEARCH_MODE_HYBRID and not query_embedding:
-            # Embedded while the lexical lanes run; awaited before the semantic lane.
-            if self.embedder.dimension and self.reads(query):
-                pending = asyncio.create_task(self.query_vector(caller, query, ()))
-        elif mode != memory_pb2.SEARCH_MODE_LEXICAL:
+        # A hybrid search embeds its query in its transaction, once it knows the people it
+        # names; the other modes, and a vector the caller gave, before it.
+        later = mode == memory_pb2.SEARCH_MODE_HYBRID and not query_embedding
+        embeds = later and bool(self.embedder.dimension) and self.reads(query)
+        if not later and mode != memory_pb2.SEARCH_MODE_LEXICAL:
             try:
                 vector = await self.query_vector(caller, query, query_embedding)
             except EmbedderError as exc:
@@ -264,6 +267,15 @@ class MemoryReads(MemoryBase):
         vis = self.visibility(caller)
         try:
             async with self.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+                if embeds:
+                    # Embedded while the lexical lanes run, awaited before the semantic
+                    # lane; without the names of the people the caller's memories
+                    # assert (names apart: a small sentence embedder lets "Melanie"
+                    # outweigh "what activities", and the lexical lanes and `named`
+                    # match the name; docs: Retrieval).
+                    people = await hops.people_named(conn, vis, query, t, self.params)
+                    read = without_names(query, people)
+                    pending = asyncio.create_task(self.query_vector(caller, read, ()))
                 found = await self.lanes(conn, vis, query, f, t, n, mode, vector, pending)
                 relevance = (
                     retrieval.hybrid_model(self.params, self.embedding_model)

@@ -218,3 +218,19 @@ async def naming(
     if not params.named_entities or not ids:
         return frozenset()
     return await sql.naming(conn, v, t, sorted(ids), query_names(query))
+
+
+async def people_named(
+    conn: asyncpg.Connection,
+    v: Visibility,
+    query: str,
+    t: TimeCoords,
+    params: RetrievalParams,
+) -> list[str]:
+    """The query's n-grams that are the name of a person a memory the caller can see
+    asserts: what the semantic lane reads the query without
+    (`RetrievalParams.names_apart`). An alias is not looked up (an index over every
+    mention's aliases, with the walls checked per row, cost more than the search)."""
+    if not params.names_apart:
+        return []
+    return await sql.people_seen(conn, v, t, query_names(query))

@@ -135,6 +135,10 @@ class RetrievalParams:
     hop_vector_weight: float = 0.0
     # Whether hits asserting an entity the query names are marked (feature `named`).
     named_entities: bool = True
+    # Whether the semantic lane of a hybrid search reads the query without the names of
+    # the people the caller's memories assert (`assertions.without_names`): MiniLM let
+    # "Melanie" outweigh "what activities" (docs: Performance, Names apart).
+    names_apart: bool = True
     # Every hit's relevance (0..1) comes from these models (see `relevance`); a search
     # returns only hits at or above the model's floor unless the request sets its own.
     lexical_model: RelevanceModel = LEXICAL_MODEL

@@ -45,7 +45,7 @@ from brain.server.measure.private import (
     RemoteBrain,
     private_brain,
 )
-from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+from brain.v1 import common_pb2, graph_pb2, memory_pb2, memory_pb2_grpc
 
 RPC_TIMEOUT_S = 60.0
 # Questions about things no LoCoMo conversation mentions, asked in every bucket.
@@ -225,7 +225,7 @@ async def _run_all(
             await _silence(stub, bucket, conv, k, tally.silence, capture, n, turns_of)
             if capture is not None:
                 capture.stop()
-            await _lifecycle(stub, bucket, conv, turns_of, k, tally.lifecycle)
+            await _lifecycle(stub, bucket, conv, turns_of, k, tally.lifecycle, graph)
             if progress is not None:
                 progress.update("silence and lifecycle checks", n + 1, len(conversations))
         if capture is not None:
@@ -257,11 +257,10 @@ async def _load(
         for turn in turns:
             draft = common_pb2.MemoryDraft(content=turn.content, metadata={"dia_id": turn.dia_id})
             draft.valid_from.FromDatetime(turn.valid_from)
-            asserted = None
-            if graph != "off":
-                asserted = entities.extract(turn.speaker, turn.text, speakers=graph == "speakers")
             response = await stub.SaveMemory(
-                memory_pb2.SaveMemoryRequest(scope=bucket.scope, memory=draft, graph=asserted),
+                memory_pb2.SaveMemoryRequest(
+                    scope=bucket.scope, memory=draft, graph=asserted_by(turn, graph)
+                ),
                 metadata=bucket.metadata,
                 timeout=RPC_TIMEOUT_S,
             )
@@ -349,12 +348,14 @@ async def _lifecycle(
     turns_of: Mapping[str, set[str]],
     k: int,
     lifecycle: Lifecycle,
+    graph: str = "speakers",
 ) -> None:
     """Supersede some evidence memories, forget others, and ask their questions again.
 
     The sample: questions with one evidence turn stored as a memory of its own, taken in
-    order, alternately superseded (by the turn marked corrected) and forgotten. Each is
-    asked again, and so is the old memory's text; the replacement should answer the question.
+    order, alternately superseded (by the turn marked corrected, asserting what the turn
+    asserted: a supersede retires the old memory's entities) and forgotten. Each is asked
+    again, and so is the old memory's text; the replacement should answer the question.
     """
     memory_of = {next(iter(ds)): mid for mid, ds in turns_of.items() if len(ds) == 1}
     turn_of = {t.dia_id: t for t in conv.turns}
@@ -376,10 +377,13 @@ async def _lifecycle(
             )
             draft.valid_from.FromDatetime(turn.valid_from)
             saved = await stub.SaveMemory(
-                memory_pb2.SaveMemoryRequest(scope=bucket.scope, memory=draft, supersedes=[mid]),
+                memory_pb2.SaveMemoryRequest(
+                    scope=bucket.scope, memory=draft, supersedes=[mid],
+                    graph=asserted_by(turn, graph),
+                ),
                 metadata=bucket.metadata,
                 timeout=RPC_TIMEOUT_S,
-            )
+            )  # fmt: skip
             replaced[mid] = saved.memory.id
         else:
             await stub.ForgetMemory(
@@ -399,6 +403,13 @@ async def _lifecycle(
         found |= {hit.memory.id for hit in (await _search(stub, bucket, turn.content, k)).hits}
         lifecycle.searches += 2
         lifecycle.leaked += len(found & (gone | replaced.keys()))
+
+
+def asserted_by(turn: Turn, graph: str) -> graph_pb2.GraphDraft | None:
+    """The entities a turn's memory asserts under ``graph`` (`entities.EXTRACTORS`)."""
+    if graph == "off":
+        return None
+    return entities.extract(turn.speaker, turn.text, speakers=graph == "speakers")
 
 
 async def _bounded(concurrency: int, jobs: Sequence[Callable[[], Awaitable[None]]]) -> None:
