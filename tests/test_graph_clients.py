@@ -78,3 +78,49 @@ async def test_mcp_entity_tools_answer_within_the_proxy_scope(brain_server: Brai
         assert own.structured_content["entity"]["degree"] == 1
         bad = await call(alice, "entity_neighbours", name="vega", depth=7)
         assert bad.is_error
+
+
+async def test_an_agent_says_through_mcp_whom_a_memory_is_about(brain_server: BrainServer) -> None:
+    """remember and propose_memory take ``about`` (names, with a type): the entities join the
+    graph under the proxy's scope, where lookup_entity finds them, and another user's proxy
+    does not (its own is the positive control). An ``about`` the schema does not allow is
+    INVALID_ARGUMENT naming the item, and nothing is written."""
+    from .test_mcp_proxy import brain_env, call, mcp_session, text_of
+
+    tenant, ns, tag = unique("t"), unique("ns"), unique("x").split("-")[1]
+    keys = {
+        u: brain_server.mint_key(tenant, f"agent:{u}", permissions=RW, user=u, namespaces=(ns,))
+        for u in ("alice", "bob")
+    }
+    maren, atlas, bad = f"Maren{tag}", f"Atlas{tag}", f"Nobody{tag}"
+    async with (
+        mcp_session(brain_env(brain_server.target, keys["alice"], "alice", ns)) as alice,
+        mcp_session(brain_env(brain_server.target, keys["bob"], "bob", ns)) as bob,
+    ):
+        about = [{"name": maren, "type": "person"}, {"name": atlas, "type": "project"}]
+        saved = await call(alice, "remember", content=f"{maren} leads {atlas}", about=about)
+        assert not saved.is_error, text_of(saved)
+        proposed = await call(
+            bob, "propose_memory", content=f"{maren} joined in May", reason="onboarding",
+            about=[{"name": f"Bob{tag}", "type": "person"}],
+        )  # fmt: skip
+        assert not proposed.is_error, text_of(proposed)
+        found = await call(alice, "lookup_entity", name=maren.lower())
+        assert found.structured_content["entity"]["types"] == ["person"]
+        project = await call(alice, "lookup_entity", name=atlas)
+        assert project.structured_content["entity"]["types"] == ["project"]
+        hidden = await call(bob, "lookup_entity", name=atlas)
+        assert hidden.is_error and text_of(hidden).startswith("NOT_FOUND: ")
+        for wrong, says in (
+            ([{"type": "person"}], "'about[0].name' is required"),
+            ([{"name": bad, "role": "lead"}], "'about[0]' takes 'name' and 'type' only"),
+            ([{"name": bad, "type": 7}], "'about[0].type' must be a string"),
+            ("Maren", "'about' must be an array of objects"),
+        ):
+            refused = await call(alice, "remember", content=f"{bad} was here", about=wrong)
+            assert refused.is_error and says in text_of(refused), text_of(refused)
+        nothing = await call(alice, "lookup_entity", name=bad)
+        assert nothing.is_error and text_of(nothing).startswith("NOT_FOUND: ")
+        assert (await call(alice, "recall", query=f"{bad} was here")).structured_content[
+            "hits"
+        ] == []

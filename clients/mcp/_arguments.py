@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from brain.clients import DraftFields, time_travel
-from brain.v1 import common_pb2
+from brain.clients import DraftFields, graph_draft, time_travel
+from brain.v1 import common_pb2, graph_pb2
 
 
 class ToolInputError(ValueError):
@@ -86,6 +86,27 @@ def _draft_fields(args: Mapping[str, Any]) -> DraftFields:
     if (valid_to := _instant(args, "valid_to")) is not None:
         fields["valid_to"] = valid_to
     return fields
+
+
+def _about(args: Mapping[str, Any]) -> graph_pb2.GraphDraft | None:
+    """The entities of ``about`` ([{"name", "type"?}]) as the memory's graph draft."""
+    value = args.get("about")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ToolInputError("'about' must be an array of objects with 'name' and 'type'")
+    entities: list[tuple[str, str]] = []
+    for n, item in enumerate(value):
+        name, kind = item.get("name"), item.get("type", "")
+        if not isinstance(name, str) or not name.strip():
+            raise ToolInputError(f"'about[{n}].name' is required and must be a non-empty string")
+        if not isinstance(kind, str):
+            raise ToolInputError(f"'about[{n}].type' must be a string")
+        unknown = sorted(set(item) - {"name", "type"})
+        if unknown:
+            raise ToolInputError(f"'about[{n}]' takes 'name' and 'type' only, not {unknown}")
+        entities.append((name, kind))
+    return graph_draft(entities) if entities else None
 
 
 def _filter(args: Mapping[str, Any]) -> common_pb2.MemoryFilter | None:

@@ -10,6 +10,7 @@ from typing import Any
 from brain.clients import AsyncBrainClient
 from brain.clients.mcp._arguments import (
     ToolInputError,
+    _about,
     _draft_fields,
     _filter,
     _integer,
@@ -44,6 +45,7 @@ async def _remember(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOu
     response = await client.save(
         _text(args, "content", required=True),
         supersedes=_strings(args, "supersedes"),
+        graph=_about(args),
         **_draft_fields(args),
     )
     outcome = memory_pb2.SaveOutcome.Name(response.outcome).removeprefix("SAVE_OUTCOME_").lower()
@@ -178,6 +180,7 @@ async def _propose_memory(client: AsyncBrainClient, args: Mapping[str, Any]) -> 
         _text(args, "content", required=True),
         reason=_text(args, "reason", required=True),
         supersedes=_strings(args, "supersedes"),
+        graph=_about(args),
         **_draft_fields(args),
     )
     c = response.candidate

@@ -35,6 +35,25 @@ _DRAFT_PROPERTIES: dict[str, Any] = {
     },
     "valid_to": {"type": "string", "description": "ISO-8601 instant the fact stops holding."},
 }
+# Who and what a memory is about (GraphDraft entities): remember and propose_memory only.
+_ABOUT: dict[str, Any] = {
+    "type": "array",
+    "maxItems": 64,
+    "items": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "As the memory names it."},
+            "type": {
+                "type": "string",
+                "description": "person, organization, place, project, product, event or other",
+            },
+        },
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+    "description": "Who and what the memory is about. Recall matches these names: a "
+    "memory about the person a question names ranks first.",
+}
 _READ_AT: dict[str, Any] = {
     "valid_at": {**_INSTANT, "description": "Facts that held at this instant (default now)."},
     "as_of": {

@@ -35,6 +35,7 @@ from brain.clients.mcp._handlers import (
 )
 from brain.clients.mcp._results import ToolOutput, memory_json, relevance
 from brain.clients.mcp._schemas import (
+    _ABOUT,
     _DRAFT_PROPERTIES,
     _ENTITY_NAME,
     _ENTITY_SCHEMA,
@@ -137,7 +138,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "self-contained statement. To correct an older memory, pass its id in `supersedes`. "
         "The result includes the new memory id, and `conflicts`: older memories this one "
         "seems to update or restate (pending a reviewer's decision).",
-        _schema(_DRAFT_PROPERTIES, ["content"]),
+        _schema({**_DRAFT_PROPERTIES, "about": _ABOUT}, ["content"]),
         _output(
             {
                 "id": {"type": "string"},
@@ -317,6 +318,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         _schema(
             {
                 **_DRAFT_PROPERTIES,
+                "about": _ABOUT,
                 "reason": {"type": "string", "description": "Why this should be remembered."},
             },
             ["content", "reason"],

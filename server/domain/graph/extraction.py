@@ -27,6 +27,8 @@ PROMPT = (
     '"aliases": [str]}], "relations": [{"subject": str, "predicate": str, "object": str, '
     '"single_valued": bool}]}. Predicates are lower_snake_case verbs such as lives_in or '
     "works_with; single_valued is true when the subject can have only one object at a time. "
+    "An entity's type is one of person, organization, place, project, product, event or "
+    "other. "
     "Use only names that occur in the note. If there is nothing, answer "
     '{"entities": [], "relations": []}.'
 )
