@@ -12,7 +12,7 @@ import uuid
 import grpc
 import pytest
 
-from brain.server.domain.conflicts.detectors import Rule, compare
+from brain.server.domain.conflicts.detectors import Rule, calibrated_cosine, compare
 from brain.v1 import common_pb2, memory_pb2, review_pb2
 
 from .conftest import BrainServer, unique
@@ -65,6 +65,21 @@ def test_each_rule_fires_on_its_case(older: str, newer: str, rule: Rule) -> None
 def test_lookalikes_and_additions_are_no_conflict(older: str, newer: str) -> None:
     assert compare(older, newer) is None
     assert compare(newer, older) is None
+
+
+def test_the_semantic_rule_reads_only_cosines_it_was_tuned_on() -> None:
+    """Two facts of other teams that share one word and a changed name: MiniLM's cosine of
+    0.9 makes them a value update (its rule), multilingual-e5's 0.9 is what any two
+    sentences reach there, so its cosine counts for nothing and the lexical rules alone
+    find no conflict (the control: without any cosine, none either)."""
+    older = "Priya is on call for the billing service this week."
+    newer = "Julien est d'astreinte pour le service de facturation cette semaine."
+    found = compare(older, newer, calibrated_cosine("local:all-MiniLM-L6-v2", 0.9))
+    assert found is not None and found.rule == Rule.VALUE_UPDATE
+    assert calibrated_cosine("multilingual:multilingual-e5-small-q4", 0.9) == 0.0
+    assert compare(older, newer, calibrated_cosine("multilingual:e5", 0.9)) is None
+    assert compare(older, newer) is None
+    assert calibrated_cosine(None, 0.0) == 0.0
 
 
 def keys(server: BrainServer, channel: grpc.aio.Channel, tenant: str, ns: str) -> tuple[Api, Api]:

@@ -34,6 +34,7 @@ from brain.server.domain.conflicts.detectors import (
     Finding,
     Reading,
     Rule,
+    calibrated_cosine,
     compare_statements,
     statement,
 )
@@ -141,7 +142,9 @@ class Detection:
             said = said or statement(written["content"], memo)
             other = statement(peer["content"], memo)
             first, then = (other, said) if _newer_first(written, peer) else (said, other)
-            finding = compare_statements(first, then, float(peer["cosine"]))
+            finding = compare_statements(
+                first, then, calibrated_cosine(model, float(peer["cosine"]))
+            )
             if finding is not None:
                 found[peer["memory_id"]] = (peer, finding)
         if slots and not proposal:
