@@ -8,10 +8,12 @@ scope is seen to produce the conflict the foreign one does not.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import grpc
 import pytest
 
+from brain.server.domain.conflicts import consolidation
 from brain.server.domain.conflicts.detectors import Rule, calibrated_cosine, compare
 from brain.v1 import common_pb2, memory_pb2, review_pb2
 
@@ -80,6 +82,27 @@ def test_the_semantic_rule_reads_only_cosines_it_was_tuned_on() -> None:
     assert compare(older, newer, calibrated_cosine("multilingual:e5", 0.9)) is None
     assert compare(older, newer) is None
     assert calibrated_cosine(None, 0.0) == 0.0
+
+
+def test_consolidation_reads_the_cosine_of_one_calibrated_model_only() -> None:
+    """Two facts about other apps whose stored vectors coincide: with MiniLM's vectors the
+    cosine rule calls them one statement (its rule), with multilingual-e5's, or vectors of
+    two models, the cosine counts for nothing and they stay apart."""
+    from pgvector import Vector
+
+    def row(text: str, model: str) -> dict[str, object]:
+        return {
+            "memory_id": uuid.uuid4(), "namespace": "ns", "user_id": "", "session_id": "",
+            "labels": ["team"], "content": text, "embedding": Vector([1.0, 0.0, 0.0]),
+            "embedding_model": model, "valid_from": datetime(2025, 1, 1, tzinfo=UTC),
+            "recorded_at": datetime(2025, 1, 1, tzinfo=UTC),
+        }  # fmt: skip
+
+    a, b = "The mobile app uses the design system", "The web app uses the legacy design system"
+    local, e5 = "local:all-MiniLM-L6-v2", "multilingual:multilingual-e5-small-q4"
+    assert len(consolidation.clusters([row(a, local), row(b, local)])) == 1
+    assert consolidation.clusters([row(a, e5), row(b, e5)]) == []
+    assert consolidation.clusters([row(a, local), row(b, e5)]) == []
 
 
 def keys(server: BrainServer, channel: grpc.aio.Channel, tenant: str, ns: str) -> tuple[Api, Api]:

@@ -30,7 +30,13 @@ import asyncpg
 import numpy as np
 
 from brain.server.domain import cursors, graph
-from brain.server.domain.conflicts.detectors import RESTATED, Rule, compare, statement
+from brain.server.domain.conflicts.detectors import (
+    RESTATED,
+    Rule,
+    calibrated_cosine,
+    compare,
+    statement,
+)
 from brain.server.storage import conflicts as conflicts_sql
 from brain.server.storage import erasure, setlocal
 from brain.server.storage import memories as memory_sql
@@ -57,11 +63,15 @@ def _cell(row: Any) -> tuple[str, str, str, tuple[str, ...]]:
 
 
 def _cosine(a: Any, b: Any) -> float:
-    if a is None or b is None:
+    """The cosine of two rows' stored vectors as the rules read it: 0 without two vectors
+    of one model, or for a model whose cosines the rules were not tuned on
+    (`detectors.calibrated_cosine`)."""
+    va, vb, model = a["embedding"], b["embedding"], a["embedding_model"]
+    if va is None or vb is None or model != b["embedding_model"]:
         return 0.0
-    va, vb = a.to_numpy(), b.to_numpy()  # pgvector's Vector
-    norms = float(np.linalg.norm(va) * np.linalg.norm(vb))
-    return float(va @ vb) / norms if norms else 0.0
+    xa, xb = va.to_numpy(), vb.to_numpy()  # pgvector's Vector
+    norms = float(np.linalg.norm(xa) * np.linalg.norm(xb))
+    return calibrated_cosine(model, float(xa @ xb) / norms if norms else 0.0)
 
 
 def _sharing_pairs(members: list[asyncpg.Record]) -> list[tuple[int, int]]:
@@ -101,7 +111,7 @@ def clusters(rows: list[asyncpg.Record], min_overlap: float = RESTATED) -> list[
     for members in by_cell.values():
         for i, j in _sharing_pairs(members):
             a, b = members[i], members[j]
-            cosine = _cosine(a["embedding"], b["embedding"])
+            cosine = _cosine(a, b)
             found = compare(a["content"], b["content"], cosine)
             if found is None or found.rule != Rule.RESTATEMENT:
                 continue

@@ -32,6 +32,8 @@ _PREDICATE = re.compile(r"^[a-z0-9][a-z0-9_:.\-]{0,63}$")
 _WORD = re.compile(r"[\w][\w&.\-]*")
 _POSSESSIVE = re.compile("['\u2019]s\\b")
 _ANY_CASE_POSSESSIVE = re.compile("['\u2019]s\\b", re.IGNORECASE)
+# What a cut name takes with it: its possessive, also the bare one ("James' dog").
+_CUT_POSSESSIVE = re.compile("['\u2019](?:s\\b)?", re.IGNORECASE)
 CARDINALITY = {
     graph_pb2.CARDINALITY_UNSPECIFIED: "many",
     graph_pb2.CARDINALITY_MANY: "many",
@@ -163,12 +165,15 @@ def without_names(query: str, names: Collection[str]) -> str:
 
     The semantic lane reads this (see `Reads.recall`): a small sentence embedder lets a
     person's or project's name outweigh what is asked about them, while the lexical
-    lanes and the ``named`` feature already match the name. ``query`` itself when
-    nothing was cut or fewer than `MIN_WORDS_LEFT` words would be left."""
+    lanes and the ``named`` feature already match the name. In a query that capitalises
+    anything, a run written in lower case is a word, not the name ("when *will* Will
+    go"). ``query`` itself when nothing was cut or fewer than `MIN_WORDS_LEFT` words
+    would be left."""
     wanted = set(names)
     if not wanted:
         return query
     text = unicodedata.normalize("NFKC", query)
+    cased = any(ch.isupper() for ch in text)
     # Possessives blanked, not removed, so every word keeps its offsets in ``text``.
     bare = _ANY_CASE_POSSESSIVE.sub(lambda m: " " * len(m.group()), text)
     words = [(m.start(), m.end(), m.group().casefold().strip(".-")) for m in _WORD.finditer(bare)]
@@ -177,9 +182,11 @@ def without_names(query: str, names: Collection[str]) -> str:
     i = 0
     while i < len(words):
         for n in range(min(MAX_QUERY_WORDS, len(words) - i), 0, -1):
-            if " ".join(w[2] for w in words[i : i + n]) in wanted:
+            if " ".join(w[2] for w in words[i : i + n]) in wanted and not (
+                cased and text[words[i][0]].islower()
+            ):
                 end = words[i + n - 1][1]
-                possessive = _ANY_CASE_POSSESSIVE.match(text, end)
+                possessive = _CUT_POSSESSIVE.match(text, end)
                 cuts.append((words[i][0], possessive.end() if possessive else end))
                 i += n
                 break

@@ -275,6 +275,8 @@ class MemoryReads(MemoryBase):
                     # match the name; docs: Retrieval).
                     people = await hops.people_named(conn, vis, query, t, self.params)
                     read = without_names(query, people)
+                    if not self.reads(read):  # what is left is a script it cannot read
+                        read = query
                     pending = asyncio.create_task(self.query_vector(caller, read, ()))
                 found = await self.lanes(conn, vis, query, f, t, n, mode, vector, pending)
                 relevance = (
