@@ -464,16 +464,30 @@ async def test_recall_says_when_the_floor_silenced_it(
 ) -> None:
     """In a bucket of 50 notes, a recall of words every note shares comes back silenced
     (not an error, not "no memories"), one of a note's own words finds it, and min_score 0
-    shows the weak matches."""
+    shows the weak matches. The notes' stored vectors are set orthogonal to the query's,
+    so what the model thinks of the notes' random words decides nothing."""
+    from brain.server.domain.retrieval.embedders import LocalEmbedder
+
     from .helpers import Api
     from .test_relevance import _bucket
 
     key = brain_server.mint_key(
-        unique("t"), "agent:f", user="ivy", namespaces=(ns := unique("ns"),)
+        tenant := unique("t"), "agent:f", user="ivy", namespaces=(ns := unique("ns"),)
     )
     async with brain_server.channel() as ch:
         saved = await _bucket(Api(ch, key, namespace=ns, user_id="ivy"))
     memory_id, a, b = saved[3]
+    [asked] = await LocalEmbedder().embed(["service restarted"])
+    apart = [0.0] * len(asked)
+    apart[min(range(len(asked)), key=lambda i: abs(asked[i]))] = 1.0
+    dot = sum(x * y for x, y in zip(apart, asked, strict=True))
+    apart = [x - dot * y for x, y in zip(apart, asked, strict=True)]
+    norm = sum(x * x for x in apart) ** 0.5
+    brain_server.sql(
+        """UPDATE memories m SET embedding = $1::float4[]::vector
+           FROM tenants t WHERE t.tenant_id = m.tenant_id AND t.name = $2""",
+        [x / norm for x in apart], tenant,
+    )  # fmt: skip
     async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, _):
         weak = await call(session, "recall", query="service restarted", limit=5)
         strong = await call(session, "recall", query=f"{a} {b}")
