@@ -105,12 +105,19 @@ async def test_an_agent_says_through_mcp_whom_a_memory_is_about(brain_server: Br
             about=[{"name": f"Bob{tag}", "type": "person"}],
         )  # fmt: skip
         assert not proposed.is_error, text_of(proposed)
+        kept = await call(
+            bob, "remember", content=f"Orion{tag} ships on Friday",
+            about=[{"name": f"Orion{tag}", "type": "project"}],
+        )  # fmt: skip
+        assert not kept.is_error, text_of(kept)
         found = await call(alice, "lookup_entity", name=maren.lower())
         assert found.structured_content["entity"]["types"] == ["person"]
         project = await call(alice, "lookup_entity", name=atlas)
         assert project.structured_content["entity"]["types"] == ["project"]
         hidden = await call(bob, "lookup_entity", name=atlas)
         assert hidden.is_error and text_of(hidden).startswith("NOT_FOUND: ")
+        own = await call(bob, "lookup_entity", name=f"orion{tag}")  # the positive control
+        assert own.structured_content["entity"]["types"] == ["project"]
         for wrong, says in (
             ([{"type": "person"}], "'about[0].name' is required"),
             ([{"name": bad, "role": "lead"}], "'about[0]' takes 'name' and 'type' only"),
@@ -124,3 +131,6 @@ async def test_an_agent_says_through_mcp_whom_a_memory_is_about(brain_server: Br
         assert (await call(alice, "recall", query=f"{bad} was here")).structured_content[
             "hits"
         ] == []
+        # The same recall finds what alice did write (the positive control).
+        mine = await call(alice, "recall", query=f"{maren} leads {atlas}")
+        assert saved.structured_content["id"] in [h["id"] for h in mine.structured_content["hits"]]
