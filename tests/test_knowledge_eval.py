@@ -9,6 +9,7 @@ from brain.server.measure.knowledge_eval import DEFAULT_DATA, REPO, Question, lo
 from .conftest import BrainServer, unique
 
 LEGACY_DATA = REPO / "tests" / "data" / "knowledge_qa.json"
+VALIDATION_DATA = REPO / "tests" / "data" / "knowledge_validation" / "questions.json"
 
 
 def test_the_shipped_question_set_points_at_real_evidence_once() -> None:
@@ -35,6 +36,25 @@ def test_the_shipped_question_set_points_at_real_evidence_once() -> None:
         assert sum(t.count(q.evidence) for t in texts.values()) == 1, q.question
     for q in unanswerable:
         assert q.document is None
+
+
+def test_the_validation_set_is_another_corpus_with_evidence_once() -> None:
+    """The validation set (written later, by another hand, about another company): its own
+    documents, none of the shipped set's questions, every evidence phrase verbatim once in
+    its corpus and in the document it names, at least 20 questions without an answer."""
+    qa, shipped = load(VALIDATION_DATA), load(DEFAULT_DATA)
+    texts = {name: (qa.root / name).read_text() for name in qa.documents}
+    on_disk = sorted(str(p.relative_to(qa.root)) for p in qa.root.rglob("*") if p.is_file())
+    assert sorted(qa.documents) == on_disk and len(on_disk) >= 20
+    assert not {q.question for q in qa.questions} & {q.question for q in shipped.questions}
+    assert {q.part for q in qa.questions} == {"validation"}
+    answerable = [q for q in qa.questions if q.evidence is not None]
+    assert len(answerable) >= 70
+    assert sum(q.evidence is None and q.document is None for q in qa.questions) >= 20
+    for q in answerable:
+        assert q.document in texts and q.evidence is not None
+        assert q.evidence in texts[q.document], q.question
+        assert sum(t.count(q.evidence) for t in texts.values()) == 1, q.question
 
 
 def test_the_legacy_qa_file_points_at_real_evidence() -> None:

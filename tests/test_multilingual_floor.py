@@ -170,22 +170,26 @@ def test_only_the_multilingual_model_answers_by_similarity() -> None:
     assert 0.8 < MULTILINGUAL_MODEL.answer_similarity < 1.0
 
 
-def test_the_held_out_set_has_other_questions_and_more_languages() -> None:
-    """The held-out split shares no memory or question with dev, holds every dev language
-    and three more, and keeps the set's shape (8 memories, 7 answerable, 2 unanswerable)."""
-    dev = multilingual.load(multilingual.SPLITS["dev"])
-    held = multilingual.load(multilingual.SPLITS["held-out"])
-    texts = {m for lang in dev for m in lang.memories} | {
-        q.text for lang in dev for q in lang.questions
+@pytest.mark.parametrize(("split", "unanswerable"), [("held-out", 2), ("validation", 4)])
+def test_the_other_splits_have_other_questions_and_more_languages(
+    split: str, unanswerable: int
+) -> None:
+    """The held-out and validation splits share no memory or question with dev or with each
+    other, hold every dev language and three more, and keep the set's shape (8 memories, 7
+    answerable questions, 2 or 4 unanswerable ones per language)."""
+    others = {name: multilingual.load(path) for name, path in multilingual.SPLITS.items()}
+    held = others.pop(split)
+    texts = {m for langs in others.values() for lang in langs for m in lang.memories} | {
+        q.text for langs in others.values() for lang in langs for q in lang.questions
     }
     assert not texts & {m for lang in held for m in lang.memories}
     assert not texts & {q.text for lang in held for q in lang.questions}
-    assert {lang.code for lang in dev} < {lang.code for lang in held}
+    assert {lang.code for lang in others["dev"]} < {lang.code for lang in held}
     assert len(held) >= 11
     for lang in held:
         assert len(lang.memories) == 8
         assert sum(q.answer is not None for q in lang.questions) == 7
-        assert sum(q.answer is None for q in lang.questions) == 2
+        assert sum(q.answer is None for q in lang.questions) == unanswerable
 
 
 async def test_the_answer_similarity_reads_the_querys_own_vector(

@@ -1,13 +1,16 @@
 """`brain-eval multilingual`: team memories in many languages, through the real API.
 
-Two sets, written for this project: ``--split dev`` (``data/multilingual.json``, eight
-languages, tuned on) and ``--split held-out`` (``data/multilingual_heldout.json``, the same
-eight with other facts and questions plus French, German and Russian; never tuned on).
-Each holds, per language, eight
-team memories in four look-alike pairs (two meetings, two servers, two people, two
-deadlines: the same words around different facts), seven reworded questions that each
-name their answer, and two questions nothing stored answers. By default every language's
-memories go into ONE namespace of a private server (a mixed-language team, 64 memories);
+Three sets, written for this project: ``--split dev`` (``data/multilingual.json``, eight
+languages, tuned on), ``--split held-out`` (``data/multilingual_heldout.json``, the same
+eight with other facts and questions plus French, German and Russian; never tuned on) and
+``--split validation`` (``data/multilingual_validation.json``, the same eleven, written
+later by another hand: harder rewording, and four unanswerable questions per language that
+ask about things a memory names; nothing tuned or changed on it). Each holds, per
+language, eight team memories in four look-alike pairs (two meetings, two servers, two
+people, two deadlines: the same words around different facts), seven reworded questions
+that each name their answer, and two (validation: four) questions nothing stored answers.
+By default every language's memories go into ONE namespace of a private server (a
+mixed-language team, 64 memories);
 ``--layout per-language`` gives each language its own namespace (8 memories: small
 buckets; ``--small-buckets floor-off`` measures the earlier rule, no default floor under
 50 rows, against the shipped one, BM25 counting at least 50 rows). Each question is one
@@ -39,7 +42,8 @@ from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
 DATA = Path(__file__).resolve().parent / "data" / "multilingual.json"
 HELD_OUT = Path(__file__).resolve().parent / "data" / "multilingual_heldout.json"
-SPLITS = {"dev": DATA, "held-out": HELD_OUT}
+VALIDATION = Path(__file__).resolve().parent / "data" / "multilingual_validation.json"
+SPLITS = {"dev": DATA, "held-out": HELD_OUT, "validation": VALIDATION}
 K = 5
 
 
@@ -242,7 +246,9 @@ def add_parser(commands: Any) -> None:
         choices=sorted(SPLITS),
         default="dev",
         help=f"dev: {DATA.name}, eight languages (tuned on); held-out: {HELD_OUT.name}, "
-        "eleven languages, other facts and questions (never tuned on)",
+        "eleven languages, other facts and questions (never tuned on); validation: "
+        f"{VALIDATION.name}, eleven languages, four unanswerable questions each (chooses "
+        "between rules dev cannot tell apart)",
     )
     p.add_argument("--data", type=Path, default=None, help="another set (overrides --split)")
     p.add_argument(
