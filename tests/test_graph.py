@@ -175,18 +175,24 @@ async def test_bad_graph_input_is_invalid_argument_naming_the_field_and_writes_n
     naming its field, and no memory or entity is left behind."""
     api = new_api(brain_server, channel)
     token = secrets.token_hex(4)
-    bad = {
-        "graph.entities[0].name": draft([""]),
-        "graph.relations[0].predicate": draft([], [(f"a{token}", "Lives In", "b")]),
-        "graph.relations[0].object": draft([], [(f"a{token}", "is", f"A{token}")]),
-        "graph.relations[0].subject": draft([], [("a\x00", "is", "b")]),
-        "graph.entities[1]": draft([("x", "", ["y"]), (f"y{token}", "", ["x"])]),
-        "graph.relations[0].cardinality": graph_pb2.GraphDraft(
+    bad = [
+        ("graph.entities[0].name", draft([""])),
+        ("graph.relations[0].predicate", draft([], [(f"a{token}", "Lives In", "b")])),
+        ("graph.relations[0].object", draft([], [(f"a{token}", "is", f"A{token}")])),
+        ("graph.relations[0].subject", draft([], [("a\x00", "is", "b")])),
+        ("graph.entities[1]", draft([("x", "", ["y"]), (f"y{token}", "", ["x"])])),
+        # One entity named twice with two types (a person would lose `person`, which
+        # names apart reads); a name of zero-width characters only.
+        ("graph.entities[1].type", draft(
+            [(f"Ann{token}", "person", []), (f"ann{token}", "organization", [])]
+        )),
+        ("graph.entities[0].name", draft(["\u200b\u200c"])),
+        ("graph.relations[0].cardinality", graph_pb2.GraphDraft(
             relations=[graph_pb2.RelationDraft(subject="a", predicate="p", object="b",
                                                cardinality=7)]  # type: ignore[arg-type]
-        ),
-    }  # fmt: skip
-    for field, g in bad.items():
+        )),
+    ]  # fmt: skip
+    for field, g in bad:
         err = await rpc_error(save(api, f"content {token}", g))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (field, err.details())
         assert err.details().startswith(field), (field, err.details())
@@ -197,6 +203,12 @@ async def test_bad_graph_input_is_invalid_argument_naming_the_field_and_writes_n
     assert (await rpc_error(lookup_call(api, f"a{token}"))).code() == grpc.StatusCode.NOT_FOUND
     await save(api, f"content {token}", draft([], [(f"a{token}", "is", "b")]))  # control
     assert (await lookup_call(api, f"a{token}")).entity.degree == 1
+    # Controls: one entity named twice with one type (any case) or a type once is merged;
+    # a visible name with a zero-width character inside is a name.
+    twice = [(f"Bo{token}", "person", []), (f"bo{token}", "", []), (f"BO{token}", "Person", [])]
+    await save(api, f"bo {token}", draft([*twice, (f"\u200bCy{token}", "", [])]))
+    assert list((await lookup_call(api, f"bo{token}")).entity.types) == ["person"]
+    assert (await lookup_call(api, f"\u200bcy{token}")).entity.name == f"\u200bCy{token}"
     for call, field in (
         (neighbours_call(api, f"a{token}", depth=4), "depth"),
         (lookup_call(api, ""), "name"),

@@ -123,6 +123,12 @@ async def test_an_agent_says_through_mcp_whom_a_memory_is_about(brain_server: Br
             ([{"name": bad, "role": "lead"}], "'about[0]' takes 'name' and 'type' only"),
             ([{"name": bad, "type": 7}], "'about[0].type' must be a string"),
             ("Maren", "'about' must be an array of objects"),
+            # The server's own checks, named by the same position:
+            (
+                [{"name": bad, "type": "person"}, {"name": bad.upper(), "type": "project"}],
+                "graph.entities[1].type",
+            ),
+            ([{"name": "\u200b"}], "graph.entities[0].name: must contain a visible character"),
         ):
             refused = await call(alice, "remember", content=f"{bad} was here", about=wrong)
             assert refused.is_error and says in text_of(refused), text_of(refused)

@@ -171,3 +171,25 @@ def test_model_answers_are_parsed_leniently_and_bounded() -> None:
     for bad in ("nothing here", "[1, 2]"):
         with pytest.raises(ExtractorError):
             parse_graph(bad)
+
+
+def test_a_models_second_type_for_an_entity_and_invisible_names_are_dropped() -> None:
+    """A model that types one entity twice keeps its first type (the server would refuse
+    the draft, and the whole extraction would be lost); a name of zero-width characters
+    is dropped like an empty one. The draft then passes the server's own validation."""
+    from datetime import UTC, datetime
+
+    from brain.server.domain.graph import parse_draft
+
+    g = parse_graph(
+        '{"entities": [{"name": "Ann", "type": "person"}, {"name": "ANN", "type": "org"},'
+        ' {"name": "ann", "type": "Person"}, {"name": "Rome"}, {"name": "rome", "type":'
+        ' "place"}, {"name": "\\u200b\\u200c"}]}'
+    )
+    assert [(e.name, e.type) for e in g.entities] == [
+        ("Ann", "person"), ("ANN", ""), ("ann", "Person"), ("Rome", ""), ("rome", "place")
+    ]  # fmt: skip
+    parsed = parse_draft("graph", g, datetime.now(UTC), None)
+    assert sorted((m.name_norm, m.type) for m in parsed.mentions) == [
+        ("ann", "person"), ("rome", "place")
+    ]  # fmt: skip

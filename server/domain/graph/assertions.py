@@ -66,7 +66,20 @@ def normalise_name(field_name: str, value: str) -> str:
     norm = check.normalise(value)
     if not norm:
         raise InvalidArgument(field_name, "must not be empty")
+    if not visible(norm):
+        # Zero-width and other format or control characters only: a name nobody can read
+        # or type back (U+200B alone would be one entity, U+200C another).
+        raise InvalidArgument(field_name, "must contain a visible character")
     return norm
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` holds a character that shows: not whitespace, a format
+    (zero-width, bidi) or control character, or an unassigned or private-use code point."""
+    return any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in text)
+
+
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 
 
 def parse_draft(
@@ -94,9 +107,15 @@ def parse_draft(
         kind = check.text(f"{at}.type", e.type, limit=64).strip()
         earlier = mentions.get(norm)
         if earlier is not None:  # the same entity twice: merge
+            if kind and earlier.type and kind.casefold() != earlier.type.casefold():
+                raise InvalidArgument(
+                    f"{at}.type",
+                    f"'{kind}' differs from '{earlier.type}', the type this draft gave "
+                    f"'{earlier.name}' before; one entity has one type",
+                )
             aliases = [*earlier.aliases, *aliases]
             alias_norms = [*earlier.alias_norms, *alias_norms]
-            kind = kind or earlier.type
+            kind = earlier.type or kind
         alias_norms_set = sorted(set(alias_norms) - {norm})
         mentions[norm] = sql.NewMention(
             name_norm=norm,

@@ -16,7 +16,9 @@ import json
 import re
 from typing import Any, Protocol
 
+from brain.server.domain import validation as check
 from brain.server.domain.endpoints import EndpointError, post_json, v1_endpoint
+from brain.server.domain.graph.assertions import visible
 from brain.v1 import graph_pb2
 
 __all__ = ["Extractor", "ExtractorError", "HttpExtractor", "build_extractor", "parse_graph"]
@@ -61,13 +63,16 @@ def parse_graph(text: str) -> graph_pb2.GraphDraft:
     if not isinstance(data, dict):
         raise ExtractorError("the model's answer is not a JSON object")
     draft = graph_pb2.GraphDraft()
+    types: dict[str, str] = {}  # normalised name -> the first type the model gave it
     for item in data.get("entities") or []:
-        if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"].strip():
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and visible(item["name"]):
             kind = item.get("type")
+            kind = kind.strip() if isinstance(kind, str) else ""
+            first = types.setdefault(check.normalise(item["name"]), kind)
+            if first and kind.casefold() != first.casefold():
+                kind = ""  # a second type for one entity: the first stands
             draft.entities.add(
-                name=item["name"].strip(),
-                type=kind.strip() if isinstance(kind, str) else "",
-                aliases=_strings(item.get("aliases")),
+                name=item["name"].strip(), type=kind, aliases=_strings(item.get("aliases"))
             )
     for item in data.get("relations") or []:
         if not isinstance(item, dict):
