@@ -37,7 +37,17 @@ def _close_at_exit() -> None:
         client.close()
     deadline = time.monotonic() + _EXIT_WAIT_SECONDS
     for _, channel in live:
-        # grpc keeps the polling state private; without it there is nothing to wait for.
-        state = getattr(channel, "_connectivity_state", None)
-        while getattr(state, "polling", False) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        poller_stopped(channel, deadline - time.monotonic())
+
+
+def poller_stopped(channel: grpc.Channel, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``channel``'s connectivity poller to end, once nothing
+    subscribes to it any more (it notices between two polls, within 0.2 s); whether it has.
+    grpc keeps the polling state private; without it there is nothing to wait for."""
+    state = getattr(channel, "_connectivity_state", None)
+    deadline = time.monotonic() + seconds
+    while getattr(state, "polling", False):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True

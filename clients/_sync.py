@@ -30,7 +30,7 @@ from brain.clients._base import (
 )
 from brain.clients._conflicts import ConflictMethods
 from brain.clients._documents import DocumentMethods
-from brain.clients._exit import closed_at_exit
+from brain.clients._exit import closed_at_exit, poller_stopped
 from brain.clients._requests import (
     Decision,
     DraftFields,
@@ -53,6 +53,9 @@ from brain.v1 import (
     review_pb2,
     review_pb2_grpc,
 )
+
+# How long close() waits for gRPC's connectivity poller (it polls every 0.2 s).
+_POLLER_WAIT_SECONDS = 1.0
 
 
 class BrainClient(ConflictMethods, DocumentMethods, ClientBase):
@@ -111,6 +114,10 @@ class BrainClient(ConflictMethods, DocumentMethods, ClientBase):
             return
         self._closed = True
         self._channel.unsubscribe(self._watch.observe)
+        # gRPC's poller looks for subscribers only between its polls; a channel closed in
+        # between makes it raise "Channel closed!" on its own thread (a traceback on the
+        # user's terminal). Let it see there is nothing left to watch, then close.
+        poller_stopped(self._channel, _POLLER_WAIT_SECONDS)
         self._channel.close()
 
     def __enter__(self) -> Self:

@@ -6,10 +6,12 @@ value), like ``brain-mcp``; no admin access. It
 
 - walks each PATH (a file or a folder), skipping ``.git`` and whatever the ``.gitignore``
   files along the way exclude (read with ``pathspec``, git's own rules); binary files,
-  files that are not UTF-8, empty ones and files over 1 MiB are skipped, each named with
-  its reason at the end;
+  files that are not UTF-8, empty ones, files over 1 MiB and files whose name is not
+  UTF-8 or holds control characters are skipped, each named with its reason at the end
+  (control characters and undecodable bytes of a name shown as escapes);
 - names each document by its path relative to the current folder (POSIX slashes); a
   PATH outside the current folder is refused, so no local absolute path is ever stored;
+- refuses an empty ``--collection`` (an empty filter lists every collection);
 - compares with, and prunes, only the documents of exactly its own bucket (namespace,
   user and session equal to the scope it writes to): a listing also shows the team's and
   other users' documents, which ingest never writes and so never deletes;
@@ -69,13 +71,30 @@ class Report:
             f"{len(self.unchanged)} unchanged, {len(self.deleted)} deleted, "
             f"{len(self.skipped)} skipped, {len(self.failed)} failed"
         )
-        skipped = "".join(f"\n  skipped: {p} ({self.why_skipped.get(p, '')})" for p in self.skipped)
-        return line + skipped + "".join(f"\n  failed: {f}" for f in self.failed)
+        skipped = "".join(
+            f"\n  skipped: {shown(p)} ({self.why_skipped.get(p, '')})" for p in self.skipped
+        )
+        return line + skipped + "".join(f"\n  failed: {shown(f)}" for f in self.failed)
 
     def sort(self) -> None:
         """Puts finish in any order; the report lists paths in order."""
         for names in (self.created, self.updated, self.unchanged, self.skipped, self.failed):
             names.sort()
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters (an escape sequence in a
+    file name would recolour it) and the bytes of a file name that are not UTF-8 (which
+    Python reads as lone surrogates) written as escapes."""
+    out = []
+    for c in text:
+        if c.isprintable():
+            out.append(c)
+        elif 0xDC80 <= ord(c) <= 0xDCFF:  # os.fsdecode's escape of one byte
+            out.append(f"\\x{ord(c) - 0xDC00:02x}")
+        else:
+            out.append(c.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
 
 
 class Progress(Protocol):
@@ -178,6 +197,8 @@ def ingest(
 ) -> Report:
     """Bring ``collection`` in line with the files under ``roots``; see the module docstring.
     ``progress`` is called with the number of files and their bytes, once, before any."""
+    if not collection:  # listing an empty collection lists every one: --prune would erase
+        raise ValueError("collection must name a collection; it is empty")
     cwd = cwd or Path.cwd()
     prefixes = [document_path(r, cwd) for r in roots]  # refuses a root outside cwd first
     report = Report()
@@ -185,7 +206,7 @@ def ingest(
     stored = {
         d.path: d
         for d in client.list_documents(collection=collection, page_size=100)
-        if same_bucket(d, scope)
+        if same_bucket(d, scope) and d.collection == collection
     }
     files = [(path, document_path(path, cwd), _size(path)) for path in walk(roots)]
     seen = {name for _, name, _ in files}
@@ -194,6 +215,8 @@ def ingest(
 
     def one(path: Path, name: str) -> tuple[str, str, int]:
         """(outcome, detail, bytes sent) of one file, read, hashed and put on a pool thread."""
+        if not name.isprintable():
+            return "skipped", "its name is not UTF-8 or holds control characters", 0
         try:
             text = read_text(path)
         except Skipped as why:
@@ -327,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         sys.exit(f"brain ingest: no such file or folder: {', '.join(missing)}")
+    if not args.collection:
+        sys.exit("brain ingest: --collection must name a collection; it is empty")
     labels = [x.strip() for x in args.labels.split(",") if x.strip()]
     if not 1 <= args.jobs <= 64:
         sys.exit("brain ingest: --jobs must be between 1 and 64")
@@ -348,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"brain ingest: {exc}")
     except OSError as exc:  # a TLS file (BRAIN_TLS_CA, ...) or a .gitignore that cannot be read
         sys.exit(f"brain ingest: cannot read {exc.filename}: {exc.strerror}")
-    print(f"brain ingest: collection {args.collection}: {report.summary()}", file=sys.stderr)
+    print(f"brain ingest: collection {shown(args.collection)}: {report.summary()}", file=sys.stderr)
     if report.failed:
         sys.exit(1)
 

@@ -337,3 +337,26 @@ def test_an_unclosed_client_lets_the_program_exit() -> None:
             assert run.wait(timeout=60) == 0, run.stderr.read() if run.stderr else b""
         finally:
             run.kill()
+
+
+def test_a_client_closed_right_after_a_call_leaves_no_error_on_grpcs_thread(
+    brain_server: BrainServer,
+) -> None:
+    """gRPC's connectivity poller (the blocking client subscribes to it) checks for
+    subscribers only between its polls; a channel closed in between made it raise "Channel
+    closed!" on its own thread, a traceback on the user's terminal (`brain ingest` printed
+    one in about half of its runs that stopped right after asking whoami). close() now lets
+    the poller stop first. Ten clients, each closed at once or as soon as its call returns."""
+    key = brain_server.mint_key(unique("t"), "agent:closing")
+    caught: list[BaseException | None] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: caught.append(args.exc_value)
+    try:
+        for n in range(10):
+            with BrainClient(brain_server.target, key) as client:
+                if n % 2:  # half of them closed before any call, half right after one
+                    assert client.whoami().principal == "agent:closing"
+        time.sleep(0.5)  # a poller that outlived its channel fails within 0.2 s
+    finally:
+        threading.excepthook = previous
+    assert caught == []

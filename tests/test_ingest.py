@@ -206,3 +206,66 @@ def test_a_pruned_file_that_comes_back_is_held_until_ingest_readmits_it(
         assert held.failed[0].startswith("gone.md: ") and "--readmit-tombstoned" in held.failed[0]
         back = ingest(client, [tmp_path], "repo", cwd=tmp_path, readmit_tombstoned=True)
         assert back.created == ["gone.md"] and back.failed == []
+
+
+def test_an_empty_collection_is_refused_and_prunes_nothing_of_other_collections(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """An empty --collection (a blank shell variable) listed every collection, so --prune
+    erased another collection's document whose file was gone. Now it is refused naming
+    --collection, and that document stays; the same prune with its own collection does
+    erase it (the positive control)."""
+    key = brain_server.mint_key(unique("ing"), "dev", permissions=KB, namespaces=("proj",))
+    env = {**os.environ, "BRAIN_TARGET": brain_server.target, "BRAIN_API_KEY": key}
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "kept.md").write_text("# Kept\n\nstays\n")
+    (tmp_path / "docs" / "gone.md").write_text("# Gone\n\nits file is deleted\n")
+
+    def brain(collection: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "brain.clients.ingest", "ingest", "docs", "--prune",
+                   "--collection", collection]  # fmt: skip
+        return subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+
+    assert brain("c3").returncode == 0
+    (tmp_path / "docs" / "gone.md").unlink()
+    refused = brain("")
+    assert refused.returncode != 0 and "--collection" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        assert sorted(d.path for d in client.list_documents(collection="c3")) == [
+            "docs/gone.md", "docs/kept.md"
+        ]  # fmt: skip
+        with pytest.raises(ValueError, match="collection"):
+            ingest(client, [tmp_path / "docs"], "", prune=True, cwd=tmp_path)
+        done = brain("c3")
+        assert done.returncode == 0 and "1 deleted" in done.stderr, done.stderr
+        assert [d.path for d in client.list_documents(collection="c3")] == ["docs/kept.md"]
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file names must be UTF-8")
+def test_a_file_name_that_is_not_text_is_skipped_and_named_escaped(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """A file name that is not UTF-8 crashed ingest half way (a traceback, no summary, the
+    rest unsent); one with an escape sequence was printed raw, recolouring the terminal.
+    Both are skipped and named with escapes; the other files are stored."""
+    key = brain_server.mint_key(unique("ing"), "dev", permissions=KB, namespaces=("proj",))
+    env = {**os.environ, "BRAIN_TARGET": brain_server.target, "BRAIN_API_KEY": key}
+    (tmp_path / "a.md").write_text("# A\n\nalpha\n")
+    (tmp_path / "z.md").write_text("# Z\n\nzeta\n")
+    (tmp_path / os.fsdecode(b"bad\xffname.md")).write_text("# Bad\n\nname\n")
+    (tmp_path / "red\x1b[31m.md").write_text("# Red\n\nname\n")
+    command = [sys.executable, "-m", "brain.clients.ingest", "ingest", ".", "--collection", "c"]
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "2 created, 0 updated, 0 unchanged, 0 deleted, 2 skipped, 0 failed" in done.stderr
+    assert "skipped: bad\\xffname.md (its name is not UTF-8" in done.stderr
+    assert "skipped: red\\x1b[31m.md (its name is not UTF-8" in done.stderr
+    assert "\x1b" not in done.stderr
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        assert sorted(d.path for d in client.list_documents(collection="c")) == ["a.md", "z.md"]
