@@ -34,6 +34,7 @@ import structlog
 
 from ._grpc_types import Ctx, Handler, Interceptor
 from ._keys import MalformedKey, parse_key, verify_secret
+from ._messages import bounded
 from ._permissions import METHOD_CLASSES, REQUIRED_PERMISSION, MethodClass
 from ._principal import Caller, KeyRecord, KeyStoreUnavailable, current_caller
 from ._ratelimit import Limiter
@@ -100,6 +101,7 @@ class CallObserver(Protocol):
 
 class _Denied(Exception):
     def __init__(self, code: grpc.StatusCode, message: str, trailers: tuple[Any, ...] = ()) -> None:
+        message = bounded(message)
         super().__init__(message)
         self.code = code
         self.message = message
@@ -431,7 +433,8 @@ def _log_call(method: str, caller: Caller | None, code: grpc.StatusCode, started
 def _refusing_handler(method: str) -> Handler:
     async def refuse(request: Any, context: Ctx) -> Any:
         await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, f"method {method} is not part of the brain.v1 API"
+            grpc.StatusCode.UNIMPLEMENTED,
+            bounded(f"method {method} is not part of the brain.v1 API"),
         )
 
     return grpc.unary_unary_rpc_method_handler(refuse)

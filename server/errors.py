@@ -17,11 +17,15 @@ Database errors become these in the storage layer (``raise ... from exc``).
 
 from __future__ import annotations
 
+from brain.authz._messages import bounded
+
 
 class BrainError(Exception):
-    """Base of every error the service reports to a caller."""
+    """Base of every error the service reports to a caller (its message cut to what a
+    status may carry, `brain.authz._messages`)."""
 
     def __init__(self, message: str) -> None:
+        message = bounded(message)
         super().__init__(message)
         self.message = message
 

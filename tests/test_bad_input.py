@@ -190,3 +190,25 @@ async def test_unparseable_bodies_are_invalid_argument_without_internals(
         assert "DecodeError" not in details and "protobuf" not in details, details
     answer = memory_pb2.SaveMemoryResponse.FromString(await save(good, metadata=api.md))
     assert answer.memory.content == "an intact raw body"
+
+
+async def test_a_long_bad_argument_is_still_invalid_argument_naming_its_field(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A refusal that repeats a long bad argument (10,000 characters of an unknown mask
+    path, 5,000 unknown paths, a long CJK path) made the message outgrow gRPC's header
+    limit, and the caller saw RESOURCE_EXHAUSTED. The message is cut, the code and the
+    field stay, and nothing changes; the same update with a real path works."""
+    from brain.authz._messages import MAX_MESSAGE_BYTES
+
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    saved = await api.save("a memory to update")
+    for paths in (["c" * 10_000], [f"p{i}" for i in range(5_000)], ["記憶" * 3_000]):
+        err = await rpc_error(api.update(saved.memory.id, paths, importance=0.5))
+        assert_invalid(err, "update_mask")
+        assert (err.details() or "").startswith("update_mask: ")
+        assert len((err.details() or "").encode()) <= MAX_MESSAGE_BYTES
+        assert (err.details() or "").endswith("[cut]")
+    assert [m.version for m in await api.history(saved.memory.id)] == [1]  # nothing changed
+    updated = await api.update(saved.memory.id, ["importance"], importance=0.5)
+    assert (updated.version, round(updated.importance, 2)) == (2, 0.5)
