@@ -324,6 +324,28 @@ async def test_bad_input_names_the_field_and_writes_nothing(
         ("collection", put(api, "a.md", "x", collection="bad name!")),
         ("path", put(api, "", "x")),
         ("path", put(api, "a\nb.md", "x")),
+        # Another spelling of a path, or a name that rewrites a terminal, is no path:
+        *[
+            ("path", put(api, bad, "x"))
+            for bad in (
+                "./a.md",
+                "a//b.md",
+                "docs/",
+                "../etc/passwd",
+                "/etc/passwd",
+                ".",
+                "..",
+                "/",
+                "a/./b.md",
+                "C:\\x.md",
+                "red\x1b[31m.md",
+                "del\x7f.md",
+                "line\u2028.md",
+                "next\x85.md",
+                "\u200b",
+                "rtl\u202e.md",
+            )
+        ],
         ("content", put(api, "a.md", "   ")),
         ("content", put(api, "a.md", "x" * (1024 * 1024 + 1))),
         ("format", put(api, "a.md", "x", format=99)),  # type: ignore[arg-type]
@@ -338,7 +360,11 @@ async def test_bad_input_names_the_field_and_writes_nothing(
         assert (err.details() or "").startswith(field), (field, err.details())
     assert await list_docs(api) == []
     assert (await put(api, "a.md", "# fine\n")).outcome == knowledge_pb2.PUT_OUTCOME_CREATED
-    assert [d.path for d in await list_docs(api)] == ["a.md"]  # control: the listing works
+    # Controls: folders, dots inside names, spaces, other scripts and a tilde are paths.
+    fine = ["docs/ops/run book.md", ".github/ci.yml", "a..b.md", "~notes.md", "文档/设计.md"]
+    for path in fine:
+        assert (await put(api, path, "# fine\n")).outcome == knowledge_pb2.PUT_OUTCOME_CREATED
+    assert sorted(d.path for d in await list_docs(api)) == sorted(["a.md", *fine])
 
 
 @contextmanager

@@ -122,12 +122,27 @@ def document_message(row: asyncpg.Record, with_content: bool = False) -> knowled
 
 
 def document_path(field: str, value: str) -> str:
-    """A document's path in its collection: printable text, no NUL, at most 512 characters."""
+    """A document's path in its collection: a relative path with ``/`` between its
+    folders (as `brain ingest` names files), of printable characters, at most 512 of them.
+
+    Two spellings of one file (``x.md``, ``./x.md``, ``a//x.md``) would be two documents,
+    and a name with an escape sequence or a line separator recolours or splits every
+    listing that prints it, so neither is a path."""
     check.text(field, value, limit=MAX_PATH_CHARS)
     if not value.strip():
         raise InvalidArgument(field, "is required")
     if any(ch in value for ch in "\n\r\t"):
         raise InvalidArgument(field, "must be one line")
+    if not value.isprintable():
+        raise InvalidArgument(
+            field, "must be printable (no control, format or line-separator characters)"
+        )
+    if "\\" in value:
+        raise InvalidArgument(field, "must use / between folders, not \\")
+    if value.startswith("/"):
+        raise InvalidArgument(field, "must be relative (no leading /)")
+    if any(part in ("", ".", "..") for part in value.split("/")):
+        raise InvalidArgument(field, "must not hold empty, . or .. parts (a//b, ./a, a/../b, a/)")
     return value
 
 
