@@ -187,6 +187,17 @@ async def test_bad_graph_input_is_invalid_argument_naming_the_field_and_writes_n
             [(f"Ann{token}", "person", []), (f"ann{token}", "organization", [])]
         )),
         ("graph.entities[0].name", draft(["\u200b\u200c"])),
+        # A draft that contradicts itself: one predicate one- and many-valued, or two
+        # objects of a one-valued predicate over the same time.
+        ("graph.relations[1].cardinality", draft([], [
+            (f"a{token}", "knows", "b"), graph_pb2.RelationDraft(
+                subject=f"a{token}", predicate="knows", object="c",
+                cardinality=graph_pb2.CARDINALITY_ONE),
+        ])),
+        ("graph.relations[2].object", draft([], [
+            (f"a{token}", "lives_in", "b"), (f"a{token}", "lives_in", "b"),
+            (f"a{token}", "lives_in", "c"),
+        ], one=["lives_in"])),
         ("graph.relations[0].cardinality", graph_pb2.GraphDraft(
             relations=[graph_pb2.RelationDraft(subject="a", predicate="p", object="b",
                                                cardinality=7)]  # type: ignore[arg-type]
@@ -209,6 +220,26 @@ async def test_bad_graph_input_is_invalid_argument_naming_the_field_and_writes_n
     await save(api, f"bo {token}", draft([*twice, (f"\u200bCy{token}", "", [])]))
     assert list((await lookup_call(api, f"bo{token}")).entity.types) == ["person"]
     assert (await lookup_call(api, f"\u200bcy{token}")).entity.name == f"\u200bCy{token}"
+
+    # Controls: a repeated relation is one; a one-valued predicate may change its object
+    # over time within one draft.
+    def lives(where: str, start: int, end: int | None) -> graph_pb2.RelationDraft:
+        rel = graph_pb2.RelationDraft(
+            subject=f"dee{token}", predicate="lives_in", object=where,
+            cardinality=graph_pb2.CARDINALITY_ONE,
+        )  # fmt: skip
+        rel.valid_from.FromSeconds(start)
+        if end is not None:
+            rel.valid_to.FromSeconds(end)
+        return rel
+
+    moved = [lives("rome", 1_600_000_000, 1_700_000_000), lives("oslo", 1_700_000_000, None)]
+    repeated = [(f"dee{token}", "knows", f"eve{token}")] * 3
+    await save(api, f"dee {token}", draft([], [*repeated, *moved]))
+    dee = await lookup_call(api, f"dee{token}", any_valid_time=True)
+    assert sorted((p, o) for _, p, o in facts(dee)) == [
+        ("knows", f"eve{token}"), ("lives_in", "oslo"), ("lives_in", "rome")
+    ]  # fmt: skip
     for call, field in (
         (neighbours_call(api, f"a{token}", depth=4), "depth"),
         (lookup_call(api, ""), "name"),

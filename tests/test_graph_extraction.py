@@ -193,3 +193,15 @@ def test_a_models_second_type_for_an_entity_and_invisible_names_are_dropped() ->
     assert sorted((m.name_norm, m.type) for m in parsed.mentions) == [
         ("ann", "person"), ("rome", "place")
     ]  # fmt: skip
+    # Relations that contradict each other: the first word stands, repeats are one.
+    g = parse_graph(
+        '{"relations": [{"subject": "Ann", "predicate": "lives in", "object": "Rome",'
+        ' "single_valued": true}, {"subject": "ann", "predicate": "lives_in", "object":'
+        ' "Paris", "single_valued": true}, {"subject": "Ann", "predicate": "lives_in",'
+        ' "object": "rome"}, {"subject": "Ann", "predicate": "knows", "object": "Bo"},'
+        ' {"subject": "Ann", "predicate": "knows", "object": "Cy", "single_valued": true}]}'
+    )
+    parsed = parse_draft("graph", g, datetime.now(UTC), None)
+    assert sorted((r.predicate, r.object, r.cardinality) for r in parsed.relations) == [
+        ("knows", "bo", "many"), ("knows", "cy", "many"), ("lives_in", "rome", "one")
+    ]  # fmt: skip

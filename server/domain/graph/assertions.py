@@ -124,7 +124,8 @@ def parse_draft(
             aliases=tuple(sorted({a for a in aliases if check.normalise(a) != norm})),
             alias_norms=tuple(alias_norms_set),
         )
-    relations = []
+    relations: list[sql.NewRelation] = []
+    positions: list[int] = []  # each kept relation's index in the draft
     for i, r in enumerate(draft.relations):
         at = f"{prefix}.relations[{i}]"
         ends = []
@@ -151,17 +152,49 @@ def parse_draft(
             ends_at = valid_to
         if ends_at is not None and ends_at < starts:
             raise InvalidArgument(f"{at}.valid_to", "must not be before valid_from")
-        relations.append(
-            sql.NewRelation(
-                subject=ends[0],
-                predicate=predicate,
-                object=ends[1],
-                cardinality=CARDINALITY[r.cardinality],
-                valid_from=starts,
-                valid_to=ends_at,
-            )
+        new = sql.NewRelation(
+            subject=ends[0],
+            predicate=predicate,
+            object=ends[1],
+            cardinality=CARDINALITY[r.cardinality],
+            valid_from=starts,
+            valid_to=ends_at,
         )
+        if new in relations:  # the same relation twice: once
+            continue
+        _consistent(f"{prefix}.relations", i, new, dict(zip(positions, relations, strict=True)))
+        relations.append(new)
+        positions.append(i)
     return Assertions(mentions=list(mentions.values()), relations=relations)
+
+
+def _consistent(
+    field_name: str, i: int, new: sql.NewRelation, earlier: dict[int, sql.NewRelation]
+) -> None:
+    """A draft may not contradict itself: one subject's predicate is one-valued or
+    many-valued, and a one-valued predicate holds one object at a time."""
+    for j, old in earlier.items():
+        if (old.subject, old.predicate) != (new.subject, new.predicate):
+            continue
+        if old.cardinality != new.cardinality:
+            raise InvalidArgument(
+                f"{field_name}[{i}].cardinality",
+                f"'{new.predicate}' is {new.cardinality}-valued here and "
+                f"{old.cardinality}-valued in {field_name}[{j}]",
+            )
+        if new.cardinality == "one" and old.object != new.object and _overlap(old, new):
+            raise InvalidArgument(
+                f"{field_name}[{i}].object",
+                f"'{new.predicate}' holds one object at a time, and {field_name}[{j}] gives "
+                "it another over the same valid time",
+            )
+
+
+def _overlap(a: sql.NewRelation, b: sql.NewRelation) -> bool:
+    """Whether two valid-time intervals [from, to) share a moment (no end: for ever)."""
+    return (b.valid_to is None or a.valid_from < b.valid_to) and (
+        a.valid_to is None or b.valid_from < a.valid_to
+    )
 
 
 def query_names(query: str) -> list[str]:

@@ -68,22 +68,31 @@ def parse_graph(text: str) -> graph_pb2.GraphDraft:
         if isinstance(item, dict) and isinstance(item.get("name"), str) and visible(item["name"]):
             kind = item.get("type")
             kind = kind.strip() if isinstance(kind, str) else ""
-            first = types.setdefault(check.normalise(item["name"]), kind)
-            if first and kind.casefold() != first.casefold():
+            given = types.setdefault(check.normalise(item["name"]), kind)
+            if given and kind.casefold() != given.casefold():
                 kind = ""  # a second type for one entity: the first stands
             draft.entities.add(
                 name=item["name"].strip(), type=kind, aliases=_strings(item.get("aliases"))
             )
+    # (subject, predicate) -> (single-valued?, its first object): the model's first word
+    # stands where it contradicts itself (the server refuses a draft that does).
+    first: dict[tuple[str, str], tuple[bool, str]] = {}
     for item in data.get("relations") or []:
         if not isinstance(item, dict):
             continue
         parts = [item.get(k) for k in ("subject", "predicate", "object")]
         if all(isinstance(p, str) and p.strip() for p in parts):
             subject, predicate, obj = (str(p).strip() for p in parts)
-            single = item.get("single_valued") is True
+            predicate = re.sub(r"[^a-z0-9_:.\-]+", "_", predicate.lower()).strip("_")
+            key = (check.normalise(subject), predicate)
+            single, first_object = first.setdefault(
+                key, (item.get("single_valued") is True, check.normalise(obj))
+            )
+            if single and check.normalise(obj) != first_object:
+                continue  # a second object of a one-valued predicate
             draft.relations.add(
                 subject=subject,
-                predicate=re.sub(r"[^a-z0-9_:.\-]+", "_", predicate.lower()).strip("_"),
+                predicate=predicate,
                 object=obj,
                 cardinality=graph_pb2.CARDINALITY_ONE if single else graph_pb2.CARDINALITY_MANY,
             )
