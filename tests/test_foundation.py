@@ -52,6 +52,7 @@ async def test_save_get_search_roundtrip(
     [
         ("", "must not be empty"),
         ("   ", "must not be empty"),
+        ("\u200b\u200d\ufeff \u2060", "must not be empty"),  # zero-width only
         ("a\x00b", "NUL"),
         ("x" * (32 * 1024 + 1), "32 KiB"),
     ],

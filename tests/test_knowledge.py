@@ -347,6 +347,7 @@ async def test_bad_input_names_the_field_and_writes_nothing(
             )
         ],
         ("content", put(api, "a.md", "   ")),
+        ("content", put(api, "a.md", "\u200b\n\u200c")),
         ("content", put(api, "a.md", "x" * (1024 * 1024 + 1))),
         ("format", put(api, "a.md", "x", format=99)),  # type: ignore[arg-type]
         ("id", get_call(api, "not-a-uuid")),

@@ -28,11 +28,21 @@ MAX_DURATION_SECONDS = 315_576_000_000
 NANOS_PER_SECOND = 1_000_000_000
 
 
+def visible(text: str) -> bool:
+    """Whether ``text`` holds a character that shows: not whitespace, a format
+    (zero-width, bidi) or control character, or an unassigned or private-use code point."""
+    return any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in text)
+
+
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+
+
 def content(field: str, value: str, *, required: bool = True) -> str:
-    """Non-empty UTF-8 text without NUL bytes, within the size limit."""
+    """Non-empty UTF-8 text without NUL bytes, within the size limit; text of only
+    zero-width or other invisible characters is empty."""
     if "\x00" in value:
         raise InvalidArgument(field, "must not contain NUL bytes")
-    if required and not value.strip():
+    if required and not visible(value):
         raise InvalidArgument(field, "must not be empty")
     size = len(value.encode())
     if size > MAX_CONTENT_BYTES:

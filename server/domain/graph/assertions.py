@@ -66,20 +66,11 @@ def normalise_name(field_name: str, value: str) -> str:
     norm = check.normalise(value)
     if not norm:
         raise InvalidArgument(field_name, "must not be empty")
-    if not visible(norm):
+    if not check.visible(norm):
         # Zero-width and other format or control characters only: a name nobody can read
         # or type back (U+200B alone would be one entity, U+200C another).
         raise InvalidArgument(field_name, "must contain a visible character")
     return norm
-
-
-def visible(text: str) -> bool:
-    """Whether ``text`` holds a character that shows: not whitespace, a format
-    (zero-width, bidi) or control character, or an unassigned or private-use code point."""
-    return any(not c.isspace() and unicodedata.category(c) not in _INVISIBLE for c in text)
-
-
-_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 
 
 def parse_draft(

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 from brain.server.domain import validation as check
 from brain.server.domain.endpoints import EndpointError, post_json, v1_endpoint
-from brain.server.domain.graph.assertions import visible
 from brain.v1 import graph_pb2
 
 __all__ = ["Extractor", "ExtractorError", "HttpExtractor", "build_extractor", "parse_graph"]
@@ -65,7 +64,11 @@ def parse_graph(text: str) -> graph_pb2.GraphDraft:
     draft = graph_pb2.GraphDraft()
     types: dict[str, str] = {}  # normalised name -> the first type the model gave it
     for item in data.get("entities") or []:
-        if isinstance(item, dict) and isinstance(item.get("name"), str) and visible(item["name"]):
+        if (
+            isinstance(item, dict)
+            and isinstance(item.get("name"), str)
+            and check.visible(item["name"])
+        ):
             kind = item.get("type")
             kind = kind.strip() if isinstance(kind, str) else ""
             given = types.setdefault(check.normalise(item["name"]), kind)

@@ -149,7 +149,7 @@ def document_path(field: str, value: str) -> str:
 def document_content(field: str, value: str) -> str:
     if "\x00" in value:
         raise InvalidArgument(field, "must not contain NUL bytes")
-    if not value.strip():
+    if not check.visible(value):  # empty, blank, or zero-width characters only
         raise InvalidArgument(field, "must not be empty")
     size = len(value.encode())
     if size > MAX_DOCUMENT_BYTES:
