@@ -407,7 +407,7 @@ async def test_forget_erases_the_conflict_rows(
     ("request_fields", "field"),
     [
         ({"id": "not-a-uuid", "decision": review_pb2.REVIEW_DECISION_APPROVE, "reason": "r"},
-         "id"),
+         "id: is not a conflict id"),
         ({"id": "0190a8c2-0000-7000-8000-000000000000", "reason": "r"}, "decision"),
         ({"id": "0190a8c2-0000-7000-8000-000000000000",
           "decision": review_pb2.REVIEW_DECISION_REJECT}, "reason"),

@@ -106,13 +106,14 @@ def unit_interval(field: str, value: float) -> float:
     return value
 
 
-def memory_id(field: str, value: str) -> uuid.UUID:
+def memory_id(field: str, value: str, what: str = "memory") -> uuid.UUID:
+    """A UUID naming a ``what`` (a memory, by default; a conflict, ...)."""
     if not value:
         raise InvalidArgument(field, "is required")
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise InvalidArgument(field, "is not a memory id (a UUID)") from None
+        raise InvalidArgument(field, f"is not a {what} id (a UUID)") from None
 
 
 def well_formed(message: Message, path: str = "") -> None:

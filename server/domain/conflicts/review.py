@@ -83,7 +83,7 @@ class ConflictReview:
         timeout_ms: int | None = None,
     ) -> review_pb2.ResolveConflictResponse:
         m = self.memories
-        conflict_id = check.memory_id("id", req.id)
+        conflict_id = check.memory_id("id", req.id, "conflict")
         if req.decision not in (
             review_pb2.REVIEW_DECISION_APPROVE,
             review_pb2.REVIEW_DECISION_REJECT,
