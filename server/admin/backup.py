@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from brain.server.admin.registry import Context, UsageError, acting, command
 from brain.server.storage import backup as store
@@ -45,12 +46,22 @@ async def cmd_backup(ctx: Context) -> None:
     print(f"backed up tenant {a.tenant}: {rows - 2} rows -> {out}")
 
 
+def _utf8_lines(f: BinaryIO) -> Iterator[str]:
+    """The file's lines as text; a line that is not UTF-8 is refused by its number, as a
+    line that is not JSON is (inside the restore's transaction: nothing is restored)."""
+    for number, line in enumerate(f, 1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise store.BackupError(f"line {number} is not UTF-8 text: {exc}") from exc
+
+
 async def cmd_restore(ctx: Context) -> None:
     a = ctx.args
     try:
-        with a.file.open(encoding="utf-8") as f:  # a CLI: nothing else runs on this loop
+        with a.file.open("rb") as f:  # a CLI: nothing else runs on this loop
             async with ctx.connect() as conn, acting(conn):
-                done = await store.restore(conn, ctx.pepper, f)
+                done = await store.restore(conn, ctx.pepper, _utf8_lines(f))
     except OSError as exc:
         raise UsageError(f"cannot read {a.file}: {exc}") from exc
     except store.BackupError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 from pgvector.asyncpg import register_vector
 
-from brain.server.admin.registry import Context, UsageError, acting, command, output
+from brain.server.admin.registry import Context, UsageError, acting, command, count, output
 from brain.server.domain.knowledge.measures import embedding_text
 from brain.server.domain.memories import model_id
 from brain.server.domain.retrieval.embedders import Embedder, EmbedderError, build_embedder
@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tenant")
     p = command(group, "backfill", cmd_backfill, "embed memories stored without a vector")
     p.add_argument("--tenant", help="only this tenant (default: all)")
-    p.add_argument("--batch", type=int, default=64, help="texts per embedder call")
+    p.add_argument("--batch", type=count(1), default=64, help="texts per embedder call")
     p.add_argument(
         "--reembed",
         action="store_true",
@@ -130,8 +130,6 @@ async def cmd_backfill(ctx: Context) -> None:
         raise UsageError(str(exc)) from exc
     if embedder.dimension == 0:
         raise UsageError("--embedder none makes no vectors; choose local, multilingual or openai")
-    if ctx.args.batch < 1:
-        raise UsageError("--batch must be at least 1")
     model = model_id(embedder)
     async with ctx.connect() as conn:
         await register_vector(conn)

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
+import unicodedata
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 
 from brain.authz import Confinement, is_valid_name, parse_permissions
 from brain.server.admin.registry import (
+    MAX_DURATION,
     Context,
     UsageError,
     acting,
     admin_principal,
     command,
+    count,
     output,
     parse_duration,
+    positive_duration,
 )
+from brain.server.domain.review import MAX_CANDIDATE_TTL
+from brain.server.domain.validation import MAX_TEXT_CHARS
+from brain.server.runtime.config import _env
 from brain.server.storage import admin as store
 from brain.server.storage.migrate import migrate
 from brain.server.telemetry import logs
@@ -160,14 +167,56 @@ def _labels(text: str) -> frozenset[str]:
     return labels
 
 
+def _principal(text: str) -> str:
+    """--principal: who a key acts as, as the server's principal filters can name it (at
+    most ``MAX_TEXT_CHARS`` characters) and as a log line can show it (no control
+    characters: a newline or an escape sequence would forge or hide audit output)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if len(text) > MAX_TEXT_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"is {len(text)} characters; the limit is {MAX_TEXT_CHARS}"
+        )
+    bad = sorted({c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")})
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"must not contain control characters ({', '.join(map(ascii, bad))})"
+        )
+    return text
+
+
+def longest_candidate_ttl() -> timedelta:
+    """The longest review window brain-server accepts (review_within, and so a namespace's
+    candidate TTL, which stands in for it): its --max-candidate-ttl-days, read from the
+    same BRAIN_MAX_CANDIDATE_TTL_DAYS, else the same default."""
+    days = _env("MAX_CANDIDATE_TTL_DAYS")
+    if days is None:
+        return MAX_CANDIDATE_TTL
+    try:
+        return min(timedelta(days=int(days)), MAX_DURATION)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(
+            f"BRAIN_MAX_CANDIDATE_TTL_DAYS={days!r} is not a number of days"
+        ) from None
+
+
+def _candidate_ttl(text: str) -> timedelta:
+    """--candidate-ttl: a review window proposals there may wait in, more than zero (at
+    zero they are invisible at once) and no longer than the server accepts."""
+    ttl, most = positive_duration(text), longest_candidate_ttl()
+    if ttl > most:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is longer than the {most.days} days brain-server accepts for a review "
+            "window (its --max-candidate-ttl-days, BRAIN_MAX_CANDIDATE_TTL_DAYS)"
+        )
+    return ttl
+
+
 async def cmd_namespaces_set(ctx: Context) -> None:
     """Review policy for one namespace of one tenant."""
     a = ctx.args
     if not is_valid_name(a.namespace):
         raise UsageError(f"namespace {a.namespace!r} is not a valid name")
-    ttl = parse_duration(a.candidate_ttl) if a.candidate_ttl else None
-    if a.max_pending is not None and a.max_pending < 1:
-        raise UsageError("--max-pending must be at least 1")
     async with ctx.connect() as conn, acting(conn):
         tenant_id = await store.tenant_id_by_name(conn, a.tenant)
         # The clock is read first: Citus takes only immutable calls in DO UPDATE SET.
@@ -188,7 +237,7 @@ async def cmd_namespaces_set(ctx: Context) -> None:
             tenant_id,
             a.namespace,
             a.review_required,
-            ttl,
+            a.candidate_ttl,
             a.max_pending,
             a.conflicts.replace("-", "_") if a.conflicts else None,
             now,
@@ -205,6 +254,8 @@ async def cmd_namespaces_set(ctx: Context) -> None:
 
 async def cmd_namespaces_list(ctx: Context) -> None:
     async with ctx.connect() as conn:
+        if ctx.args.tenant is not None:
+            await store.tenant_id_by_name(conn, ctx.args.tenant)  # names one that is not there
         rows = await conn.fetch(
             """SELECT t.name AS tenant, p.namespace, p.review_required, p.candidate_ttl,
                       p.max_pending, p.conflicts
@@ -289,8 +340,6 @@ async def cmd_tombstones_readmit(ctx: Context) -> None:
 
 async def cmd_keys_create(ctx: Context) -> None:
     a = ctx.args
-    if not a.principal.strip():
-        raise UsageError("--principal must not be empty")
     try:
         permissions = parse_permissions(a.permissions)
     except ValueError as exc:
@@ -303,7 +352,7 @@ async def cmd_keys_create(ctx: Context) -> None:
             "audit:chain (the whole audit log with its chain) needs audit:read and a key "
             "confined to nothing: drop --user, --namespace and --session"
         )
-    expires_at = datetime.now(UTC) + parse_duration(a.expires_in) if a.expires_in else None
+    expires_at = datetime.now(UTC) + a.expires_in if a.expires_in else None
     pepper = ctx.pepper
     async with ctx.connect() as conn, acting(conn):
         minted = await store.mint_key(
@@ -322,6 +371,8 @@ async def cmd_keys_create(ctx: Context) -> None:
 
 async def cmd_keys_list(ctx: Context) -> None:
     async with ctx.connect() as conn:
+        if ctx.args.tenant is not None:
+            await store.tenant_id_by_name(conn, ctx.args.tenant)  # names one that is not there
         rows = await store.list_keys(conn, ctx.args.tenant)
     now = datetime.now(UTC)
 
@@ -350,7 +401,7 @@ async def cmd_keys_revoke(ctx: Context) -> None:
 
 async def cmd_keys_rotate(ctx: Context) -> None:
     """A new key with the same grants; the old one stops working after the grace period."""
-    grace = parse_duration(ctx.args.grace)
+    grace: timedelta = ctx.args.grace
     pepper = ctx.pepper
     async with ctx.connect() as conn, acting(conn):
         old = await store.key_row(conn, ctx.args.key_id)
@@ -408,13 +459,18 @@ def register(sub: Any) -> None:
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="sub", required=True)
     p = command(keys, "create", cmd_keys_create, "mint an API key (printed once)")
     p.add_argument("--tenant", required=True)
-    p.add_argument("--principal", required=True, help="who acts: alice, agent:coder, ...")
+    p.add_argument(
+        "--principal",
+        required=True,
+        type=_principal,
+        help=f"who acts: alice, agent:coder, ... (at most {MAX_TEXT_CHARS} characters)",
+    )
     p.add_argument("--permissions", default="", help="comma-separated; default memories:read only")
     p.add_argument("--user", help="confine to this user_id")
     p.add_argument("--namespace", action="append", help="confine to this namespace (repeatable)")
     p.add_argument("--session", help="confine to this session_id")
     p.add_argument("--labels", default="team", help="ACL labels the key holds (default team)")
-    p.add_argument("--expires-in", help="e.g. 90d, 12h")
+    p.add_argument("--expires-in", type=positive_duration, help="e.g. 90d, 12h")
     p.add_argument("--description", default="")
     p = command(keys, "list", cmd_keys_list, "list keys (never secrets)")
     p.add_argument("--tenant")
@@ -424,7 +480,9 @@ def register(sub: Any) -> None:
         keys, "rotate", cmd_keys_rotate, "mint a replacement key; the old one expires after --grace"
     )
     p.add_argument("key_id")
-    p.add_argument("--grace", default="24h", help="how long the old key keeps working")
+    p.add_argument(
+        "--grace", type=parse_duration, default="24h", help="how long the old key keeps working"
+    )
     namespaces = sub.add_parser("namespaces", help="per-namespace review policy").add_subparsers(
         dest="sub", required=True
     )
@@ -437,8 +495,12 @@ def register(sub: Any) -> None:
         default=None,
         help="saves from keys without memories:review become candidates",
     )
-    p.add_argument("--candidate-ttl", help="default review window, e.g. 7d")
-    p.add_argument("--max-pending", type=int, help="cap on candidates awaiting review")
+    p.add_argument(
+        "--candidate-ttl",
+        type=_candidate_ttl,
+        help="default review window, e.g. 7d (at most the server's --max-candidate-ttl-days)",
+    )
+    p.add_argument("--max-pending", type=count(1), help="cap on candidates awaiting review")
     p.add_argument(
         "--conflicts",
         choices=["off", "propose", "supersede-own"],

@@ -10,10 +10,11 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from brain.authz import CommandParser, add_version_argument
 from brain.server.admin import audit, backup, certs, conflicts, embeddings, keys
-from brain.server.admin.registry import Context, UsageError
+from brain.server.admin.registry import Context, UsageError, undecodable_argument
 from brain.server.runtime.config import _env, default_data_dir
 from brain.server.runtime.pepper import PepperError
 from brain.server.storage import admin as store
@@ -25,8 +26,17 @@ def _path_or_none(value: str | None) -> Path | None:
     return Path(value) if value else None
 
 
+class AdminParser(CommandParser):
+    """brain-admin's parser and, through ``add_subparsers``, every sub-command's: a usage
+    error starts ``brain-admin: error:`` as a refused command's does, and names the help
+    of the sub-command it came from."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"brain-admin: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="brain-admin", description=__doc__)
+    parser = AdminParser(prog="brain-admin", description=__doc__)
     add_version_argument(parser)
     parser.add_argument(
         "--database-url",
@@ -46,7 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    undecodable = undecodable_argument(parser, args)
+    if undecodable is not None:  # before anything is read or written
+        chosen, message = undecodable
+        chosen.error(message)
     logs.configure("warning", "console")
     ctx = Context(args)
     try:

@@ -1,4 +1,5 @@
-"""What every brain-admin sub-command shares: its context, the command registry, output, errors.
+"""What every brain-admin sub-command shares: its context, the command registry, output, errors
+and the checks of its arguments (durations, counts, UTF-8).
 
 Sub-command modules (`keys`, `audit`, `backup`, `certs`, `embeddings`) import this module and
 add their commands with `command`; `main` builds the parser from them. Nothing here imports a
@@ -28,6 +29,10 @@ from brain.server.telemetry import logs
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# The longest duration any option takes: an expiry or grace period past it is a typo, and
+# one far past it overflows the dates it is added to (Python's end at year 9999).
+MAX_DURATION = timedelta(days=100 * 365)
+INT32_MAX = 2**31 - 1  # the largest value of a PostgreSQL integer column
 
 
 class UsageError(Exception):
@@ -35,11 +40,83 @@ class UsageError(Exception):
 
 
 def parse_duration(text: str) -> timedelta:
-    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``."""
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``; at most ``MAX_DURATION``.
+
+    Raises ``argparse.ArgumentTypeError``: options take durations as their ``type``, so
+    argparse names the option in the error."""
     match = _DURATION.fullmatch(text.strip())
     if not match:
-        raise UsageError(f"duration {text!r} must look like 90d, 12h, 30m, 45s or 2w")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+        raise argparse.ArgumentTypeError(f"{text!r} must look like 90d, 12h, 30m, 45s or 2w")
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_DURATION.total_seconds():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is longer than {MAX_DURATION.days // 365} years"
+        )
+    return timedelta(seconds=seconds)
+
+
+def positive_duration(text: str) -> timedelta:
+    """A duration more than zero (an expiry of ``0d`` would mint an expired key)."""
+    value = parse_duration(text)
+    if not value:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero")
+    return value
+
+
+def count(least: int, most: int = INT32_MAX) -> Callable[[str], int]:
+    """An option's ``type`` for a whole number from ``least`` to ``most`` (by default the
+    largest a PostgreSQL integer column holds)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"{value} is not between {least} and {most}")
+        return value
+
+    return parse
+
+
+def undecodable_argument(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[argparse.ArgumentParser, str] | None:
+    """The first string argument of the chosen command that is not UTF-8 (with the parser
+    of the sub-command that took it), or None.
+
+    Python decodes command-line bytes that are not UTF-8 to lone surrogates, which no
+    database column, log line or file can hold; one check here covers every argument of
+    every sub-command, present and future."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(str(getattr(args, action.dest, "")))
+            found = undecodable_argument(chosen, args) if chosen is not None else None
+            if found is not None:
+                return found
+            continue
+        value = getattr(args, action.dest, None)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and not _is_utf8(item):
+                name = "/".join(action.option_strings) or action.metavar or action.dest
+                return parser, f"argument {name}: {_shown(item)} is not UTF-8 text"
+    return None
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(text: str) -> str:
+    """The bytes the argument was given as, where Python kept them (surrogateescape)."""
+    try:
+        return repr(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return ascii(text)
 
 
 def admin_principal() -> str:

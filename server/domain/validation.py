@@ -20,6 +20,9 @@ MAX_METADATA_ENTRIES = 32
 MAX_METADATA_VALUE = 1024
 MAX_LABELS = 16
 MAX_QUERY_CHARS = 2000
+# A short text field unless it says otherwise: a principal, and the filters that name one
+# (created_by, proposed_by, the audit log's principal). brain-admin holds principals to it.
+MAX_TEXT_CHARS = 256
 
 # The range protobuf's well-known types allow (RFC 3339 years 1 to 9999; ±10,000 years).
 MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z
@@ -52,7 +55,7 @@ def content(field: str, value: str, *, required: bool = True) -> str:
     return value
 
 
-def text(field: str, value: str, *, limit: int = 256) -> str:
+def text(field: str, value: str, *, limit: int = MAX_TEXT_CHARS) -> str:
     if "\x00" in value:
         raise InvalidArgument(field, "must not contain NUL bytes")
     if len(value) > limit:

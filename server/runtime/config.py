@@ -9,6 +9,8 @@ from pathlib import Path
 
 import platformdirs
 
+from brain.server.domain.review import MAX_CANDIDATE_TTL
+
 
 def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("shared-brain"))
@@ -65,7 +67,7 @@ class Settings:
     # with one tie order and 1 fewer with the other (docs: Knowledge base); False: the
     # unread hybrid model decides.
     knowledge_reading: bool = False
-    max_candidate_ttl_days: int = 30
+    max_candidate_ttl_days: int = MAX_CANDIDATE_TTL.days
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
     # host:port for Prometheus /metrics; None: no metrics endpoint.
@@ -160,7 +162,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-candidate-ttl-days",
         type=int,
-        default=int(_env("MAX_CANDIDATE_TTL_DAYS", "30") or 30),
+        default=int(_env("MAX_CANDIDATE_TTL_DAYS") or MAX_CANDIDATE_TTL.days),
         help="longest review window a proposal may ask for (BRAIN_MAX_CANDIDATE_TTL_DAYS)",
     )
     parser.add_argument(
