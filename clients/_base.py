@@ -194,6 +194,33 @@ def credentials(
     )
 
 
+def check_api_key(api_key: str) -> None:
+    """Refuse a key that cannot be what `brain-admin` minted, before it is ever sent.
+
+    A key (``brk_…``) is printable ASCII without spaces. Anything else would be refused by
+    the server at best; a newline or a non-ASCII character is not even a valid gRPC header
+    (the call fails with INTERNAL "Invalid metadata"). The message names the character and
+    its position, never the key.
+    """
+    if not isinstance(api_key, str):
+        raise TypeError(f"api_key must be a str, not {type(api_key).__name__}")
+    if not api_key:
+        raise ValueError("api_key is empty; mint one with `brain-admin keys create`")
+    for position, char in enumerate(api_key):
+        if "!" <= char <= "~":
+            continue
+        if char.isspace() and (position == 0 or not api_key[position:].strip()):
+            raise ValueError(
+                f"api_key has whitespace around it ({char!r} at position {position}); "
+                "strip it (a key read from a file ends with a newline)"
+            )
+        what = repr(char) if char.isascii() else f"the non-ASCII character U+{ord(char):04X}"
+        raise ValueError(
+            f"api_key contains {what} at position {position}; a key (brk_…) is printable "
+            "ASCII without spaces: copy it again from `brain-admin keys create`"
+        )
+
+
 class Paged(Protocol):
     page_token: str
 
@@ -219,8 +246,7 @@ class ClientBase:
         retry: RetryPolicy | None,
         restart_window: float,
     ) -> None:
-        if not api_key:
-            raise ValueError("api_key is empty; mint one with `brain-admin keys create`")
+        check_api_key(api_key)
         self.target = target
         self.timeout = timeout
         self.retry = retry or RetryPolicy()

@@ -53,6 +53,24 @@ _DECISIONS = {
 }
 
 
+def strings(value: Iterable[str], name: str) -> list[str]:
+    """The strings of a list parameter as a list; a plain str is refused, not split.
+
+    A str is an iterable of its characters, so ``tags="abc"`` would silently become the tags
+    a, b and c; every list-of-strings parameter of both clients passes through here.
+    """
+    if isinstance(value, str | bytes):
+        raise TypeError(
+            f"{name} must be a list of strings, not a {type(value).__name__}: "
+            f"pass [{value!r}] for a single one"
+        )
+    out = list(value)
+    for i, item in enumerate(out):
+        if not isinstance(item, str):
+            raise TypeError(f"{name}[{i}] must be a str, not {type(item).__name__}")
+    return out
+
+
 def timestamp(value: TimestampLike) -> Timestamp:
     if isinstance(value, Timestamp):
         return value
@@ -92,14 +110,20 @@ def graph_draft(
     Entities are names, (name, type) or (name, type, aliases); relations are (subject,
     predicate, object) by entity name or alias. Predicates in ``single_valued`` hold one
     object at a time: a new object closes the previous one's valid time."""
-    one = set(single_valued)
+    one = set(strings(single_valued, "single_valued"))
+    if isinstance(entities, str | bytes):
+        raise TypeError(f"entities must be a list, not a str: pass [{entities!r}] for one")
     out = graph_pb2.GraphDraft()
-    for e in entities:
+    for n, e in enumerate(entities):
         if isinstance(e, str):
             out.entities.add(name=e)
         else:
-            out.entities.add(name=e[0], type=e[1], aliases=list(e[2]) if len(e) > 2 else [])
-    for subject, predicate, obj in relations:
+            aliases = strings(e[2], f"entities[{n}] aliases") if len(e) > 2 else []
+            out.entities.add(name=e[0], type=e[1], aliases=aliases)
+    for n, relation in enumerate(relations):
+        if isinstance(relation, str):  # "ann" would unpack as ("a", "n", "n")
+            raise TypeError(f"relations[{n}] must be a (subject, predicate, object) tuple")
+        subject, predicate, obj = relation
         single = predicate in one
         out.relations.add(
             subject=subject,
@@ -114,9 +138,9 @@ def draft(content: str | None, fields: DraftFields) -> common_pb2.MemoryDraft:
     d = common_pb2.MemoryDraft(
         content=content or "",
         kind=fields.get("kind", ""),
-        tags=list(fields.get("tags", ())),
+        tags=strings(fields.get("tags", ()), "tags"),
         metadata=dict(fields.get("metadata", {})),
-        labels=list(fields.get("labels", ())),
+        labels=strings(fields.get("labels", ()), "labels"),
     )
     if "confidence" in fields:
         d.confidence = fields["confidence"]
@@ -159,7 +183,7 @@ class Requests:
         return memory_pb2.SaveMemoryRequest(
             scope=self.scope,
             memory=draft(content, fields),
-            supersedes=list(supersedes),
+            supersedes=strings(supersedes, "supersedes"),
             idempotency_key=idempotency_key,
             graph=graph,
         )
@@ -200,7 +224,7 @@ class Requests:
         request = review_pb2.ProposeMemoryRequest(
             scope=self.scope,
             memory=draft(content, fields),
-            supersedes=list(supersedes),
+            supersedes=strings(supersedes, "supersedes"),
             reason=reason,
             idempotency_key=idempotency_key,
             graph=graph,
@@ -323,7 +347,7 @@ class Requests:
     ) -> memory_pb2.WatchMemoriesRequest:
         return memory_pb2.WatchMemoriesRequest(
             scope=self.scope, filter=filter, cursor=cursor, include_documents=include_documents,
-            document_collections=list(document_collections),
+            document_collections=strings(document_collections, "document_collections"),
         )  # fmt: skip
 
     def build_context(
@@ -343,7 +367,7 @@ class Requests:
             max_memories=max_memories,
             filter=filter,
             time=time,
-            knowledge_collections=list(knowledge_collections),
+            knowledge_collections=strings(knowledge_collections, "knowledge_collections"),
             exclude_knowledge=exclude_knowledge,
         )
 
@@ -388,7 +412,7 @@ class Requests:
             path=path,
             content=content,
             format=format,
-            labels=list(labels),
+            labels=strings(labels, "labels"),
         )
 
     def get_document(
@@ -418,7 +442,7 @@ class Requests:
             scope=self.scope,
             query=query,
             limit=limit,
-            collections=list(collections),
+            collections=strings(collections, "collections"),
             lexical_only=lexical_only,
             min_relevance=min_relevance,
         )

@@ -46,6 +46,7 @@ from tqdm import tqdm
 
 from brain.authz import CommandParser, add_version_argument
 from brain.clients import BrainClient
+from brain.clients._base import check_api_key
 from brain.clients.errors import BrainClientError
 from brain.v1 import common_pb2, knowledge_pb2
 
@@ -347,6 +348,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = ProxyConfig.from_args(args, os.environ)
     if not config.api_key:
         sys.exit("brain: set BRAIN_API_KEY to an API key (mint one with `brain-admin keys`)")
+    try:
+        check_api_key(config.api_key)
+    except ValueError as exc:
+        sys.exit(f"brain: BRAIN_API_KEY is not a usable key: {exc}")
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         sys.exit(f"brain ingest: no such file or folder: {', '.join(missing)}")

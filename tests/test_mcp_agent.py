@@ -20,8 +20,9 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.stdio import get_default_environment
 
-from brain.clients import BrainClient, Scope
+from brain.clients import BrainClient, Scope, errors
 from brain.clients.mcp.capture import explicit_requests
 
 from .conftest import BrainServer, unique
@@ -129,6 +130,147 @@ async def test_arguments_outside_the_schema_are_refused(
         assert hit_ids(await call(session, "recall", query=marker)) == [
             saved.structured_content["id"]
         ]
+
+
+class RawSession:
+    """brain-mcp spoken to in raw JSON-RPC lines: what a host may send but the official client
+    would not (a string escape of half a surrogate pair). Each reply must come within 10 s."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self._last_id = 0
+
+    async def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        # json.dumps escapes a lone surrogate as "\ud800", exactly as a host's JSON would.
+        self.process.stdin.write(json.dumps(message).encode() + b"\n")
+        await self.process.stdin.drain()
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._last_id += 1
+        await self.send({"jsonrpc": "2.0", "id": self._last_id, "method": method, "params": params})
+        assert self.process.stdout is not None
+        async with asyncio.timeout(10):
+            while True:  # skip notifications (tools/list_changed) until this call's reply
+                line = await self.process.stdout.readline()
+                assert line, "brain-mcp closed its stdout"
+                reply: dict[str, Any] = json.loads(line)
+                if reply.get("id") == self._last_id:
+                    return reply
+
+    async def tool(self, name: str, /, **arguments: Any) -> dict[str, Any]:
+        reply = await self.request("tools/call", {"name": name, "arguments": arguments})
+        assert "result" in reply, reply
+        result: dict[str, Any] = reply["result"]
+        return result
+
+
+@asynccontextmanager
+async def raw_session(env: dict[str, str], stderr: Path) -> AsyncIterator[RawSession]:
+    """brain-mcp with `env` (plus what the SDK's client passes on), initialized by hand."""
+    with stderr.open("w") as errlog:
+        process = await asyncio.create_subprocess_exec(
+            *BRAIN_MCP, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=errlog, env={**get_default_environment(), **env},
+        )  # fmt: skip
+        raw = RawSession(process)
+        try:
+            await raw.request(
+                "initialize",
+                {
+                    "protocolVersion": types.LATEST_PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            )
+            await raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            yield raw
+        finally:
+            assert process.stdin is not None
+            process.stdin.close()
+            try:
+                async with asyncio.timeout(10):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+def raw_text(result: dict[str, Any]) -> str:
+    return "\n".join(c["text"] for c in result["content"] if c["type"] == "text")
+
+
+async def test_text_that_is_not_unicode_is_refused_by_name(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """Half a surrogate pair ("\\ud800", valid JSON) in any string argument, nested ones too, is
+    a tool error naming the argument; nothing is written, every call is answered, and the
+    same calls with valid text work."""
+    ns, marker = unique("ns"), word()
+    key = brain_server.mint_key(unique("t"), "agent:u", user="uma", namespaces=(ns,))
+    good = {
+        "content": f"Uma deploys with {marker}",
+        "kind": "fact",
+        "tags": ["ops", "ci"],
+        "about": [{"name": f"Uma{marker}", "type": "person"}],
+    }
+    broken = {
+        "content": {**good, "content": f"Uma deploys with {marker} \ud800"},
+        "kind": {**good, "kind": "fa\udc00ct"},
+        "tags[1]": {**good, "tags": ["ops", "c\ud800i"]},
+        "about[0].name": {**good, "about": [{"name": "Uma\ud83d", "type": "person"}]},
+    }
+    async with raw_session(brain_env(brain_server.target, key), tmp_path / "err") as raw:
+        for where, arguments in broken.items():
+            refused = await raw.tool("remember", **arguments)
+            assert refused["isError"] is True, where
+            assert raw_text(refused).startswith(
+                f"INVALID_ARGUMENT: '{where}' is not valid Unicode text: it holds a lone "
+                "surrogate (U+D"
+            ), raw_text(refused)
+            assert refused["structuredContent"]["error"] == "INVALID_ARGUMENT"
+        asked = await raw.tool("recall", query=f"{marker} \ud800")
+        assert asked["isError"] is True and "'query' is not valid Unicode text" in raw_text(asked)
+        # Nothing was written, and the proxy still serves (the same calls with valid text).
+        assert (await raw.tool("list_memories"))["structuredContent"]["memories"] == []
+        saved = await raw.tool("remember", **good)
+        assert not saved.get("isError"), raw_text(saved)
+        found = await raw.tool("recall", query=marker)
+        assert not found.get("isError"), raw_text(found)
+        assert [h["id"] for h in found["structuredContent"]["hits"]] == [
+            saved["structuredContent"]["id"]
+        ]
+        entity = await raw.tool("lookup_entity", name=f"Uma{marker}")
+        assert not entity.get("isError"), raw_text(entity)
+
+
+async def test_build_context_offers_the_token_budget_the_server_takes(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """build_context's schema advertises the server's own largest token_budget: that budget
+    works through the tool and the client, and one more is refused by both."""
+    from brain.server.domain.context import MAX_TOKEN_BUDGET
+
+    ns = unique("ns")
+    key = brain_server.mint_key(unique("t"), "agent:b", user="bo", namespaces=(ns,))
+    with BrainClient(brain_server.target, key, scope=Scope(user_id="bo", namespace=ns)) as c:
+        c.save("Bo prefers short standups")
+        assert c.build_context("standups", token_budget=MAX_TOKEN_BUDGET).tokens_used > 0
+        with pytest.raises(errors.InvalidArgument, match="token_budget"):
+            c.build_context("standups", token_budget=MAX_TOKEN_BUDGET + 1)
+    async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, _):
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        budget = tools["build_context"].input_schema["properties"]["token_budget"]
+        assert budget["maximum"] == MAX_TOKEN_BUDGET
+        assert f"at most {MAX_TOKEN_BUDGET}" in budget["description"]
+        most = await call(session, "build_context", query="standups", token_budget=MAX_TOKEN_BUDGET)
+        assert not most.is_error and "short standups" in text_of(most)
+        over = await call(
+            session, "build_context", query="standups", token_budget=MAX_TOKEN_BUDGET + 1
+        )
+    assert over.is_error and text_of(over) == (
+        f"INVALID_ARGUMENT: 'token_budget' must be an integer between 1 and {MAX_TOKEN_BUDGET}"
+    )
 
 
 async def test_every_tool_is_typed_and_recall_scores_read_0_to_1(

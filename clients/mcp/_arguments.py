@@ -3,11 +3,13 @@
 Each reader takes the tool's arguments and a name and returns a typed value or raises
 `ToolInputError`, which the proxy answers as ``INVALID_ARGUMENT``; the builders below them turn
 the shared arguments (draft fields, filters, time travel) into the client's request parts.
-Refusing names a tool does not declare is `tools.check_arguments`, beside `ToolSpec`.
+Refusing names a tool does not declare is `tools.check_arguments`, beside `ToolSpec`; it also
+calls `refuse_invalid_text`, so no reader below sees a string that is not Unicode text.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +20,39 @@ from brain.v1 import common_pb2, graph_pb2
 
 class ToolInputError(ValueError):
     """The model passed arguments that do not fit the tool's schema."""
+
+
+# JSON may escape half of a surrogate pair on its own ("\ud800"); Python's json reads it into
+# a str that is not Unicode text and cannot be encoded as UTF-8 (protobuf, the MCP reply).
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def refuse_invalid_text(args: Mapping[str, Any]) -> None:
+    """Refuse a string anywhere in the arguments, nested ones too, that is not Unicode text
+    (it holds a lone surrogate), naming where it is (``'about[0].name'``); the bad string
+    itself is never echoed, as it could not be written into the reply."""
+
+    def check(text: str, what: str) -> None:
+        if found := _LONE_SURROGATE.search(text):
+            raise ToolInputError(
+                f"{what} is not valid Unicode text: it holds a lone surrogate "
+                f"(U+{ord(found.group()):04X} at position {found.start()}); send UTF-8 text"
+            )
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, str):
+            check(value, f"'{path}'")
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                check(str(key), f"a property name in '{path}'")
+                walk(item, f"{path}.{key}")
+        elif isinstance(value, list):
+            for n, item in enumerate(value):
+                walk(item, f"{path}[{n}]")
+
+    for name, value in args.items():
+        check(name, "an argument name")
+        walk(value, name)
 
 
 def _text(args: Mapping[str, Any], name: str, *, required: bool = False) -> str:

@@ -37,6 +37,7 @@ from brain.clients.mcp._results import (
     relation_json,
     relevance,
 )
+from brain.clients.mcp._schemas import MAX_TOKEN_BUDGET
 from brain.v1 import common_pb2, memory_pb2
 
 
@@ -249,7 +250,7 @@ async def _search_knowledge(client: AsyncBrainClient, args: Mapping[str, Any]) -
 async def _build_context(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutput:
     response = await client.build_context(
         _text(args, "query", required=True),
-        token_budget=_integer(args, "token_budget", low=1, high=100_000, default=0),
+        token_budget=_integer(args, "token_budget", low=1, high=MAX_TOKEN_BUDGET, default=0),
     )
     items = []
     for i in response.items:

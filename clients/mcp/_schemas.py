@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+# The largest token_budget brain-server accepts in BuildContext (MAX_TOKEN_BUDGET in
+# server/domain/context.py, which clients do not import; a test holds the two equal).
+MAX_TOKEN_BUDGET = 32_000
 _ID = {"type": "string", "description": "A memory id, as returned by remember or recall."}
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 _INSTANT = {"type": "string", "description": "ISO-8601 date or time, e.g. 2025-01-31T09:00:00Z."}

@@ -34,6 +34,7 @@ import sys
 from collections.abc import Sequence
 
 from brain.authz import CommandParser, add_version_argument
+from brain.clients._base import check_api_key
 from brain.clients.mcp.config import ProxyConfig
 from brain.clients.mcp.hooks import hook_capture, hook_recall
 from brain.clients.mcp.proxy import serve
@@ -89,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if not config.api_key:
         sys.exit("brain-mcp: set BRAIN_API_KEY to an API key (mint one with `brain-admin keys`)")
+    try:
+        check_api_key(config.api_key)
+    except ValueError as exc:
+        sys.exit(f"brain-mcp: BRAIN_API_KEY is not a usable key: {exc}")
     asyncio.run(serve(config))
 
 

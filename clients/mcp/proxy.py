@@ -9,7 +9,9 @@ follow the clients' rule (`brain.clients._base`): for BRAIN_RESTART_WINDOW secon
 working connection is lost, tool calls wait for the server; outside that window a server that
 cannot be reached fails a call within a second, and every call asks the channel again, so the
 first call after the server is back uses it. One warning per outage, one note when it is back.
-gRPC failures become MCP tool errors carrying the server's message.
+gRPC failures become MCP tool errors carrying the server's message. A line the SDK's JSON
+parser refuses but Python's reads (a lone surrogate escape) is read again (`_stdio`), so its
+tool answers it instead of the request going unanswered.
 """
 
 from __future__ import annotations
@@ -283,6 +285,8 @@ async def serve(config: ProxyConfig) -> None:
     from mcp.server.lowlevel.server import NotificationOptions
     from mcp.server.stdio import stdio_server
 
+    from brain.clients.mcp._stdio import RereadingStream
+
     proxy = BrainProxy(config)
     try:
         await proxy.identity()  # failure is fine: asked again on the first request
@@ -291,6 +295,6 @@ async def serve(config: ProxyConfig) -> None:
             options = server.create_initialization_options(
                 notification_options=NotificationOptions(tools_changed=True)
             )
-            await server.run(read_stream, write_stream, options)
+            await server.run(RereadingStream(read_stream), write_stream, options)
     finally:
         await proxy.close()

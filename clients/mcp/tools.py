@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brain.clients import AsyncBrainClient
-from brain.clients.mcp._arguments import ToolInputError
+from brain.clients.mcp._arguments import ToolInputError, refuse_invalid_text
 from brain.clients.mcp._handlers import (
     _build_context,
     _entity_neighbours,
@@ -49,6 +49,7 @@ from brain.clients.mcp._schemas import (
     _SOURCE_SCHEMA,
     _STRINGS,
     CONFLICTS,
+    MAX_TOKEN_BUDGET,
     _memories,
     _output,
     _schema,
@@ -105,7 +106,9 @@ _SCOPE_ARGUMENTS = frozenset(
 
 
 def check_arguments(tool: ToolSpec, args: Mapping[str, Any]) -> None:
-    """Refuse names the schema does not declare, instead of silently dropping them."""
+    """Refuse names the schema does not declare, instead of silently dropping them, and
+    strings that are not Unicode text (`refuse_invalid_text`)."""
+    refuse_invalid_text(args)
     known = tool.input_schema["properties"]
     extra = sorted(name for name in args if name not in known)
     scoped = [name for name in extra if name.lower() in _SCOPE_ARGUMENTS]
@@ -353,8 +356,9 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "token_budget": {
                     "type": "integer",
                     "minimum": 1,
-                    "maximum": 100000,
-                    "description": "Upper bound for the block, in tokens (server default 1000).",
+                    "maximum": MAX_TOKEN_BUDGET,
+                    "description": "Upper bound for the block, in tokens (server default 1000, "
+                    f"at most {MAX_TOKEN_BUDGET}).",
                 },
             },
             ["query"],
