@@ -230,6 +230,20 @@ async def test_candidate_ttl_is_held_to_the_servers_review_window(
     assert_refused(done, "--candidate-ttl")
     done = run_module("brain.server.admin.main", *wider, "45d", env=env)
     assert done.returncode == 0 and "candidate_ttl=45 days" in done.stdout, done.stderr
+    # A policy longer than the serving server allows (set under a larger bound, or stored
+    # before brain-admin checked it) is capped at the server's 30 days; a proposal there
+    # no longer fails on a review_within its caller never set.
+    there = Api(channel, agent.key, namespace="wide")
+    capped = await there.review.ProposeMemory(
+        review_pb2.ProposeMemoryRequest(
+            scope=there.scope(),
+            memory=common_pb2.MemoryDraft(content="a policy past the server's bound is capped"),
+            reason="checking the cap",
+        ),
+        metadata=there.md,
+    )
+    expires = capped.candidate.candidate_expires_at.ToDatetime(tzinfo=UTC)
+    assert timedelta(days=29) < expires - datetime.now(UTC) <= timedelta(days=30)
 
 
 def test_principal_is_held_to_the_servers_filters_without_control_characters(

@@ -153,6 +153,9 @@ class Review:
                 )
         policy = await review_sql.namespace_policy(conn, new.namespace)
         ttl = policy["candidate_ttl"] if policy else DEFAULT_CANDIDATE_TTL
+        # A namespace policy stored before brain-admin bounded it (or under a larger
+        # --max-candidate-ttl-days) is capped, never blamed on a field the caller left unset.
+        ttl = min(ttl, self.limits.max_candidate_ttl)
         if review_within is not None:
             ttl = review_within
         if ttl > self.limits.max_candidate_ttl:
