@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import grpc
@@ -355,6 +356,41 @@ def unique(prefix: str) -> str:
 async def channel(brain_server: BrainServer) -> Any:
     async with brain_server.channel() as ch:
         yield ch
+
+
+SPARE_DATABASES = [d for d in os.environ.get("BRAIN_TEST_SPARE_DATABASES", "").split(",") if d]
+
+
+def _with_database(dsn: str, name: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+
+
+@pytest.fixture
+def fresh_database(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[tuple[str, str]]:
+    """An empty database on the test's PostgreSQL: (owner DSN, app-role DSN)."""
+    if pg_cluster.pg is None:
+        if not SPARE_DATABASES:
+            pytest.skip("no spare database on this deployment (BRAIN_TEST_SPARE_DATABASES)")
+        name = SPARE_DATABASES.pop()
+        yield (
+            _with_database(pg_cluster.owner_dsn, name),
+            _with_database(pg_cluster.app_dsn, name),
+        )
+        return
+    pg = pg_cluster.embedded_pg
+    name = unique("deploy").replace("-", "_")
+
+    async def sql(statement: str) -> None:
+        conn = await asyncpg.connect(pg.bootstrap_dsn)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    loop_thread.run(sql(f"CREATE DATABASE {name}"))
+    yield pg.dsn("postgres", name), pg.dsn("brain_server", name)
+    loop_thread.run(sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
 @pytest.fixture(scope="module", params=["app-filter", "rls-only"])

@@ -11,18 +11,16 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import grpc
-import pytest
 
 from brain.v1 import common_pb2, review_pb2
 
-from .conftest import BrainServer, LoopThread, PgCluster, unique
+from .conftest import BrainServer, PgCluster, unique
 from .helpers import Api
 from .zygote import run_module
 
@@ -209,18 +207,22 @@ async def test_candidate_ttl_is_held_to_the_servers_review_window(
         assert_refused(brain_server.admin(*ns, value, check=False), "--candidate-ttl")
     assert snapshot(brain_server, tenant) == before
 
+    async def days_to_review(namespace: str) -> timedelta:
+        """How long a proposal there, without review_within, waits for review."""
+        api = Api(channel, agent.key, namespace=namespace)
+        proposed = await api.review.ProposeMemory(
+            review_pb2.ProposeMemoryRequest(
+                scope=api.scope(),
+                memory=common_pb2.MemoryDraft(content=f"a proposal in {namespace}"),
+                reason="checking the namespace's candidate TTL",
+            ),
+            metadata=api.md,
+        )
+        assert proposed.candidate.status == common_pb2.MEMORY_STATUS_CANDIDATE
+        return proposed.candidate.candidate_expires_at.ToDatetime(tzinfo=UTC) - datetime.now(UTC)
+
     brain_server.admin(*ns, "30d")
-    proposed = await agent.review.ProposeMemory(
-        review_pb2.ProposeMemoryRequest(
-            scope=agent.scope(),
-            memory=common_pb2.MemoryDraft(content="the longest review window holds"),
-            reason="checking the namespace's candidate TTL",
-        ),
-        metadata=agent.md,
-    )
-    assert proposed.candidate.status == common_pb2.MEMORY_STATUS_CANDIDATE
-    expires = proposed.candidate.candidate_expires_at.ToDatetime(tzinfo=UTC)
-    assert timedelta(days=29) < expires - datetime.now(UTC) <= timedelta(days=30)
+    assert timedelta(days=29) < await days_to_review("proj") <= timedelta(days=30)
 
     # The server's own variable moves the bound (another namespace: the server here keeps 30).
     env = {**os.environ, "BRAIN_MAX_CANDIDATE_TTL_DAYS": "60"}
@@ -233,17 +235,7 @@ async def test_candidate_ttl_is_held_to_the_servers_review_window(
     # A policy longer than the serving server allows (set under a larger bound, or stored
     # before brain-admin checked it) is capped at the server's 30 days; a proposal there
     # no longer fails on a review_within its caller never set.
-    there = Api(channel, agent.key, namespace="wide")
-    capped = await there.review.ProposeMemory(
-        review_pb2.ProposeMemoryRequest(
-            scope=there.scope(),
-            memory=common_pb2.MemoryDraft(content="a policy past the server's bound is capped"),
-            reason="checking the cap",
-        ),
-        metadata=there.md,
-    )
-    expires = capped.candidate.candidate_expires_at.ToDatetime(tzinfo=UTC)
-    assert timedelta(days=29) < expires - datetime.now(UTC) <= timedelta(days=30)
+    assert timedelta(days=29) < await days_to_review("wide") <= timedelta(days=30)
 
 
 def test_principal_is_held_to_the_servers_filters_without_control_characters(
@@ -288,33 +280,16 @@ def test_listing_an_unknown_tenant_names_it(brain_server: BrainServer) -> None:
     assert [(p["namespace"], p["max_pending"]) for p in json.loads(listed)] == [("proj", 5)]
 
 
-@pytest.fixture
-def empty_database(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[str]:
-    """An empty, migrated database on the suite's PostgreSQL: its owner DSN."""
-    pg = pg_cluster.embedded_pg  # skips on a deployment
-    name = unique("restore").replace("-", "_")
-
-    async def sql(statement: str) -> None:
-        conn = await asyncpg.connect(pg.bootstrap_dsn)
-        try:
-            await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    loop_thread.run(sql(f"CREATE DATABASE {name}"))
-    dsn = pg.dsn("postgres", name)
-    try:
-        yield dsn
-    finally:
-        loop_thread.run(sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-
-
 def test_restore_of_a_file_that_is_not_utf8_restores_nothing(
-    brain_server: BrainServer, pg_cluster: PgCluster, empty_database: str, tmp_path: Path
+    brain_server: BrainServer,
+    pg_cluster: PgCluster,
+    fresh_database: tuple[str, str],
+    tmp_path: Path,
 ) -> None:
     """A backup file that is not UTF-8, from its first byte or on a later line, is refused
     as a line that is not JSON is (once a UnicodeDecodeError traceback), and nothing is
     restored; the intact file restores."""
+    empty_database = fresh_database[0]  # the owner's DSN
     tenant = unique("restore")
     brain_server.mint_key(tenant, "alice")
     brain_server.admin("namespaces", "set", "--tenant", tenant, "proj", "--max-pending", "5")

@@ -115,6 +115,8 @@ def test_brain_ingest_refuses_an_unusable_key(brain_server: BrainServer, tmp_pat
     done = ingest(key)
     assert done.returncode == 0, done.stderr
     assert "collection c: 1 created" in done.stderr
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="p")) as client:
+        assert len(list(client.list_documents())) == 1  # the same listing finds it now
 
 
 def test_a_str_where_a_list_of_strings_belongs_is_a_type_error(brain_server: BrainServer) -> None:
@@ -208,3 +210,4 @@ async def test_the_async_client_refuses_a_str_for_a_list(brain_server: BrainServ
         assert list(saved.memory.tags) == ["abc"] and list(saved.memory.labels) == ["team"]
         doc = await client.put_document("c", "b.md", "# B\n\nBackups", labels=["team"])
         assert list(doc.document.labels) == ["team"]
+        assert [m.id async for m in client.list()] == [saved.memory.id]

@@ -7,14 +7,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import grpc
@@ -27,7 +24,7 @@ from brain.server.storage.backup import BackupError
 from brain.server.storage.migrate import MigrationError, load_migrations, migrate
 from brain.v1 import common_pb2, knowledge_pb2, knowledge_pb2_grpc, memory_pb2
 
-from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
+from .conftest import BrainServer, PgCluster, server_settings, unique
 from .helpers import Api, rpc_error
 from .zygote import run_module
 
@@ -47,41 +44,6 @@ SERVER_SQL = Path(__file__).resolve().parent.parent / "server"
 
 # On a deployment (make test-external) the owner may not create databases: the harness
 # creates a few empty ones (owned by brain_owner, pgvector installed) and names them here.
-SPARE_DATABASES = [d for d in os.environ.get("BRAIN_TEST_SPARE_DATABASES", "").split(",") if d]
-
-
-def _with_database(dsn: str, name: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
-
-
-@pytest.fixture
-def fresh_database(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[tuple[str, str]]:
-    """An empty database on the test's PostgreSQL: (owner DSN, app-role DSN)."""
-    if pg_cluster.pg is None:
-        if not SPARE_DATABASES:
-            pytest.skip("no spare database on this deployment (BRAIN_TEST_SPARE_DATABASES)")
-        name = SPARE_DATABASES.pop()
-        yield (
-            _with_database(pg_cluster.owner_dsn, name),
-            _with_database(pg_cluster.app_dsn, name),
-        )
-        return
-    pg = pg_cluster.embedded_pg
-    name = unique("deploy").replace("-", "_")
-
-    async def sql(statement: str) -> None:
-        conn = await asyncpg.connect(pg.bootstrap_dsn)
-        try:
-            await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    loop_thread.run(sql(f"CREATE DATABASE {name}"))
-    yield pg.dsn("postgres", name), pg.dsn("brain_server", name)
-    loop_thread.run(sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-
-
 def release_0_1_0_fingerprint(pepper: bytes, content: str) -> bytes:
     """The tombstone fingerprint as 0.1.0 wrote it (frozen: upgrades must keep honouring it)."""
     normalised = " ".join(content.casefold().split()).encode()

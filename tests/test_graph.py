@@ -212,8 +212,12 @@ async def test_bad_graph_input_is_invalid_argument_naming_the_field_and_writes_n
     )
     assert list(listed.memories) == []
     assert (await rpc_error(lookup_call(api, f"a{token}"))).code() == grpc.StatusCode.NOT_FOUND
-    await save(api, f"content {token}", draft([], [(f"a{token}", "is", "b")]))  # control
+    control = await save(api, f"content {token}", draft([], [(f"a{token}", "is", "b")]))
     assert (await lookup_call(api, f"a{token}")).entity.degree == 1
+    listed = await api.memories.ListMemories(
+        memory_pb2.ListMemoriesRequest(scope=api.scope()), metadata=api.md
+    )
+    assert [m.id for m in listed.memories] == [control.memory.id]  # the same listing
     # Controls: one entity named twice with one type (any case) or a type once is merged;
     # a visible name with a zero-width character inside is a name.
     twice = [(f"Bo{token}", "person", []), (f"bo{token}", "", []), (f"BO{token}", "Person", [])]

@@ -242,6 +242,8 @@ async def test_text_that_is_not_unicode_is_refused_by_name(
         ]
         entity = await raw.tool("lookup_entity", name=f"Uma{marker}")
         assert not entity.get("isError"), raw_text(entity)
+        listed = (await raw.tool("list_memories"))["structuredContent"]["memories"]
+        assert [m["id"] for m in listed] == [saved["structuredContent"]["id"]]
 
 
 async def test_build_context_offers_the_token_budget_the_server_takes(

@@ -22,8 +22,7 @@ from brain.server.admin.registry import (
     parse_duration,
     positive_duration,
 )
-from brain.server.domain.review import MAX_CANDIDATE_TTL
-from brain.server.domain.validation import MAX_TEXT_CHARS
+from brain.server.domain.validation import MAX_CANDIDATE_TTL, MAX_TEXT_CHARS
 from brain.server.runtime.config import _env
 from brain.server.storage import admin as store
 from brain.server.storage.migrate import migrate

@@ -35,9 +35,6 @@ from brain.v1 import memory_pb2, review_pb2
 from brain.v1.graph_pb2 import GraphDraft
 
 DEFAULT_CANDIDATE_TTL = timedelta(days=7)
-# The longest review window (review_within, or a namespace's candidate TTL standing in for
-# it) by default: brain-server --max-candidate-ttl-days; brain-admin holds policies to it.
-MAX_CANDIDATE_TTL = timedelta(days=30)
 REVIEW_REQUIRED_REASON = "saved into a review-required namespace"
 
 
@@ -71,7 +68,7 @@ async def hidden_from_reviewer(
 
 @dataclass(frozen=True)
 class ReviewLimits:
-    max_candidate_ttl: timedelta = MAX_CANDIDATE_TTL
+    max_candidate_ttl: timedelta = check.MAX_CANDIDATE_TTL
     proposals_per_hour: int = 100
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -20,6 +20,9 @@ MAX_METADATA_ENTRIES = 32
 MAX_METADATA_VALUE = 1024
 MAX_LABELS = 16
 MAX_QUERY_CHARS = 2000
+# The longest review window (review_within, or a namespace's candidate TTL standing in for
+# it) by default: brain-server --max-candidate-ttl-days; brain-admin holds policies to it.
+MAX_CANDIDATE_TTL = timedelta(days=30)
 # A short text field unless it says otherwise: a principal, and the filters that name one
 # (created_by, proposed_by, the audit log's principal). brain-admin holds principals to it.
 MAX_TEXT_CHARS = 256

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import platformdirs
 
-from brain.server.domain.review import MAX_CANDIDATE_TTL
+from brain.server.domain.validation import MAX_CANDIDATE_TTL
 
 
 def default_data_dir() -> Path:

@@ -115,8 +115,7 @@ def parse_draft(
             aliases=tuple(sorted({a for a in aliases if check.normalise(a) != norm})),
             alias_norms=tuple(alias_norms_set),
         )
-    relations: list[sql.NewRelation] = []
-    positions: list[int] = []  # each kept relation's index in the draft
+    relations: list[tuple[int, sql.NewRelation]] = []  # (index in the draft, relation)
     for i, r in enumerate(draft.relations):
         at = f"{prefix}.relations[{i}]"
         ends = []
@@ -151,20 +150,19 @@ def parse_draft(
             valid_from=starts,
             valid_to=ends_at,
         )
-        if new in relations:  # the same relation twice: once
+        if any(new == kept for _, kept in relations):  # the same relation twice: once
             continue
-        _consistent(f"{prefix}.relations", i, new, dict(zip(positions, relations, strict=True)))
-        relations.append(new)
-        positions.append(i)
-    return Assertions(mentions=list(mentions.values()), relations=relations)
+        _consistent(f"{prefix}.relations", i, new, relations)
+        relations.append((i, new))
+    return Assertions(mentions=list(mentions.values()), relations=[r for _, r in relations])
 
 
 def _consistent(
-    field_name: str, i: int, new: sql.NewRelation, earlier: dict[int, sql.NewRelation]
+    field_name: str, i: int, new: sql.NewRelation, earlier: list[tuple[int, sql.NewRelation]]
 ) -> None:
     """A draft may not contradict itself: one subject's predicate is one-valued or
     many-valued, and a one-valued predicate holds one object at a time."""
-    for j, old in earlier.items():
+    for j, old in earlier:
         if (old.subject, old.predicate) != (new.subject, new.predicate):
             continue
         if old.cardinality != new.cardinality:
