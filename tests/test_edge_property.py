@@ -127,7 +127,8 @@ PREAMBLE = (
 actors = st.sampled_from(["admin", *sorted(KEYS)])
 users = st.sampled_from(["", "alice", "bob"])
 # "own": the acting key's labels, so that most creations go through.
-label_sets = st.sampled_from(["own", "own", *LABEL_SETS])
+# (): none named, so a save takes the key's default and a supersede its target's labels.
+label_sets = st.sampled_from(["own", "own", (), *LABEL_SETS])
 targets = st.integers(0, 20)
 operations = st.one_of(
     st.tuples(st.just("save"), actors, users, label_sets),
@@ -256,16 +257,25 @@ class Scenario:
             )
         result = await outcome(call)
         self.outcomes.append(f"{kind if supersedes is None else 'supersede'}: {result[0].name}")
+        target = self.model.rows[supersedes] if supersedes is not None else None
+        # A successor reaches every reader of what it replaces: a bucket at least as wide,
+        # and every label of the target (unnamed labels are the target's own).
+        reaches = target is not None and (
+            api.user_id in ("", target.user) and set(labels or target.labels) >= target.labels
+        )
         if result[0] != grpc.StatusCode.OK:
             assert result[0] in WRITE_ERRORS, (kind, name, result)
-            if supersedes is not None and not may_see(name, self.model.rows[supersedes]):
+            if target is not None and not may_see(name, target):
                 assert result[0] in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED)
+            if target is not None and "its readers would not see" in result[1]:
+                assert not reaches, (name, result)
             return
-        assert set(labels) <= set(KEYS[name].labels)
+        held = set(KEYS[name].labels) | (target.labels if target is not None else set())
+        assert set(labels) <= held
         memory = result[1].candidate if kind == "propose" else result[1].memory
         self.model.add(memory, api.user_id, name)
-        if supersedes is not None:
-            target = self.model.rows[supersedes]
+        if target is not None:
+            assert reaches and set(memory.labels) >= target.labels, (name, memory)
             assert may_see(name, target) and target.status == "active"
             target.status, target.versions = "superseded", target.versions + 1
             target.superseded_by.add(memory.id)

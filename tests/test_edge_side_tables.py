@@ -78,18 +78,23 @@ async def test_tombstone_binds_only_callers_who_could_see_the_erased_memory(
 async def test_supersede_links_show_only_visible_memories(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
-    """superseded_by / supersedes list only ids the reader can see, on every read path."""
+    """superseded_by / supersedes list only ids the reader can see, on every read path.
+
+    A successor reaches every reader of what it replaces when written, so a link is cut
+    only when the successor is relabelled away from a reader later, or when it is wider
+    than what it replaced (the second half)."""
     tenant = unique("t")
     admin = Api(channel, brain_server.mint_key(tenant, "admin", permissions=RW,
                                                labels=("team", "secret")))  # fmt: skip
     bob = Api(channel, brain_server.mint_key(tenant, "bob", user="bob"), user_id="bob")
     alice = Api(channel, brain_server.mint_key(tenant, "alice", user="alice"), user_id="alice")
     shared = (await admin.save("Standup is at 9:30")).memory.id
-    # Alice's private correction supersedes the team row (saved by an unconfined key).
-    private = await admin.save(
-        "Standup moved to 10:00 for me", supersedes=[shared], scope=admin.scope(user_id="alice")
-    )
-    assert list((await alice.get(shared)).superseded_by) == [private.memory.id]  # control
+    successor = await admin.save("Standup moved to 10:00", supersedes=[shared])
+    assert list((await bob.get(shared)).superseded_by) == [successor.memory.id]  # control
+    # Later the successor is relabelled away from bob (and from alice).
+    await admin.update(successor.memory.id, ["labels"], labels=["secret"])
+    assert list((await alice.get(shared)).superseded_by) == []
+    assert list((await admin.get(shared)).superseded_by) == [successor.memory.id]  # control
 
     seen = await bob.get(shared)
     assert seen.status == common_pb2.MEMORY_STATUS_SUPERSEDED
@@ -97,17 +102,19 @@ async def test_supersede_links_show_only_visible_memories(
     assert all(list(v.superseded_by) == [] for v in await bob.history(shared))
     exported = [e.memory for e in await bob.export(include_history=True)]
     assert shared in {m.id for m in exported}
-    assert all(private.memory.id not in m.superseded_by for m in exported)
+    assert all(successor.memory.id not in m.superseded_by for m in exported)
     listed = await bob.list_all(
         filter=common_pb2.MemoryFilter(statuses=[common_pb2.MEMORY_STATUS_SUPERSEDED])
     )
     assert [list(m.superseded_by) for m in listed if m.id == shared] == [[]]
-    assert private.memory.id in {m.id for m in await alice.list_all(
+    assert successor.memory.id in {m.id for m in await admin.list_all(
         filter=common_pb2.MemoryFilter(statuses=[common_pb2.MEMORY_STATUS_ACTIVE]))}  # fmt: skip
 
     # The other direction, by label: a team row that supersedes a [secret] one.
     old = (await admin.save("Budget is 2M", labels=["secret"])).memory.id
-    new = (await admin.save("Budget is public now", supersedes=[old])).memory.id
+    new = (
+        await admin.save("Budget is public now", supersedes=[old], labels=["secret", "team"])
+    ).memory.id
     assert list((await admin.get(new)).supersedes) == [old]  # control
     assert list((await bob.get(new)).supersedes) == []
     hits = await bob.memories.SearchMemories(

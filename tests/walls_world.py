@@ -393,11 +393,14 @@ class World:
             obj.labels = frozenset(got.labels)
         elif state == "superseded":
             by = "writer" if acts_directly("writer", obj) else "root"
-            # root's replacement takes other labels: a reader of one may not see the other,
-            # and the link between them must be cut for it.
-            kept = tuple(sorted(set(labels) & KEYS[by].labels))
+            # A successor keeps every label of what it replaces (also one its writer does
+            # not hold), so it reaches all of that memory's readers. root's adds others: a
+            # reader of the successor may not see what it replaced, and the link between
+            # them must be cut for it.
+            kept = labels
             if by == "root":
-                kept = LABEL_SETS[(LABEL_SETS.index(labels) + 1) % len(LABEL_SETS)]
+                added = LABEL_SETS[(LABEL_SETS.index(labels) + 1) % len(LABEL_SETS)]
+                kept = tuple(sorted(set(labels) | set(added)))
             await self.save(by, bucket, kept, names, supersedes=obj)
 
     async def probe_text(self, obj: Obj) -> None:

@@ -23,7 +23,8 @@ _DRAFT_PROPERTIES: dict[str, Any] = {
     "tags": {**_STRINGS, "description": "Free-form tags for filtering."},
     "labels": {
         **_STRINGS,
-        "description": 'ACL labels (who may read it); default ["team"]. Only labels the key holds.',
+        "description": 'ACL labels (who may read it); default ["team"], or with supersedes the '
+        "replaced memories' labels, which it must keep. Only labels the key holds (or keeps).",
     },
     "importance": {
         "type": "number",
@@ -31,7 +32,10 @@ _DRAFT_PROPERTIES: dict[str, Any] = {
         "maximum": 1,
         "description": "0..1, default 0.5.",
     },
-    "supersedes": {**_STRINGS, "description": "Ids of memories this one replaces."},
+    "supersedes": {
+        **_STRINGS,
+        "description": "Ids of memories this one replaces; it reaches all their readers.",
+    },
     "valid_from": {
         "type": "string",
         "description": "ISO-8601 instant the fact starts to hold (default now).",

@@ -30,7 +30,7 @@ from brain.server.storage import conflicts as conflicts_sql
 from brain.server.storage import erasure
 from brain.server.storage import memories as sql
 from brain.server.storage import review as review_sql
-from brain.server.storage.visibility import Visibility
+from brain.server.storage.visibility import Visibility, reaches_readers
 from brain.v1 import memory_pb2, review_pb2
 from brain.v1.graph_pb2 import GraphDraft
 
@@ -64,6 +64,23 @@ async def hidden_from_reviewer(
         and bool(row["supersedes"])
         and not await review_sql.sees_every_target(conn, vis, row)
     )
+
+
+def proposal_target(
+    caller: Caller, target_id: uuid.UUID, target: asyncpg.Record | None
+) -> asyncpg.Record:
+    """What a proposal may name in ``supersedes``: a memory it sees and that is active.
+
+    A key that cannot read names only its own principal's memories: any other id answers
+    as a random one (a proposal's success would tell that it exists)."""
+    if target is None or not acts_on(caller, target, review=False):
+        raise supersede_target_not_found()
+    if target["status"] != "active":  # approval could never supersede it
+        raise FailedPrecondition(
+            f"supersedes: memory {target_id} is {target['status']}, not active; "
+            "only active memories can be superseded"
+        )
+    return target
 
 
 @dataclass(frozen=True)
@@ -122,6 +139,7 @@ class Review:
         ``automatic`` candidate (graph extraction) may fill only half of the namespace's
         pending-candidate room, so extraction never locks people and agents out of it."""
         vis = self.memories.visibility(caller)
+        new = await self.proposal_place(conn, vis, caller, new, supersedes)
         await sql.lock_value(conn, caller.tenant_id, new)
         await self.memories.refuse_tombstoned(
             conn, vis, "memory.content", new.namespace, new.user_id, new.session_id,
@@ -137,17 +155,11 @@ class Review:
         # no duplicate of that memory.
         if existing is not None and existing["memory_id"] not in supersedes:
             return existing, False
+        targets = []
         for target_id in supersedes:  # checked now, superseded only on approval
-            target = await sql.lock_current(conn, vis, target_id)
-            # A key that cannot read names only its own principal's memories: any other id
-            # answers as a random one (a proposal's success would tell that it exists).
-            if target is None or not acts_on(caller, target, review=False):
-                raise supersede_target_not_found()
-            if target["status"] != "active":  # approval could never supersede it
-                raise FailedPrecondition(
-                    f"supersedes: memory {target_id} is {target['status']}, not active; "
-                    "only active memories can be superseded"
-                )
+            locked = await sql.lock_current(conn, vis, target_id)
+            targets.append(proposal_target(caller, target_id, locked))
+        new = self.memories.successor_of(caller, new, targets)
         policy = await review_sql.namespace_policy(conn, new.namespace)
         ttl = policy["candidate_ttl"] if policy else DEFAULT_CANDIDATE_TTL
         # A namespace policy stored before brain-admin bounded it (or under a larger
@@ -192,6 +204,32 @@ class Review:
             conn, vis, caller.tenant_id, memory_id, assertions, at, pending=True
         )
         return row, True
+
+    async def proposal_place(
+        self,
+        conn: asyncpg.Connection,
+        vis: Visibility,
+        caller: Caller,
+        new: sql.NewMemory,
+        supersedes: list[uuid.UUID],
+    ) -> sql.NewMemory:
+        """A proposal that supersedes is placed where what it supersedes is: in the
+        narrowest bucket that every reader of each target sees. A key confined to a user
+        proposes a change to a team-shared memory this way (it cannot name the team's
+        bucket), and on approval the team reads the new value."""
+        if not supersedes:
+            return new
+        places = await sql.current_places(conn, vis, supersedes)
+        for target_id in supersedes:
+            proposal_target(caller, target_id, places.get(target_id))
+        found = places.values()
+        return replace(
+            new,
+            user_id=new.user_id if all(t["user_id"] == new.user_id for t in found) else "",
+            session_id=(
+                new.session_id if all(t["session_id"] == new.session_id for t in found) else ""
+            ),
+        )
 
     async def propose_extracted(
         self, caller: Caller, memory_id: uuid.UUID, content: str, draft: GraphDraft, model: str
@@ -252,7 +290,10 @@ class Review:
         self, caller: Caller, req: review_pb2.ProposeMemoryRequest, timeout_ms: int | None = None
     ) -> review_pb2.ProposeMemoryResponse:
         m = self.memories
-        new = m.new_memory(caller, req.memory, status="candidate", change="propose")
+        new = m.new_memory(
+            caller, req.memory, status="candidate", change="propose",
+            successor=bool(req.supersedes),
+        )  # fmt: skip
         assertions = graph.parse_draft("graph", req.graph, new.valid_from, new.valid_to)
         new.embedding, new.embedding_model = await m.embed_content(new.content)
         reason = check.text("reason", req.reason, limit=1000).strip()
@@ -386,6 +427,14 @@ class Review:
                     await review_sql.readmit_tombstone(conn, tombstone, caller.principal)
             # Approval is the review itself: the reviewer's visibility, not write scope.
             targets = await m.lock_targets(conn, vis, sorted(current["supersedes"]), writer=None)
+            for target in targets:
+                if not reaches_readers(current, target):
+                    raise FailedPrecondition(
+                        f"this candidate no longer reaches every reader of memory "
+                        f"{target['memory_id']}, which it supersedes (its labels changed "
+                        "since the proposal, or the proposal predates this rule); reject it "
+                        "and propose again"
+                    )
             # Transaction time is read again now the targets are locked: a target changed
             # while this waited has a version recorded after the first reading.
             at = await sql.clock(conn)

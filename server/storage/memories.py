@@ -120,6 +120,15 @@ class NewMemory:
     proposal_reason: str | None = None
     candidate_expires_at: datetime | None = None
 
+    def place(self) -> dict[str, Any]:
+        """What decides who reads it: namespace, bucket and labels."""
+        return {
+            "namespace": self.namespace,
+            "user_id": self.user_id,
+            "session_id": self.session_id,
+            "labels": self.labels,
+        }
+
 
 def time_predicate(t: TimeCoords, p: Params, alias: str = "m") -> str:
     """Transaction-time (as_of) and valid-time (valid_at) restriction."""
@@ -224,6 +233,22 @@ VERSION_COLUMNS = (
     "proposal_reason", "candidate_expires_at", "supersedes", "superseded_by", "embedding",
     "embedding_model",
 )  # fmt: skip
+
+
+async def current_places(
+    conn: asyncpg.Connection, v: Visibility, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, asyncpg.Record]:
+    """Where each visible memory of ``ids`` is, as it is now (not locked: its bucket never
+    changes, and what may change is read again under the lock)."""
+    p = Params(list(ids))
+    rows = await conn.fetch(
+        f"""SELECT m.memory_id, m.namespace, m.user_id, m.session_id, m.status, m.created_by
+            FROM memories m
+            WHERE m.memory_id = ANY($1::uuid[]) AND m.retired_at IS NULL
+              AND {visibility_predicate(v, p)}""",
+        *p.values,
+    )
+    return {row["memory_id"]: row for row in rows}
 
 
 async def clock(conn: asyncpg.Connection) -> datetime:

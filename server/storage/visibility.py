@@ -45,6 +45,27 @@ class Params:
         return f"${len(self.values)}"
 
 
+def bucket_reaches(newer: Any, older: Any) -> bool:
+    """Whether every caller whose scope covers ``older`` also covers ``newer`` (rows or
+    `NewMemory.place`): the same
+    namespace, and a bucket at least as wide (team-shared or the same user; user-wide or
+    the same session)."""
+    return (
+        newer["namespace"] == older["namespace"]
+        and newer["user_id"] in ("", older["user_id"])
+        and newer["session_id"] in ("", older["session_id"])
+    )
+
+
+def reaches_readers(newer: Any, older: Any) -> bool:
+    """Whether every caller who can see ``older`` can also see ``newer``: a bucket at least
+    as wide and every label of ``older`` (a reader shares a label with what it reads). A
+    successor that did not would tell the readers of what it replaced that a memory they
+    cannot see exists, who wrote it and when (the rule of
+    `brain.server.storage.graph.SAME_READERS`, on two rows)."""
+    return bucket_reaches(newer, older) and set(newer["labels"]) >= set(older["labels"])
+
+
 @dataclass(frozen=True, slots=True)
 class Visibility:
     tenant_id: str

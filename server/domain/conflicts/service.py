@@ -40,6 +40,7 @@ from brain.server.domain.conflicts.detectors import (
 )
 from brain.server.storage import conflicts as sql
 from brain.server.storage import memories as memory_sql
+from brain.server.storage import visibility
 from brain.v1 import common_pb2
 
 RULES = {
@@ -79,17 +80,11 @@ def conflict(row: Any) -> common_pb2.Conflict:
 
 
 def reaches_readers(newer: Any, older: Any) -> bool:
-    """Whether every caller who can see ``older`` can also see ``newer`` (the rule of
-    `brain.server.storage.graph.SAME_READERS`, on two rows)."""
-    return (
-        newer["namespace"] == older["namespace"]
-        and newer["user_id"] in ("", older["user_id"])
-        and newer["session_id"] in ("", older["session_id"])
-        and set(newer["labels"]) >= set(older["labels"])
-        and (
-            newer["expires_at"] is None
-            or (older["expires_at"] is not None and older["expires_at"] <= newer["expires_at"])
-        )
+    """Whether every caller who can see ``older`` can also see ``newer``, for as long
+    (`brain.server.storage.visibility.reaches_readers`, and an expiry no earlier)."""
+    return visibility.reaches_readers(newer, older) and (
+        newer["expires_at"] is None
+        or (older["expires_at"] is not None and older["expires_at"] <= newer["expires_at"])
     )
 
 

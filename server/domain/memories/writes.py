@@ -49,7 +49,7 @@ from brain.server.errors import (
 from brain.server.storage import conflicts as conflicts_sql
 from brain.server.storage import erasure, idempotency
 from brain.server.storage import memories as sql
-from brain.server.storage.visibility import Visibility
+from brain.server.storage.visibility import Visibility, bucket_reaches, reaches_readers
 from brain.v1 import common_pb2, memory_pb2
 
 _log = structlog.get_logger("brain.memories")
@@ -166,9 +166,18 @@ class MemoryWrites(MemoryBase):
         return requested
 
     def new_memory(
-        self, caller: Caller, draft: common_pb2.MemoryDraft, *, status: str, change: str
+        self,
+        caller: Caller,
+        draft: common_pb2.MemoryDraft,
+        *,
+        status: str,
+        change: str,
+        successor: bool = False,
     ) -> sql.NewMemory:
-        """Validate a draft against the caller's scope and build the row to insert."""
+        """Validate a draft against the caller's scope and build the row to insert.
+
+        A ``successor``'s labels are decided once what it supersedes is locked
+        (`successor_of`): left unnamed, they are the targets' own."""
         scope = caller.scope
         namespace = check.name("scope.namespace", scope.namespace, required=True)
         check.name("scope.user_id", scope.user_id)
@@ -179,9 +188,9 @@ class MemoryWrites(MemoryBase):
         valid_to = check.timestamp(draft.valid_to, draft.HasField("valid_to"))
         if valid_to is not None and valid_to < valid_from:
             raise InvalidArgument("memory.valid_to", "must not be before memory.valid_from")
-        labels = self.labels(
-            caller, check.names("memory.labels", draft.labels, limit=check.MAX_LABELS)
-        )
+        labels = check.names("memory.labels", draft.labels, limit=check.MAX_LABELS)
+        if not successor:
+            labels = self.labels(caller, labels)
         return sql.NewMemory(
             namespace=namespace,
             user_id=scope.user_id,
@@ -288,6 +297,46 @@ class MemoryWrites(MemoryBase):
             targets.append(row)
         return targets
 
+    def successor_of(
+        self, caller: Caller, new: sql.NewMemory, targets: Sequence[asyncpg.Record]
+    ) -> sql.NewMemory:
+        """``new`` placed to supersede ``targets``: it must reach every reader of each, or
+        they would see their memory retired by one they cannot see (who wrote it, when).
+
+        Labels left unnamed are the targets' own; named ones keep every label of theirs
+        (which the key may keep without holding, as a relabel may) and add only labels
+        the key holds. The bucket is the request's, and must be at least as wide as each
+        target's; a proposal is placed in its targets' bucket before this (`proposal_place`).
+        """
+        if not targets:
+            return new
+        kept = set().union(*(t["labels"] for t in targets))
+        labels = new.labels or sorted(kept)
+        extra = set(labels) - caller.key.labels - kept
+        if extra:
+            raise PermissionDenied(
+                f"memory.labels: this key cannot grant label(s) {sorted(extra)}; "
+                f"it holds {sorted(caller.key.labels)}"
+            )
+        placed = replace(new, labels=labels)
+        for target in targets:
+            if not bucket_reaches(placed.place(), target):
+                raise FailedPrecondition(
+                    f"supersedes: memory {target['memory_id']} is shared beyond this "
+                    "request's scope, so its readers would not see what replaces it; save "
+                    f"the new memory in its bucket (user_id {target['user_id']!r}, "
+                    f"session_id {target['session_id']!r}), or propose it: a proposal is "
+                    "placed where what it supersedes is"
+                )
+            if not reaches_readers(placed.place(), target):
+                raise FailedPrecondition(
+                    f"memory.labels: memory {target['memory_id']} has labels this new "
+                    "memory lacks, so some of its readers would not see what replaces it; "
+                    "keep every label of what it supersedes (leave memory.labels empty to "
+                    "take theirs)"
+                )
+        return placed
+
     async def insert_new(
         self,
         conn: asyncpg.Connection,
@@ -339,7 +388,9 @@ class MemoryWrites(MemoryBase):
     async def save(
         self, caller: Caller, req: memory_pb2.SaveMemoryRequest, timeout_ms: int | None = None
     ) -> memory_pb2.SaveMemoryResponse:
-        new = self.new_memory(caller, req.memory, status="active", change="save")
+        new = self.new_memory(
+            caller, req.memory, status="active", change="save", successor=bool(req.supersedes)
+        )
         assertions = graph.parse_draft("graph", req.graph, new.valid_from, new.valid_to)
         new.embedding, new.embedding_model = await self.embed_content(new.content)
         supersedes = self.supersede_ids(req.supersedes)
@@ -375,6 +426,7 @@ class MemoryWrites(MemoryBase):
                 )
             else:
                 targets = await self.lock_targets(conn, vis, supersedes, writer=caller)
+                new = self.successor_of(caller, new, targets)
                 row = await self.insert_new(conn, caller, new, targets, assertions)
                 found = await self.conflicts_of(
                     conn, caller, row, new.embedding, new.embedding_model,
