@@ -10,9 +10,9 @@ from typing import Any
 
 import grpc
 
-from brain.server.domain.cursors import Tokens
 from brain.v1 import common_pb2, memory_pb2
 
+from . import previous_release
 from .helpers import Api
 
 RANDOM_ID = "0190f4c6-0000-7000-8000-000000000000"
@@ -119,9 +119,10 @@ async def collection_reads(
 
 
 def first_event(pepper: bytes) -> str:
-    """The Watch cursor before a tenant's first event, signed like the server's cursors
-    (a test knows the pepper; a client starts from a cursor the server gave it)."""
-    return Tokens(pepper).encode_seq(0)
+    """The Watch cursor before a tenant's first event, in the previous release's unbound
+    format, so every key of the tenant may present it (a test knows the pepper; a client
+    starts from a cursor the server gave it, bound to its principal)."""
+    return previous_release.sealed_cursor(pepper, 0)
 
 
 async def watch_replay(

@@ -12,6 +12,7 @@ from brain.server.domain.retrieval.lanes import RetrievalParams
 from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
+from .edge import watch_replay
 from .helpers import Api, rpc_error, ts
 
 
@@ -310,3 +311,89 @@ async def test_concurrent_identical_saves_store_one_row(
     assert tenant_rows(brain_server, tenant) == 1
     other = await api.save("Lunch is at one")  # a different value is its own memory
     assert other.outcome == memory_pb2.SAVE_OUTCOME_CREATED
+
+
+def audit_events(server: BrainServer, tenant: str) -> int:
+    rows = server.sql(
+        "SELECT count(*) FROM audit_events e JOIN tenants t USING (tenant_id) WHERE t.name = $1",
+        tenant,
+    )
+    return int(rows[0][0])
+
+
+async def test_an_update_that_changes_nothing_writes_nothing(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Patches that set every named field to its current value (tags in another order,
+    labels as they are, floats as stored) answer the memory as it is: no version, no
+    history, no audit event, no Watch change; a stale expected_version is still ABORTED,
+    and a real change right after writes version 2 (positive control)."""
+    tenant = unique("t")
+    api = Api(channel, brain_server.mint_key(tenant, "alice"))
+    draft = {
+        "kind": "fact", "tags": ["infra", "db"], "metadata": {"owner": "ops"},
+        "importance": 0.9, "confidence": 0.7,
+    }  # fmt: skip
+    memory = (await api.save("Staging listens on 5433", **draft)).memory
+    mark = api.memories.WatchMemories(
+        memory_pb2.WatchMemoriesRequest(scope=api.scope()), metadata=api.md
+    )
+    start = (await mark.read()).cursor
+    mark.cancel()
+    events = audit_events(brain_server, tenant)
+
+    same = [
+        await api.update(memory.id, ["labels"], labels=["team"]),
+        await api.update(
+            memory.id,
+            ["content", "kind", "tags", "metadata", "importance", "confidence"],
+            content="Staging listens on 5433",
+            **{**draft, "tags": ["db", "infra"]},
+        ),
+        await api.update(
+            memory.id, ["valid_from"], expected_version=1, valid_from=memory.valid_from
+        ),
+    ]
+    assert same == [memory] * 3
+    stale = await rpc_error(api.update(memory.id, ["labels"], expected_version=7, labels=["team"]))
+    assert stale.code() == grpc.StatusCode.ABORTED
+    assert len(await api.history(memory.id)) == 1
+    assert tenant_rows(brain_server, tenant) == 1
+    assert audit_events(brain_server, tenant) == events
+
+    changed = await api.update(memory.id, ["importance"], expected_version=1, importance=0.5)
+    assert changed.version == 2 and len(await api.history(memory.id)) == 2
+    assert audit_events(brain_server, tenant) == events + 1
+    sentinel = (await api.save("written last")).memory.id
+    assert await watch_replay(api, sentinel, start) == {(memory.id, 2), (sentinel, 1)}
+    stale = await rpc_error(
+        api.update(memory.id, ["importance"], expected_version=1, importance=0.5)
+    )
+    assert stale.code() == grpc.StatusCode.ABORTED
+
+
+async def test_an_unchanged_patch_is_refused_and_answered_as_a_changing_one(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The no-op rule is no oracle: a key that may not change a row is refused alike for a
+    patch that matches it and one that does not, and a key without memories:read is
+    answered a new version either way (it must not learn what the row holds), where a key
+    that reads the row gets it as it is."""
+    tenant = unique("t")
+    lead = Api(channel, brain_server.mint_key(tenant, "lead"))
+    team_row = (await lead.save("The style guide lives in docs/api.md")).memory.id
+    confined = Api(channel, brain_server.mint_key(tenant, "bob", user="bob"), user_id="bob")
+    writer = Api(channel, brain_server.mint_key(tenant, "agent", permissions="memories:write"))
+
+    refused = [
+        await rpc_error(confined.update(team_row, ["content"], content=content))
+        for content in ("The style guide lives in docs/api.md", "The style guide is gone")
+    ]
+    assert refused[0].code() == grpc.StatusCode.PERMISSION_DENIED
+    assert (refused[0].code(), refused[0].details()) == (refused[1].code(), refused[1].details())
+    receipts = [
+        await writer.update(team_row, ["content"], content=content)
+        for content in ("The style guide lives in docs/api.md", "The style guide moved")
+    ]
+    assert [r.version for r in receipts] == [2, 3] and not receipts[0].content
+    assert (await lead.update(team_row, ["content"], content="The style guide moved")).version == 3

@@ -78,8 +78,9 @@ async def test_audit_pages_and_watch_cursors_are_sealed(
     token = page.next_page_token
     assert token and token != again.next_page_token  # same position, different tokens
     assert not token.partition(".")[0].isdigit()
+    holder = await alice.whoami()
     with pytest.raises(InvalidArgument):
-        Tokens(b"another deployment's pepper").decode_seq("page_token", token)
+        Tokens(b"another deployment's pepper").decode_seq(holder, "page_token", token)
     rest = await events(alice, page_token=token)
     assert [e.memory_ids for e in rest.events] == [
         e.memory_ids for e in (await events(alice)).events[1:]
@@ -91,7 +92,7 @@ async def test_audit_pages_and_watch_cursors_are_sealed(
     marker = await call.read()
     call.cancel()
     assert marker.cursor and not marker.cursor.partition(".")[0].isdigit()
-    opened = Tokens(brain_server.cluster.pepper).decode_seq("cursor", marker.cursor)
+    opened = Tokens(brain_server.cluster.pepper).decode_seq(holder, "cursor", marker.cursor)
     head = brain_server.sql(
         "SELECT max(seq) FROM audit_events e JOIN tenants t USING (tenant_id) WHERE t.name = $1",
         tenant,

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from brain.server.domain import watch
-from brain.server.domain.cursors import Tokens
+from brain.server.domain.cursors import Holder, Tokens
 from brain.server.storage import admin, audit
 from brain.server.storage.db import Database
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
@@ -22,10 +22,10 @@ from .helpers import Api
 QUIET = 1.5  # seconds to wait for something that must not arrive
 
 
-def seq(server: BrainServer, cursor: str) -> int:
+def seq(server: BrainServer, holder: Holder, cursor: str) -> int:
     """The audit sequence number a sealed cursor carries, opened with the server's pepper
-    (a client cannot: the cursor is encrypted)."""
-    return Tokens(server.cluster.pepper).decode_seq("cursor", cursor)
+    (a client cannot: the cursor is encrypted) for the key's tenant and principal."""
+    return Tokens(server.cluster.pepper).decode_seq(holder, "cursor", cursor)
 
 
 def md(key: str) -> tuple[tuple[str, str], ...]:
@@ -241,7 +241,8 @@ async def test_watch_reports_each_lifecycle_change_with_its_kind(
     assert got[4].memory.content == ""
     assert got[4].memory.status == common_pb2.MEMORY_STATUS_RETRACTED
     assert got[2].cursor != got[1].cursor  # sealed afresh each time, so nothing to compare
-    at = [seq(brain_server, g.cursor) for g in got]
+    holder = await api.whoami()
+    at = [seq(brain_server, holder, g.cursor) for g in got]
     assert at[2] == at[1]  # one save, one event, two memories
     assert at[0] < at[1] < at[3] < at[4]
 

@@ -374,7 +374,7 @@ class AuditLog:
         if not 0 < size <= MAX_PAGE_SIZE:
             raise InvalidArgument("page_size", f"must be between 1 and {MAX_PAGE_SIZE}")
         query = sql.EventQuery(
-            after_seq=self.tokens.decode_seq("page_token", req.page_token),
+            after_seq=self.tokens.decode_seq(caller, "page_token", req.page_token),
             limit=size + 1,
             memory_id=check.memory_id("memory_id", req.memory_id) if req.memory_id else None,
             principal=check.text("principal", req.principal),
@@ -392,5 +392,5 @@ class AuditLog:
                 tenant_wide,
             )
         if len(rows) > size:
-            return rows[:size], self.tokens.encode_seq(rows[size - 1]["seq"])
+            return rows[:size], self.tokens.encode_seq(caller, rows[size - 1]["seq"])
         return rows, ""

@@ -1,14 +1,21 @@
-"""Opaque page tokens and stream cursors, signed so that only this deployment can open them.
+"""Opaque page tokens and stream cursors, sealed to the caller they were issued to.
 
-A page token is ``<payload>.<mac>``: the payload is base64url JSON and the mac an
-HMAC-SHA256 under a key derived from the server pepper. A sequence cursor (audit pages,
-Watch) is sealed instead: the tenant's audit seq encrypted with AES-GCM under another
-key derived from the pepper and a fresh random nonce, so it reads as noise and two
-cursors for the same position differ — a key cannot count, from its cursors, the events
-it may not see, nor tell whether any happened. Cursors of earlier releases (a signed
-bare number) are still accepted. Anything else — forged, truncated, from another
-deployment — is INVALID_ARGUMENT naming the field, before any of it is parsed or
-reaches SQL. Servers that share a pepper accept each other's tokens.
+Every token the server issues — a page token (List, Export, ListCandidates,
+ListConflicts, ListDocuments) or a sequence cursor (audit pages, Watch) — is its payload
+encrypted with AES-GCM under a key derived from the server pepper and a fresh random
+nonce, with its *holder* (the tenant and the principal of the calling key) as associated
+data. So it reads as noise, two tokens for the same position differ (a key cannot count,
+from its cursors, the events it may not see, nor tell whether any happened), and it opens
+only for its holder: presented by another principal or from another tenant it fails
+exactly as a forged one does. The holder is the principal, not the key, so a key rotated
+for the same principal resumes from the old key's cursors.
+
+Tokens of the previous release are still accepted, unbound, so that a listing or a stored
+Watch cursor spans an upgrade: a signed page token (``<base64url JSON>.<mac>``), a sealed
+cursor (``s…``) and a signed bare number (``<seq>.<mac>``). Anything else — forged,
+truncated, edited, another holder's, from another deployment — is INVALID_ARGUMENT naming
+the field, with one message (``NOT_OURS``), before any of it is parsed or reaches SQL.
+Servers that share a pepper accept each other's tokens.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import secrets
 import time
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -29,78 +36,119 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from brain.server.errors import InvalidArgument
 
 MAX_TOKEN_CHARS = 1024
-MAC_BYTES = 16
 NOT_OURS = "is not a token this server issued"
-SEALED = "s"  # a sealed cursor: "s" + base64url(nonce ‖ AES-GCM(seq))
+PAGE = "p"  # a page token: "p" + base64url(nonce ‖ AES-GCM(JSON, holder))
+CURSOR = "c"  # a sequence cursor: "c" + base64url(nonce ‖ AES-GCM(seq, holder))
 _NONCE_BYTES = 12
-_SEQ = b"brain cursor seq v2"
+_PAGE_AAD = b"brain page token v3"
+_CURSOR_AAD = b"brain cursor seq v3"
+# The previous release's formats, accepted unbound (see the module docstring).
+_V2_SEALED = "s"
+_V2_SEQ_AAD = b"brain cursor seq v2"
+_V1_MAC_BYTES = 16
+
+
+class Holder(Protocol):
+    """Whom a token is issued to (a `Caller` is one)."""
+
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def principal(self) -> str: ...
+
+
+def _bound(purpose: bytes, holder: Holder) -> bytes:
+    """The associated data of a token: what it is for and whose it is, unambiguously."""
+    return purpose + b"\0" + json.dumps([holder.tenant_id, holder.principal]).encode()
+
+
+def _b64decode(body: str) -> bytes:
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
 
 
 class Tokens:
-    """Signs and opens page tokens and cursors under a key derived from the pepper."""
+    """Seals and opens page tokens and cursors under keys derived from the pepper."""
 
     def __init__(self, pepper: bytes) -> None:
-        self._key = hmac.new(pepper, b"brain page tokens v1", hashlib.sha256).digest()
-        self._seal = AESGCM(hmac.new(pepper, b"brain cursors v2", hashlib.sha256).digest())
+        self._seal = AESGCM(hmac.new(pepper, b"brain tokens v3", hashlib.sha256).digest())
+        self._v1_mac = hmac.new(pepper, b"brain page tokens v1", hashlib.sha256).digest()
+        self._v2_seal = AESGCM(hmac.new(pepper, b"brain cursors v2", hashlib.sha256).digest())
 
-    def _mac(self, payload: str) -> str:
-        digest = hmac.new(self._key, payload.encode(), hashlib.sha256).digest()[:MAC_BYTES]
-        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    def _sealed(self, prefix: str, aad: bytes, plain: bytes) -> str:
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        sealed = self._seal.encrypt(nonce, plain, aad)
+        return prefix + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
 
-    def sign(self, payload: str) -> str:
-        return f"{payload}.{self._mac(payload)}"
-
-    def open(self, field: str, token: str) -> str:
-        """The payload of a token this server signed; INVALID_ARGUMENT for anything else."""
-        payload, dot, mac = token.rpartition(".")
-        if len(token) > MAX_TOKEN_CHARS or not dot or not payload.isascii():
-            raise InvalidArgument(field, NOT_OURS)
-        if not hmac.compare_digest(mac.encode(), self._mac(payload).encode()):
+    def _v1_payload(self, field: str, token: str) -> str:
+        """The payload of a previous release's signed token (``<payload>.<mac>``)."""
+        payload, _, mac = token.rpartition(".")
+        digest = hmac.new(self._v1_mac, payload.encode(), hashlib.sha256).digest()
+        expected = base64.urlsafe_b64encode(digest[:_V1_MAC_BYTES]).decode().rstrip("=")
+        if not payload or not hmac.compare_digest(mac.encode(), expected.encode()):
             raise InvalidArgument(field, NOT_OURS)
         return payload
 
-    def encode(self, data: dict[str, Any]) -> str:
+    def encode(self, holder: Holder, data: dict[str, Any]) -> str:
+        """A page token for ``holder``: opaque, new at every call, opened only by it."""
         raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
-        return self.sign(base64.urlsafe_b64encode(raw).decode().rstrip("="))
+        return self._sealed(PAGE, _bound(_PAGE_AAD, holder), raw)
 
-    def decode(self, field: str, token: str) -> dict[str, Any]:
-        payload = self.open(field, token)
+    def decode(self, holder: Holder, field: str, token: str) -> dict[str, Any]:
+        """The payload of a page token issued to ``holder`` (or an unbound one of the
+        previous release); INVALID_ARGUMENT for anything else."""
+        _check_shape(field, token)
         try:
-            data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+            if "." in token:  # base64url has no "."; a previous release's signed token
+                raw = _b64decode(self._v1_payload(field, token))
+            elif token.startswith(PAGE):
+                raw = _open_sealed(self._seal, field, token[1:], _bound(_PAGE_AAD, holder))
+            else:
+                raise InvalidArgument(field, NOT_OURS)
+            data = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             raise InvalidArgument(field, NOT_OURS) from None
         if not isinstance(data, dict):
             raise InvalidArgument(field, NOT_OURS)
         return data
 
-    def encode_seq(self, seq: int) -> str:
-        """A sealed sequence cursor (audit pages, Watch): opaque, and new at every call."""
-        nonce = secrets.token_bytes(_NONCE_BYTES)
-        sealed = self._seal.encrypt(nonce, seq.to_bytes(8, "big"), _SEQ)
-        return SEALED + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
+    def encode_seq(self, holder: Holder, seq: int) -> str:
+        """A sequence cursor (audit pages, Watch) for ``holder``: opaque, new at every call."""
+        return self._sealed(CURSOR, _bound(_CURSOR_AAD, holder), seq.to_bytes(8, "big"))
 
-    def decode_seq(self, field: str, token: str) -> int:
-        """The sequence number of a cursor; empty means the start (0)."""
+    def decode_seq(self, holder: Holder, field: str, token: str) -> int:
+        """The sequence number of a cursor issued to ``holder`` (or an unbound one of the
+        previous release); empty means the start (0)."""
         if not token:
             return 0
-        if len(token) > MAX_TOKEN_CHARS or not token.isascii():
-            raise InvalidArgument(field, NOT_OURS)
-        if "." in token:  # an earlier release's signed number
-            payload = self.open(field, token)
+        _check_shape(field, token)
+        if "." in token:  # a previous release's signed bare number
+            payload = self._v1_payload(field, token)
             if not payload.isdigit() or len(payload) > 18:
                 raise InvalidArgument(field, NOT_OURS)
             return int(payload)
-        if not token.startswith(SEALED):
+        if token.startswith(CURSOR):
+            raw = _open_sealed(self._seal, field, token[1:], _bound(_CURSOR_AAD, holder))
+        elif token.startswith(_V2_SEALED):
+            raw = _open_sealed(self._v2_seal, field, token[1:], _V2_SEQ_AAD)
+        else:
             raise InvalidArgument(field, NOT_OURS)
-        body = token[len(SEALED) :]
-        try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            seq = self._seal.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _SEQ)
-        except (ValueError, InvalidTag):
-            raise InvalidArgument(field, NOT_OURS) from None
-        if len(seq) != 8:
+        if len(raw) != 8:
             raise InvalidArgument(field, NOT_OURS)
-        return int.from_bytes(seq, "big")
+        return int.from_bytes(raw, "big")
+
+
+def _check_shape(field: str, token: str) -> None:
+    if len(token) > MAX_TOKEN_CHARS or not token.isascii():
+        raise InvalidArgument(field, NOT_OURS)
+
+
+def _open_sealed(seal: AESGCM, field: str, body: str, aad: bytes) -> bytes:
+    try:
+        raw = _b64decode(body)
+        return seal.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], aad)
+    except (ValueError, InvalidTag):
+        raise InvalidArgument(field, NOT_OURS) from None
 
 
 def get_uuid(field: str, data: dict[str, Any], name: str) -> uuid.UUID:

@@ -341,13 +341,17 @@ class Review:
         after = None
         if req.page_token:
             after = cursors.get_uuid(
-                "page_token", m.tokens.decode("page_token", req.page_token), "k"
+                "page_token", m.tokens.decode(caller, "page_token", req.page_token), "k"
             )
         async with m.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
             rows = await review_sql.candidates_page(
                 conn, m.visibility(caller), proposed_by, after, size + 1
             )
-        token = m.tokens.encode({"k": str(rows[size - 1]["memory_id"])}) if len(rows) > size else ""
+        token = (
+            m.tokens.encode(caller, {"k": str(rows[size - 1]["memory_id"])})
+            if len(rows) > size
+            else ""
+        )
         return review_pb2.ListCandidatesResponse(
             candidates=[convert.memory(r) for r in rows[:size]], next_page_token=token
         )

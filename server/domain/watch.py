@@ -264,7 +264,7 @@ async def changes(
 ) -> AsyncGenerator[Change, None]:
     """Changes visible to ``caller`` after ``req.cursor`` (or from now), until cancelled."""
     feed = feed or feed_for(memories.db)
-    cursor = memories.tokens.decode_seq("cursor", req.cursor)
+    cursor = memories.tokens.decode_seq(caller, "cursor", req.cursor)
     collections = document_options(caller, req)
     f = row_filter(req.filter)
     if not req.filter.statuses:

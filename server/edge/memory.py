@@ -91,12 +91,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def WatchMemories(
         self, request: memory_pb2.WatchMemoriesRequest, context: Ctx
     ) -> AsyncIterator[memory_pb2.WatchMemoriesResponse]:
-        feed = watch.changes(self.memories, caller(), request)
+        who = caller()
+        feed = watch.changes(self.memories, who, request)
         async with contextlib.aclosing(feed) as changes:
             async for change in changes:
                 response = memory_pb2.WatchMemoriesResponse(
                     kind=change.kind,  # type: ignore[arg-type]
-                    cursor=self.memories.tokens.encode_seq(change.seq),
+                    cursor=self.memories.tokens.encode_seq(who, change.seq),
                 )
                 if change.row is not None and change.document:
                     response.document.CopyFrom(document_message(change.row))

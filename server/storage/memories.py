@@ -332,6 +332,29 @@ async def new_version(
     return row
 
 
+# Columns an update derives from another it sets: they change exactly when that one does.
+DERIVED_COLUMNS = frozenset({"fingerprint", "embedding", "embedding_model"})
+
+
+async def unchanged(
+    conn: asyncpg.Connection, v: Visibility, current: asyncpg.Record, changes: dict[str, Any]
+) -> asyncpg.Record | None:
+    """``current`` as ``v`` is shown it when each column ``changes`` sets already holds
+    that value (compared by PostgreSQL, as stored: a real, an array, jsonb), else None."""
+    p = Params(current["tenant_id"], current["memory_id"], current["version"])
+    same = " AND ".join(
+        f"m.{c} IS NOT DISTINCT FROM {p.add(value)}"
+        for c, value in changes.items()
+        if c not in DERIVED_COLUMNS
+    )
+    return await conn.fetchrow(
+        f"""SELECT {memory_columns(v, p)} FROM memories m
+            WHERE m.tenant_id = $1 AND m.memory_id = $2 AND m.version = $3
+              AND m.retired_at IS NULL AND {visibility_predicate(v, p)} AND {same or "true"}""",
+        *p.values,
+    )
+
+
 async def lock_value(conn: asyncpg.Connection, tenant_id: str, m: NewMemory) -> None:
     """Serialise writers of the same value in the same bucket until commit, so two
     concurrent identical saves cannot both miss each other's row."""

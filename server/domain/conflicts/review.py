@@ -63,7 +63,7 @@ class ConflictReview:
         before = None
         if req.page_token:
             before = cursors.get_uuid(
-                "page_token", m.tokens.decode("page_token", req.page_token), "c"
+                "page_token", m.tokens.decode(caller, "page_token", req.page_token), "c"
             )
         async with m.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
             rows = await sql.page(
@@ -71,7 +71,7 @@ class ConflictReview:
             )
         token = ""
         if len(rows) > size:
-            token = m.tokens.encode({"c": str(rows[size - 1]["conflict_id"])})
+            token = m.tokens.encode(caller, {"c": str(rows[size - 1]["conflict_id"])})
         return review_pb2.ListConflictsResponse(
             conflicts=[conflict(r) for r in rows[:size]], next_page_token=token
         )

@@ -555,6 +555,13 @@ class MemoryWrites(MemoryBase):
                     conn, vis, "patch.content", current["namespace"], current["user_id"],
                     current["session_id"], changes["fingerprint"],
                 )  # fmt: skip
+            # A patch that changes nothing writes nothing: no version, no event. Only for a
+            # key that may read the row; to any other the answer would tell what it holds.
+            if caller.has(Permission.READ.value) and GRAPH_PATH not in paths:
+                same = await sql.unchanged(conn, vis, current, changes)
+                if same is not None:
+                    await self.remember(conn, caller, idem, str(same["memory_id"]))
+                    return memory_pb2.UpdateMemoryResponse(memory=convert.memory(same))
             at = await sql.clock(conn)
             changes.update(
                 change="update", changed_by=caller.principal, changed_by_key=caller.key.key_id
