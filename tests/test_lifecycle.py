@@ -193,15 +193,24 @@ async def test_crowded_bucket_still_returns_k_active_hits(
 async def test_expired_memories_leave_recall_but_keep_history(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
-    """A memory past its expires_at is not searched or listed, yet Get and History show it."""
+    """A memory past its expires_at is not searched or listed, yet Get and History show it.
+    An update may expire a memory now; a save of one already expired is refused (it would
+    never be recalled) and writes nothing."""
     api = Api(channel, brain_server.mint_key(unique("t"), "alice"))
     past = datetime.now(UTC) - timedelta(seconds=1)
-    expired = (await api.save("Scratch: build 812 is flaky", expires_at=ts(past))).memory
+    err = await rpc_error(api.save("Scratch: build 811 is red", expires_at=ts(past)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (err.details() or "").startswith("memory.expires_at:")
+    soon = datetime.now(UTC) + timedelta(days=1)
+    expired = (await api.save("Scratch: build 812 is flaky", expires_at=ts(soon))).memory
     live = (await api.save("Scratch: build 813 is green")).memory
+    assert sorted(await api.search("scratch build")) == sorted([live.id, expired.id])  # control
+    await api.update(expired.id, ["expires_at"], expires_at=ts(past))
     assert await api.search("scratch build") == [live.id]
     assert [m.id for m in await api.list_all()] == [live.id]
     assert (await api.get(expired.id)).content == "Scratch: build 812 is flaky"
-    assert len(await api.history(expired.id)) == 1
+    assert len(await api.history(expired.id)) == 2
+    assert "build 811" not in str(brain_server.sql("SELECT content FROM memories"))
 
 
 async def test_duplicates_and_idempotency_keys(

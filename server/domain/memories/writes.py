@@ -188,6 +188,14 @@ class MemoryWrites(MemoryBase):
         valid_to = check.timestamp(draft.valid_to, draft.HasField("valid_to"))
         if valid_to is not None and valid_to < valid_from:
             raise InvalidArgument("memory.valid_to", "must not be before memory.valid_from")
+        expires_at = check.timestamp(draft.expires_at, draft.HasField("expires_at"))
+        if expires_at is not None and expires_at <= now:
+            # (An update may set a past expiry: that hides a memory now, on purpose.)
+            raise InvalidArgument(
+                "memory.expires_at",
+                "is not in the future: a memory saved already expired would never be "
+                "recalled; leave it unset or give a later time",
+            )
         labels = check.names("memory.labels", draft.labels, limit=check.MAX_LABELS)
         if not successor:
             labels = self.labels(caller, labels)
@@ -210,7 +218,7 @@ class MemoryWrites(MemoryBase):
             ),
             valid_from=valid_from,
             valid_to=valid_to,
-            expires_at=check.timestamp(draft.expires_at, draft.HasField("expires_at")),
+            expires_at=expires_at,
             created_by=caller.principal,
             changed_by_key=caller.key.key_id,
             change=change,
