@@ -218,13 +218,19 @@ async def test_duplicates_and_idempotency_keys(
 ) -> None:
     """Exact duplicates return the existing id; idempotency keys replay or refuse."""
     tenant = unique("t")
-    api = Api(channel, brain_server.mint_key(tenant, "alice"))
+    api = Api(channel, brain_server.mint_key(tenant, "alice", labels=("team", "ops")))
     first = await api.save("Use Python 3.11 for services")
     again = await api.save("  use PYTHON 3.11   for services ")
     assert again.outcome == memory_pb2.SAVE_OUTCOME_DEDUPLICATED
     assert again.memory.id == first.memory.id
     other_bucket = await api.save("Use Python 3.11 for services", scope=api.scope(user_id="bob"))
     assert other_bucket.memory.id != first.memory.id
+    # Another audience is another memory: the same value with other labels is not a duplicate.
+    wider = await api.save("Use Python 3.11 for services", labels=["team", "ops"])
+    assert (wider.outcome, sorted(wider.memory.labels)) == (
+        memory_pb2.SAVE_OUTCOME_CREATED,
+        ["ops", "team"],
+    )
 
     a = await api.save("Retry-safe note", idempotency_key="req-1")
     b = await api.save("Retry-safe note", idempotency_key="req-1")
@@ -235,7 +241,7 @@ async def test_duplicates_and_idempotency_keys(
     assert a.memory.id == b.memory.id
     err = await rpc_error(api.save("A different note", idempotency_key="req-1"))
     assert err.code() == grpc.StatusCode.ALREADY_EXISTS
-    assert tenant_rows(brain_server, tenant) == 3
+    assert tenant_rows(brain_server, tenant) == 4
 
 
 async def test_labels_limit_reads_and_grants(

@@ -203,3 +203,43 @@ async def test_approval_refuses_a_candidate_whose_target_widened_since(
     assert (await admin.get(kept)).status == SUPERSEDED
     rejected = await decide(reviewer, late, approve=False)  # type: ignore[misc]
     assert rejected.memory.status == common_pb2.MEMORY_STATUS_REJECTED  # it can still be rejected
+
+
+async def test_a_relabel_keeps_a_label_of_the_key(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A team-only key's successor keeps a target's secret label; dropping team from it
+    would leave a memory the key cannot reach: PERMISSION_DENIED naming patch.labels (it
+    was INTERNAL, row-level security refusing the row), nothing written. Positive control:
+    a key holding secret makes the same relabel."""
+    key = keys(brain_server, channel)
+    boss, team = key("boss", "team", "secret"), key("teamw")
+    target = (await boss.save("Board minutes are in vault 7", labels=["team", "secret"])).memory
+    successor = (await team.save("Board minutes are in vault 9", supersedes=[target.id])).memory
+    assert sorted(successor.labels) == ["secret", "team"]
+
+    err = await rpc_error(team.update(successor.id, ["labels"], labels=["secret"]))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert (err.details() or "").startswith("patch.labels:")
+    assert (await team.get(successor.id)).version == 1
+    assert (await boss.update(successor.id, ["labels"], labels=["secret"])).version == 2
+    assert (await rpc_error(team.get(successor.id))).code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_proposal_that_supersedes_is_not_swallowed_by_a_duplicate(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Proposing a value some active memory already holds, to supersede another memory,
+    is a new candidate (before: the active memory came back and the supersede was lost).
+    Positive control: the same proposal again is its duplicate."""
+    key = keys(brain_server, channel)
+    admin, reviewer = key("admin"), key("rita", permissions=REVIEWS)
+    agent = key("agent", permissions=RW + ",memories:propose")
+    holder = (await admin.save("Deploys freeze on Fridays")).memory.id
+    stale = (await admin.save("Deploys freeze on Thursdays")).memory.id
+
+    first = await propose(agent, "Deploys freeze on Fridays", [stale])
+    assert first != holder
+    assert await propose(agent, "Deploys freeze on Fridays", [stale]) == first
+    await decide(reviewer, first, approve=True)
+    assert list((await admin.get(stale)).superseded_by) == [first]

@@ -145,21 +145,19 @@ class Review:
             conn, vis, "memory.content", new.namespace, new.user_id, new.session_id,
             new.fingerprint,
         )  # fmt: skip
-        # A response never carries a row the caller could not read: without
-        # memories:read, only the caller's own pending proposal counts as a duplicate.
-        existing = await review_sql.pending_duplicate(
-            conn, vis, new.namespace, new.user_id, new.session_id, new.fingerprint,
-            own_candidates_of=None if caller.has(Permission.READ.value) else caller.principal,
-        )  # fmt: skip
-        # The same value superseding the memory that holds it (a graph added by review) is
-        # no duplicate of that memory.
-        if existing is not None and existing["memory_id"] not in supersedes:
-            return existing, False
         targets = []
         for target_id in supersedes:  # checked now, superseded only on approval
             locked = await sql.lock_current(conn, vis, target_id)
             targets.append(proposal_target(caller, target_id, locked))
-        new = self.memories.successor_of(caller, new, targets)
+        new = replace(self.memories.successor_of(caller, new, targets), supersedes=supersedes)
+        # A response never carries a row the caller could not read: without
+        # memories:read, only the caller's own pending proposal counts as a duplicate.
+        existing = await review_sql.pending_duplicate(
+            conn, vis, new,
+            own_candidates_of=None if caller.has(Permission.READ.value) else caller.principal,
+        )  # fmt: skip
+        if existing is not None:
+            return existing, False
         policy = await review_sql.namespace_policy(conn, new.namespace)
         ttl = policy["candidate_ttl"] if policy else DEFAULT_CANDIDATE_TTL
         # A namespace policy stored before brain-admin bounded it (or under a larger

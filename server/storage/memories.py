@@ -365,12 +365,14 @@ async def lock_value(conn: asyncpg.Connection, tenant_id: str, m: NewMemory) -> 
 async def find_duplicate(
     conn: asyncpg.Connection, v: Visibility, m: NewMemory
 ) -> asyncpg.Record | None:
-    """A visible active memory with the same value in the same bucket."""
-    p = Params(m.namespace, m.user_id, m.session_id, m.fingerprint)
+    """A visible active memory with the same value for the same readers (bucket and
+    labels): saving a value for another audience is a new memory."""
+    p = Params(m.namespace, m.user_id, m.session_id, m.fingerprint, sorted(m.labels))
     return await conn.fetchrow(
         f"""SELECT {memory_columns(v, p)} FROM memories m
             WHERE m.namespace = $1 AND m.user_id = $2 AND m.session_id = $3
-              AND m.fingerprint = $4 AND m.status = 'active' AND m.retired_at IS NULL
+              AND m.fingerprint = $4 AND m.labels @> $5::text[] AND m.labels <@ $5::text[]
+              AND m.status = 'active' AND m.retired_at IS NULL
               AND (m.expires_at IS NULL OR m.expires_at > now())
               AND {visibility_predicate(v, p)}
             ORDER BY m.memory_id LIMIT 1""",

@@ -8,7 +8,7 @@ from datetime import datetime
 import asyncpg
 
 from brain.server.storage import setlocal
-from brain.server.storage.memories import memory_columns
+from brain.server.storage.memories import NewMemory, memory_columns
 from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 
 
@@ -45,25 +45,30 @@ async def proposals_since(conn: asyncpg.Connection, key_id: str, since: datetime
 async def pending_duplicate(
     conn: asyncpg.Connection,
     v: Visibility,
-    namespace: str,
-    user_id: str,
-    session_id: str,
-    fingerprint: bytes,
+    m: NewMemory,
     own_candidates_of: str | None = None,
 ) -> asyncpg.Record | None:
-    """A visible, current, active or still-pending memory holding the same value; with
-    ``own_candidates_of``, only that principal's own pending candidates."""
-    p = Params(namespace, user_id, session_id, fingerprint)
-    states = "(m.status = 'active' OR (m.status = 'candidate' AND m.candidate_expires_at > now()))"
+    """A visible, current memory holding ``m``'s value for the same readers (bucket and
+    labels): an active one or a still-pending candidate. A proposal that supersedes
+    duplicates only a pending candidate superseding the same memories (returning an active
+    memory of that value would drop the supersede). With ``own_candidates_of``, only that
+    principal's own pending candidates count."""
+    p = Params(m.namespace, m.user_id, m.session_id, m.fingerprint, sorted(m.labels))
+    pending = "m.status = 'candidate' AND m.candidate_expires_at > now()"
+    if m.supersedes:
+        replaced = p.add(sorted(m.supersedes))
+        pending += f" AND m.supersedes @> {replaced}::uuid[] AND m.supersedes <@ {replaced}::uuid[]"
     if own_candidates_of is not None:
-        states = (
-            f"(m.status = 'candidate' AND m.candidate_expires_at > now() "
-            f"AND m.created_by = {p.add(own_candidates_of)})"
-        )
+        states = f"({pending} AND m.created_by = {p.add(own_candidates_of)})"
+    elif m.supersedes:
+        states = f"({pending})"
+    else:
+        states = f"(m.status = 'active' OR ({pending}))"
     return await conn.fetchrow(
         f"""SELECT {memory_columns(v, p)} FROM memories m
             WHERE m.namespace = $1 AND m.user_id = $2 AND m.session_id = $3
-              AND m.fingerprint = $4 AND m.retired_at IS NULL AND {states}
+              AND m.fingerprint = $4 AND m.labels @> $5::text[] AND m.labels <@ $5::text[]
+              AND m.retired_at IS NULL AND {states}
               AND {visibility_predicate(v, p)}
             ORDER BY m.memory_id LIMIT 1""",
         *p.values,

@@ -163,6 +163,12 @@ class MemoryWrites(MemoryBase):
                 "patch.labels: this key cannot remove labels it does not hold; keep the "
                 "memory's other labels, or ask a key that holds them"
             )
+        if not set(requested) & held:
+            raise PermissionDenied(
+                f"patch.labels: keep at least one label this key holds ({sorted(held)}): "
+                "a key cannot leave a memory where it could no longer reach it; ask a key "
+                "that holds the others"
+            )
         return requested
 
     def new_memory(
