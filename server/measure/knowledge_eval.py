@@ -34,6 +34,7 @@ import asyncpg
 import grpc
 
 from brain.authz import Confinement
+from brain.server.domain.knowledge import late
 from brain.server.domain.knowledge.search import ChunkSearch
 from brain.server.domain.retrieval.relevance import KNOWLEDGE_READING_MODEL
 from brain.server.measure import knowledge_folds
@@ -376,6 +377,14 @@ def add_parser(commands: Any) -> None:
         "--knowledge-reading (default off, as the server's; with --folds, on refits the "
         "reading model, off the hybrid model)",
     )
+    p.add_argument(
+        "--late-rerank",
+        choices=["on", "off"],
+        default="off",
+        help="whether knowledge search reorders its first 5 chunks by late interaction, as "
+        "the server's --knowledge-late-rerank (default off, as the server's; --folds "
+        "scores the fitted order, before it)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
 
 
@@ -436,6 +445,8 @@ async def run(args: argparse.Namespace) -> Evaluated:
         brain.memories.knowledge.reading_models = (
             {"local": KNOWLEDGE_READING_MODEL} if reads else {}
         )
+        if getattr(args, "late_rerank", "off") == "on":
+            brain.memories.knowledge.late_top = late.LATE_TOP
         capture = None
         if args.folds:
             capture = Capture(brain.memories.knowledge, qa.questions)

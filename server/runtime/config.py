@@ -67,6 +67,11 @@ class Settings:
     # with one tie order and 1 fewer with the other (docs: Knowledge base); False: the
     # unread hybrid model decides.
     knowledge_reading: bool = False
+    # Knowledge search with the local embedder reorders its first 5 chunks by late
+    # interaction (MaxSim over the model's token vectors, `knowledge.late`): hit@1 up on
+    # every knowledge set, nothing else moved, for about 5 chunk embeddings a search. Off
+    # by default for that cost (docs: Knowledge base).
+    knowledge_late_rerank: bool = False
     max_candidate_ttl_days: int = MAX_CANDIDATE_TTL.days
     proposals_per_hour: int = 100
     dev_key_file: Path | None = None
@@ -308,6 +313,15 @@ def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
         "default: the hybrid model alone (BRAIN_KNOWLEDGE_READING)",
     )
     parser.add_argument(
+        "--knowledge-late-rerank",
+        type=_on_off,
+        metavar="{on,off}",
+        default=_env("KNOWLEDGE_LATE_RERANK", "off") or "off",
+        help="on: with the local embedder and no --reranker-url, knowledge search reorders "
+        "its first 5 chunks by late interaction (MaxSim of the model's token vectors; "
+        "about 5 chunk embeddings a search); off, the default (BRAIN_KNOWLEDGE_LATE_RERANK)",
+    )
+    parser.add_argument(
         "--hop-vector-weight",
         type=float,
         default=float(_env("HOP_VECTOR_WEIGHT", "-1") or -1),
@@ -330,6 +344,7 @@ def graph_extract_settings(args: argparse.Namespace) -> dict[str, object]:
         "hop_entities": args.hop_entities if args.hop_entities >= 0 else None,
         "hop_vector_weight": args.hop_vector_weight if args.hop_vector_weight >= 0 else None,
         "knowledge_reading": args.knowledge_reading,
+        "knowledge_late_rerank": args.knowledge_late_rerank,
         "graph_extract_url": args.graph_extract_url,
         "graph_extract_model": args.graph_extract_model,
         "graph_extract_api_key": _env("GRAPH_EXTRACT_API_KEY"),

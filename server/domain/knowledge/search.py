@@ -38,7 +38,7 @@ from brain.authz import Caller
 from brain.server.domain import convert
 from brain.server.domain import validation as check
 from brain.server.domain.context import Neighbours
-from brain.server.domain.knowledge import reading
+from brain.server.domain.knowledge import late, reading
 from brain.server.domain.memories import DEFAULT_SEARCH_LIMIT, Memories
 from brain.server.domain.retrieval import lanes as retrieval
 from brain.server.domain.retrieval.embedders import EmbedderError
@@ -146,6 +146,10 @@ class ChunkSearch:
         # `retrieval.routing`) reads nothing: an endpoint's cost per search, and no model
         # fitted for its cosines. The server empties it unless told --knowledge-reading on.
         self.reading_models: dict[str, RelevanceModel] = {"local": KNOWLEDGE_READING_MODEL}
+        # Chunks of an answered search reordered by late interaction (`late`) when no
+        # reranker is configured and the embedder gives token vectors (the local one);
+        # 0: off, the server's default unless told --knowledge-late-rerank on.
+        self.late_top = 0
 
     async def search(
         self,
@@ -172,6 +176,8 @@ class ChunkSearch:
         """The reranker's order for the top N of the hits, the rest after them in fused
         order; like a failing embedder, a failing reranker never fails a search."""
         reranker = self.memories.reranker
+        if reranker is None and found.hits and self.late_top:
+            return await self.late_rerank(query, found, limit)
         if reranker is None or not found.hits:
             return replace(found, hits=found.hits[:limit])
         head = found.hits[: reranker.top_n]
@@ -184,6 +190,26 @@ class ChunkSearch:
                 hits=found.hits[:limit],
                 ranking=knowledge_pb2.KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE,
             )
+        for hit, score in zip(head, scores, strict=True):
+            hit.rerank_score = score
+        head = sorted(head, key=lambda h: -h.rerank_score)  # stable: ties keep fused order
+        hits = (head + found.hits[len(head) :])[:limit]
+        return replace(found, hits=hits, ranking=knowledge_pb2.KNOWLEDGE_RANKING_RERANKED)
+
+    async def late_rerank(self, query: str, found: Found, limit: int) -> Found:
+        """The first `late_top` hits reordered by MaxSim of the embedder's token vectors
+        (`late`), each carrying it as ``rerank_score``; the fused order when the embedder
+        has no token vectors, cannot read the query, or fails (never an error)."""
+        m = self.memories
+        embedder = m.embedder
+        if not hasattr(embedder, "token_vectors") or not m.reads(query):
+            return replace(found, hits=found.hits[:limit])
+        head = found.hits[: self.late_top]
+        try:
+            scores = await late.late_scores(embedder, query, head)
+        except EmbedderError as exc:
+            _log.warning("late interaction failed; fused order returned", error=str(exc))
+            return replace(found, hits=found.hits[:limit])
         for hit, score in zip(head, scores, strict=True):
             hit.rerank_score = score
         head = sorted(head, key=lambda h: -h.rerank_score)  # stable: ties keep fused order

@@ -250,6 +250,45 @@ class LocalEmbedder:
         except Exception as exc:  # onnxruntime and tokenizers raise assorted types
             raise EmbedderError(f"the local embedder failed: {exc}") from exc
 
+    async def token_vectors(
+        self, texts: Sequence[str]
+    ) -> list[tuple[npt.NDArray[np.float32], list[str]]]:
+        """Per text, its contextual token vectors (unit length, one row per WordPiece
+        token, ``[CLS]``/``[SEP]`` left out) and the tokens: what mean pooling would
+        average, for a late-interaction score (`knowledge.late`). Raises `EmbedderError`."""
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._tokens_blocking, list(texts))
+
+    def _tokens_blocking(self, texts: list[str]) -> list[tuple[npt.NDArray[np.float32], list[str]]]:
+        try:
+            self._load()
+            out: list[tuple[npt.NDArray[np.float32], list[str]]] = []
+            for start in range(0, len(texts), self._batch_size):
+                batch = texts[start : start + self._batch_size]
+                encodings = self._tokenizer.encode_batch(batch)
+                ids = np.array([e.ids for e in encodings], dtype=np.int64)
+                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+                feeds = {
+                    "input_ids": ids, "attention_mask": mask,
+                    "token_type_ids": np.zeros_like(ids),
+                }  # fmt: skip
+                hidden = self._session.run(["last_hidden_state"], feeds)[0]
+                for row, e in enumerate(encodings):
+                    keep = [
+                        t for t, (m, special) in enumerate(
+                            zip(e.attention_mask, e.special_tokens_mask, strict=True)
+                        ) if m and not special
+                    ]  # fmt: skip
+                    vectors = hidden[row, keep].astype(np.float32)
+                    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+                    out.append((vectors / np.clip(norms, 1e-9, None), [e.tokens[t] for t in keep]))
+            return out
+        except EmbedderError:
+            raise
+        except Exception as exc:  # onnxruntime and tokenizers raise assorted types
+            raise EmbedderError(f"the local embedder failed: {exc}") from exc
+
     def _run(self, texts: list[str]) -> list[list[float]]:
         encodings = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
