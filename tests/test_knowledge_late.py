@@ -20,6 +20,10 @@ from brain.server.domain.retrieval.embedders import EmbedderError, LocalEmbedder
 from brain.server.domain.retrieval.lanes import FusedHit
 from brain.v1 import knowledge_pb2
 
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
+from .helpers import Api
+from .test_knowledge import ALL, get_call, put, search
+
 # One axis per word: a text's token vectors are its words' axes.
 AXES = ("deploy", "rollback", "timeout", "billing", "payload", "limit")
 
@@ -131,3 +135,39 @@ def test_late_rerank_is_off_unless_the_server_is_told_on(monkeypatch: pytest.Mon
     assert parsed("--knowledge-late-rerank", "on") is True
     monkeypatch.setenv("BRAIN_KNOWLEDGE_LATE_RERANK", "on")
     assert parsed() is True and parsed("--knowledge-late-rerank", "off") is False
+
+
+async def test_a_search_through_the_server_is_reordered_by_late_interaction(
+    pg_cluster: PgCluster, loop_thread: LoopThread
+) -> None:
+    """With --knowledge-late-rerank on and the local model, an answered search comes back
+    RERANKED, its first hits ordered by their MaxSim (each a real cosine mean, in (0, 1]);
+    the hits are the fused search's, only their order within the first five moves.
+    (Structural only: nothing here depends on what the model thinks of these texts.)"""
+    server = BrainServer(
+        cluster=pg_cluster, loop=loop_thread,
+        settings=server_settings(pg_cluster, embedder="local", knowledge_late_rerank=True),
+    )  # fmt: skip
+    server.start()
+    try:
+        async with server.channel() as channel:
+            api = Api(channel, server.mint_key(unique("kb"), "w", permissions=ALL))
+            texts = {
+                "deploy.md": "# Deploys\n\nA deploy rolls back when its health check fails.",
+                "billing.md": "# Billing\n\nInvoices are sent on the first of the month.",
+                "timeouts.md": "# Timeouts\n\nThe deploy health check times out after 30 s.",
+            }
+            ids = [(await put(api, path, text)).document.id for path, text in texts.items()]
+            for _ in range(400):  # the server's filler embeds them
+                docs = [(await get_call(api, i)).document for i in ids]
+                if all(d.fully_embedded for d in docs):
+                    break
+                await asyncio.sleep(0.05)
+            found = await search(api, "when does a deploy roll back", min_relevance=0.0)
+            assert found.ranking == knowledge_pb2.KNOWLEDGE_RANKING_RERANKED
+            scores = [h.rerank_score for h in found.hits[: late.LATE_TOP]]
+            assert scores and all(0.0 < s <= 1.0 for s in scores)
+            assert scores == sorted(scores, reverse=True)
+            assert {h.source.path for h in found.hits} <= set(texts)
+    finally:
+        server.stop()
