@@ -256,3 +256,15 @@ def serving(server: E) -> Iterator[E]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def server_setting(name: str, *argv: str) -> Any:
+    """The ``Settings`` field ``name`` that brain-server's arguments ``argv`` give (with the
+    environment as it is)."""
+    import argparse
+
+    from brain.server.runtime.config import add_server_arguments, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    return getattr(settings_from_args(parser.parse_args(list(argv))), name)

@@ -5,7 +5,6 @@ are written in the test; one test reads the real model's token vectors (shape on
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -21,7 +20,7 @@ from brain.server.domain.retrieval.lanes import FusedHit
 from brain.v1 import knowledge_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
-from .helpers import Api
+from .helpers import Api, server_setting
 from .test_knowledge import ALL, get_call, put, search
 
 # One axis per word: a text's token vectors are its words' axes.
@@ -123,12 +122,8 @@ def test_the_local_model_gives_unit_token_vectors_without_its_special_tokens() -
 
 
 def test_late_rerank_is_off_unless_the_server_is_told_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    from brain.server.runtime.config import add_server_arguments, settings_from_args
-
     def parsed(*argv: str) -> bool:
-        parser = argparse.ArgumentParser()
-        add_server_arguments(parser)
-        return settings_from_args(parser.parse_args(list(argv))).knowledge_late_rerank
+        return bool(server_setting("knowledge_late_rerank", *argv))
 
     monkeypatch.delenv("BRAIN_KNOWLEDGE_LATE_RERANK", raising=False)
     assert parsed() is False

@@ -32,7 +32,7 @@ from brain.server.domain.retrieval.relevance import (
 from brain.v1 import knowledge_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
-from .helpers import Api, serving
+from .helpers import Api, server_setting, serving
 from .test_knowledge import ALL, SwitchableEmbeddings, get_call, put, search, session_filler_held
 from .test_retrieval import toy_vector
 
@@ -165,14 +165,9 @@ def test_reading_is_off_unless_the_server_is_told_on(
     """--knowledge-reading (BRAIN_KNOWLEDGE_READING) is off by default (its gain did not
     hold under another tie order: docs, Knowledge base); off, a server's knowledge search
     reads with no embedder, on with the local one; anything else is refused."""
-    import argparse
-
-    from brain.server.runtime.config import add_server_arguments, settings_from_args
 
     def parsed(*argv: str) -> bool:
-        parser = argparse.ArgumentParser()
-        add_server_arguments(parser)
-        return settings_from_args(parser.parse_args(list(argv))).knowledge_reading
+        return bool(server_setting("knowledge_reading", *argv))
 
     monkeypatch.delenv("BRAIN_KNOWLEDGE_READING", raising=False)
     assert parsed() is False

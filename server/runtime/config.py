@@ -302,25 +302,19 @@ def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
         help="names of the first round's best hits a second lexical round may add to the "
         "query (two hops); 0 = no such round, the default (BRAIN_HOP_ENTITIES)",
     )
-    parser.add_argument(
-        "--knowledge-reading",
-        type=_on_off,
-        metavar="{on,off}",
-        default=_env("KNOWLEDGE_READING", "off") or "off",
-        help="on: with the local embedder, knowledge search embeds the sentences of its best "
+    _switch(
+        parser, "knowledge-reading",
+        "on: with the local embedder, knowledge search embeds the sentences of its best "
         "2 chunks to tell an answer from a passage that only shares words (about twice the "
         "latency; its gain did not hold when ties were ranked another way); off, the "
-        "default: the hybrid model alone (BRAIN_KNOWLEDGE_READING)",
-    )
-    parser.add_argument(
-        "--knowledge-late-rerank",
-        type=_on_off,
-        metavar="{on,off}",
-        default=_env("KNOWLEDGE_LATE_RERANK", "off") or "off",
-        help="on: with the local embedder and no --reranker-url, knowledge search reorders "
+        "default: the hybrid model alone",
+    )  # fmt: skip
+    _switch(
+        parser, "knowledge-late-rerank",
+        "on: with the local embedder and no --reranker-url, knowledge search reorders "
         "its first 5 chunks by late interaction (MaxSim of the model's token vectors; "
-        "about 5 chunk embeddings a search); off, the default (BRAIN_KNOWLEDGE_LATE_RERANK)",
-    )
+        "about 5 chunk embeddings a search); off, the default",
+    )  # fmt: skip
     parser.add_argument(
         "--hop-vector-weight",
         type=float,
@@ -328,6 +322,18 @@ def add_graph_extract_arguments(parser: argparse.ArgumentParser) -> None:
         help="a second semantic round with the query vector plus this much of the mean "
         "vector of the first round's best hits (two hops); 0 = no such round, the default "
         "(BRAIN_HOP_VECTOR_WEIGHT)",
+    )
+
+
+def _switch(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """An ``--flag on|off`` (default off) read from ``BRAIN_FLAG`` too."""
+    env = flag.upper().replace("-", "_")
+    parser.add_argument(
+        f"--{flag}",
+        type=_on_off,
+        metavar="{on,off}",
+        default=_env(env, "off") or "off",
+        help=f"{help} (BRAIN_{env})",
     )
 
 
