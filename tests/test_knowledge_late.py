@@ -20,7 +20,7 @@ from brain.server.domain.retrieval.lanes import FusedHit
 from brain.v1 import knowledge_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
-from .helpers import Api, server_setting
+from .helpers import Api, check_off_unless_told_on
 from .test_knowledge import ALL, get_call, put, search
 
 # One axis per word: a text's token vectors are its words' axes.
@@ -122,14 +122,7 @@ def test_the_local_model_gives_unit_token_vectors_without_its_special_tokens() -
 
 
 def test_late_rerank_is_off_unless_the_server_is_told_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    def parsed(*argv: str) -> bool:
-        return bool(server_setting("knowledge_late_rerank", *argv))
-
-    monkeypatch.delenv("BRAIN_KNOWLEDGE_LATE_RERANK", raising=False)
-    assert parsed() is False
-    assert parsed("--knowledge-late-rerank", "on") is True
-    monkeypatch.setenv("BRAIN_KNOWLEDGE_LATE_RERANK", "on")
-    assert parsed() is True and parsed("--knowledge-late-rerank", "off") is False
+    check_off_unless_told_on(monkeypatch, "knowledge_late_rerank")
 
 
 async def test_a_search_through_the_server_is_reordered_by_late_interaction(

@@ -32,7 +32,7 @@ from brain.server.domain.retrieval.relevance import (
 from brain.v1 import knowledge_pb2
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
-from .helpers import Api, server_setting, serving
+from .helpers import Api, check_off_unless_told_on, serving
 from .test_knowledge import ALL, SwitchableEmbeddings, get_call, put, search, session_filler_held
 from .test_retrieval import toy_vector
 
@@ -165,18 +165,7 @@ def test_reading_is_off_unless_the_server_is_told_on(
     """--knowledge-reading (BRAIN_KNOWLEDGE_READING) is off by default (its gain did not
     hold under another tie order: docs, Knowledge base); off, a server's knowledge search
     reads with no embedder, on with the local one; anything else is refused."""
-
-    def parsed(*argv: str) -> bool:
-        return bool(server_setting("knowledge_reading", *argv))
-
-    monkeypatch.delenv("BRAIN_KNOWLEDGE_READING", raising=False)
-    assert parsed() is False
-    assert parsed("--knowledge-reading", "on") is True
-    monkeypatch.setenv("BRAIN_KNOWLEDGE_READING", "on")
-    assert parsed() is True and parsed("--knowledge-reading", "off") is False
-    monkeypatch.setenv("BRAIN_KNOWLEDGE_READING", "maybe")
-    with pytest.raises(SystemExit):
-        parsed()
+    check_off_unless_told_on(monkeypatch, "knowledge_reading")
 
     server = BrainServer(
         cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster, embedder="none")
