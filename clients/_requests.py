@@ -44,6 +44,8 @@ class DraftFields(TypedDict, total=False):
     expires_at: TimestampLike
 
 
+MEMORY_FIELDS = DraftFields.__optional_keys__ | DraftFields.__required_keys__
+
 Decision: TypeAlias = Literal["approve", "reject"] | review_pb2.ReviewDecision.ValueType
 
 
@@ -135,6 +137,16 @@ def graph_draft(
 
 
 def draft(content: str | None, fields: DraftFields) -> common_pb2.MemoryDraft:
+    """The memory fields of a save, proposal or update. An unknown keyword is a TypeError,
+    as for any Python call: ``lables=["hr"]`` must not store a memory with the default
+    labels, nor ``scope=`` save outside the client's scope."""
+    unknown = sorted(set(fields) - MEMORY_FIELDS)
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword argument(s) {', '.join(unknown)}; a memory's fields are "
+            f"{', '.join(sorted(MEMORY_FIELDS))} (the scope is the client's: make another "
+            "client for another scope)"
+        )
     d = common_pb2.MemoryDraft(
         content=content or "",
         kind=fields.get("kind", ""),

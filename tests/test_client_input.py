@@ -156,6 +156,16 @@ def test_a_str_where_a_list_of_strings_belongs_is_a_type_error(brain_server: Bra
             graph_draft(single_valued="leads")
         with pytest.raises(TypeError, match=r"^entities\[0\] aliases must be a list of strings"):
             graph_draft([("Alice", "person", "Al")])
+        # A misspelt or foreign keyword is a TypeError too (it was dropped: lables=["hr"]
+        # stored a memory with the default labels, scope= saved in the client's scope).
+        with pytest.raises(TypeError, match=r"^unexpected keyword argument\(s\) lables;"):
+            client.save("Deploys run at noon", lables=["hr"])  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match=r"^unexpected keyword argument\(s\) scope;"):
+            client.save("Deploys run at noon", scope=Scope(namespace="x"))  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match=r"^unexpected keyword argument\(s\) tag;"):
+            client.update(saved.memory.id, tag=["x"])  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match=r"^unexpected keyword argument\(s\) imp;"):
+            client.propose("Deploys at two", reason="r", imp=0.9)  # type: ignore[call-arg]
         # Nothing but the one memory saved above was written, and it kept its tag.
         assert [(m.content, list(m.tags)) for m in client.list()] == [
             ("Deploys run at noon", ["ops"])
@@ -204,6 +214,8 @@ async def test_the_async_client_refuses_a_str_for_a_list(brain_server: BrainServ
             await client.put_document("c", "b.md", "# B", labels="team")
         with pytest.raises(TypeError, match=r"^document_collections must be a list of strings"):
             client.watch(document_collections="docs")
+        with pytest.raises(TypeError, match=r"^unexpected keyword argument\(s\) lables;"):
+            await client.save("Backups run nightly", lables=["hr"])  # type: ignore[call-arg]
         assert [m async for m in client.list()] == []
         # Positive control.
         saved = await client.save("Backups run nightly", tags=["abc"], labels=["team"])
