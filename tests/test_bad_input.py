@@ -214,5 +214,5 @@ async def test_a_long_bad_argument_is_still_invalid_argument_naming_its_field(
         assert len((err.details() or "").encode()) <= MAX_MESSAGE_BYTES
         assert (err.details() or "").endswith("[cut]")
     assert [m.version for m in await api.history(saved.memory.id)] == [1]  # nothing changed
-    updated = await api.update(saved.memory.id, ["importance"], importance=0.5)
-    assert (updated.version, round(updated.importance, 2)) == (2, 0.5)
+    updated = await api.update(saved.memory.id, ["importance"], importance=0.7)
+    assert (updated.version, round(updated.importance, 2)) == (2, 0.7)

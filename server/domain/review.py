@@ -17,7 +17,7 @@ import asyncpg
 from brain.authz import Caller, Permission
 from brain.server.domain import convert, cursors, graph, quotas
 from brain.server.domain import validation as check
-from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories
+from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories, placement
 from brain.server.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -149,7 +149,7 @@ class Review:
         for target_id in supersedes:  # checked now, superseded only on approval
             locked = await sql.lock_current(conn, vis, target_id)
             targets.append(proposal_target(caller, target_id, locked))
-        new = replace(self.memories.successor_of(caller, new, targets), supersedes=supersedes)
+        new = replace(placement.successor(caller, new, targets), supersedes=supersedes)
         # A response never carries a row the caller could not read: without
         # memories:read, only the caller's own pending proposal counts as a duplicate.
         existing = await review_sql.pending_duplicate(

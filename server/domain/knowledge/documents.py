@@ -25,7 +25,7 @@ from brain.server.domain import convert, cursors, quotas
 from brain.server.domain import validation as check
 from brain.server.domain.knowledge import chunking, measures
 from brain.server.domain.knowledge.search import ChunkSearch, Found
-from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories
+from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories, placement
 from brain.server.domain.retrieval.embedders import EmbedderError
 from brain.server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from brain.server.storage import document_tombstones as tombstones
@@ -351,7 +351,7 @@ class Knowledge:
         document's labels unless it names others, and then, as an update of a memory,
         removes only labels the key holds."""
         if current is None:
-            return self.memories.labels(caller, requested)
+            return placement.granted(caller, requested)
         present = set(current["labels"])
         if not requested:
             return sorted(present)

@@ -1,6 +1,7 @@
 """The memory domain: `Memories` carries out every memory RPC for an authenticated caller.
 
-Writes live in `writes`, reads in `reads`, and what both share in `_common`.
+Writes live in `writes`, reads in `reads`, who may read a new memory in `placement`, and
+what all share in `_common`.
 """
 
 from __future__ import annotations

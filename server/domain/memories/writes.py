@@ -26,9 +26,9 @@ from brain.server.domain.conflicts import consolidation
 from brain.server.domain.conflicts.judge import judge_after_commit
 from brain.server.domain.conflicts.service import Detection
 from brain.server.domain.graph.extraction import ExtractorError
+from brain.server.domain.memories import placement
 from brain.server.domain.memories._common import (
     DEFAULT_KIND,
-    DEFAULT_LABEL,
     GRAPH_PATH,
     MAX_SUPERSEDES,
     UPDATABLE_FIELDS,
@@ -49,7 +49,7 @@ from brain.server.errors import (
 from brain.server.storage import conflicts as conflicts_sql
 from brain.server.storage import erasure, idempotency
 from brain.server.storage import memories as sql
-from brain.server.storage.visibility import Visibility, bucket_reaches, reaches_readers
+from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, memory_pb2
 
 _log = structlog.get_logger("brain.memories")
@@ -131,46 +131,6 @@ class MemoryWrites(MemoryBase):
                 conn, caller.tenant_id, caller.key.key_id, idempotency_key, uuid.UUID(memory_id)
             )
 
-    def labels(self, caller: Caller, requested: list[str]) -> list[str]:
-        held = caller.key.labels
-        if not requested:
-            return [DEFAULT_LABEL] if DEFAULT_LABEL in held else sorted(held)
-        extra = set(requested) - held
-        if extra:
-            raise PermissionDenied(
-                f"memory.labels: this key cannot grant label(s) {sorted(extra)}; "
-                f"it holds {sorted(held)}"
-            )
-        return requested
-
-    def relabel_check(
-        self, caller: Caller, current: asyncpg.Record, requested: list[str]
-    ) -> list[str]:
-        """The labels an update may set. A key grants only labels it holds (keeping one
-        the memory already has is no grant) and likewise revokes only those: dropping a
-        label it does not hold would take the memory from readers it cannot speak for.
-        The messages name no label the key does not hold."""
-        held, present = caller.key.labels, set(current["labels"])
-        requested = requested or self.labels(caller, [])
-        extra = set(requested) - held - present
-        if extra:
-            raise PermissionDenied(
-                f"patch.labels: this key cannot grant label(s) {sorted(extra)}; "
-                f"it holds {sorted(held)}"
-            )
-        if not present - held <= set(requested):
-            raise PermissionDenied(
-                "patch.labels: this key cannot remove labels it does not hold; keep the "
-                "memory's other labels, or ask a key that holds them"
-            )
-        if not set(requested) & held:
-            raise PermissionDenied(
-                f"patch.labels: keep at least one label this key holds ({sorted(held)}): "
-                "a key cannot leave a memory where it could no longer reach it; ask a key "
-                "that holds the others"
-            )
-        return requested
-
     def new_memory(
         self,
         caller: Caller,
@@ -183,7 +143,7 @@ class MemoryWrites(MemoryBase):
         """Validate a draft against the caller's scope and build the row to insert.
 
         A ``successor``'s labels are decided once what it supersedes is locked
-        (`successor_of`): left unnamed, they are the targets' own."""
+        (`placement.successor`): left unnamed, they are the targets' own."""
         scope = caller.scope
         namespace = check.name("scope.namespace", scope.namespace, required=True)
         check.name("scope.user_id", scope.user_id)
@@ -204,7 +164,7 @@ class MemoryWrites(MemoryBase):
             )
         labels = check.names("memory.labels", draft.labels, limit=check.MAX_LABELS)
         if not successor:
-            labels = self.labels(caller, labels)
+            labels = placement.granted(caller, labels)
         return sql.NewMemory(
             namespace=namespace,
             user_id=scope.user_id,
@@ -311,46 +271,6 @@ class MemoryWrites(MemoryBase):
             targets.append(row)
         return targets
 
-    def successor_of(
-        self, caller: Caller, new: sql.NewMemory, targets: Sequence[asyncpg.Record]
-    ) -> sql.NewMemory:
-        """``new`` placed to supersede ``targets``: it must reach every reader of each, or
-        they would see their memory retired by one they cannot see (who wrote it, when).
-
-        Labels left unnamed are the targets' own; named ones keep every label of theirs
-        (which the key may keep without holding, as a relabel may) and add only labels
-        the key holds. The bucket is the request's, and must be at least as wide as each
-        target's; a proposal is placed in its targets' bucket before this (`proposal_place`).
-        """
-        if not targets:
-            return new
-        kept = set().union(*(t["labels"] for t in targets))
-        labels = new.labels or sorted(kept)
-        extra = set(labels) - caller.key.labels - kept
-        if extra:
-            raise PermissionDenied(
-                f"memory.labels: this key cannot grant label(s) {sorted(extra)}; "
-                f"it holds {sorted(caller.key.labels)}"
-            )
-        placed = replace(new, labels=labels)
-        for target in targets:
-            if not bucket_reaches(placed.place(), target):
-                raise FailedPrecondition(
-                    f"supersedes: memory {target['memory_id']} is shared beyond this "
-                    "request's scope, so its readers would not see what replaces it; save "
-                    f"the new memory in its bucket (user_id {target['user_id']!r}, "
-                    f"session_id {target['session_id']!r}), or propose it: a proposal is "
-                    "placed where what it supersedes is"
-                )
-            if not reaches_readers(placed.place(), target):
-                raise FailedPrecondition(
-                    f"memory.labels: memory {target['memory_id']} has labels this new "
-                    "memory lacks, so some of its readers would not see what replaces it; "
-                    "keep every label of what it supersedes (leave memory.labels empty to "
-                    "take theirs)"
-                )
-        return placed
-
     async def insert_new(
         self,
         conn: asyncpg.Connection,
@@ -440,7 +360,7 @@ class MemoryWrites(MemoryBase):
                 )
             else:
                 targets = await self.lock_targets(conn, vis, supersedes, writer=caller)
-                new = self.successor_of(caller, new, targets)
+                new = placement.successor(caller, new, targets)
                 row = await self.insert_new(conn, caller, new, targets, assertions)
                 found = await self.conflicts_of(
                     conn, caller, row, new.embedding, new.embedding_model,
@@ -549,7 +469,7 @@ class MemoryWrites(MemoryBase):
                 raise memory_not_found()
             self.require_write_power("id", current, caller)
             if "labels" in changes:
-                changes["labels"] = self.relabel_check(caller, current, changes["labels"])
+                changes["labels"] = placement.relabelled(caller, current, changes["labels"])
             await self.refuse_unreviewed_change(conn, caller, current["namespace"], "id")
             if req.expected_version and current["version"] != req.expected_version:
                 raise Conflict(
