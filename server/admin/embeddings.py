@@ -143,10 +143,11 @@ async def cmd_backfill(ctx: Context) -> None:
             # Vectors of another model are cleared first, so the backfill below (which
             # fills rows without a vector) makes them again; the semantic lane never
             # compares another model's vectors, so a search meanwhile misses only them.
-            for table in ("memories", "document_chunks"):
+            # A chunk's token vectors go with its vector (the filler makes them again).
+            for table, more in (("memories", ""), ("document_chunks", ", token_vectors = NULL")):
                 async with acting(conn):
                     await conn.execute(
-                        f"""UPDATE {table} m SET embedding = NULL, embedding_model = NULL
+                        f"""UPDATE {table} m SET embedding = NULL, embedding_model = NULL{more}
                             WHERE m.embedding IS NOT NULL AND m.retired_at IS NULL
                               AND m.embedding_model IS DISTINCT FROM ${len(args) + 1}
                               AND {where}""",
@@ -271,6 +272,8 @@ async def cmd_set_dimension(ctx: Context) -> None:
                 f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({dimension}) USING NULL"
             )
             await conn.execute(f"UPDATE {table} SET embedding_model = NULL")
+            if table == "document_chunks":  # they go with the vectors they came with
+                await conn.execute("UPDATE document_chunks SET token_vectors = NULL")
             if dimension <= 2000:  # pgvector's HNSW limit for vector
                 await conn.execute(
                     f"""CREATE INDEX {table}_embedding_hnsw ON {table}
