@@ -8,6 +8,7 @@ scores are checked against MaxSim computed from the stored bytes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Sequence
 
@@ -262,11 +263,18 @@ async def test_the_store_keeps_no_token_vectors_for_text_gone_meanwhile(
 async def test_the_filler_backfills_chunks_embedded_before_token_vectors_were_stored(
     brain_server: BrainServer,
 ) -> None:
-    """Chunks with a vector but no form (an upgrade) keep the search fused until the
-    filler's backfill stores their forms; then it is reranked again."""
+    """Chunks with a vector but no form (an upgrade) keep the search fused, and are counted
+    by `brain-admin embeddings status`, until the filler's backfill stores their forms;
+    then it is reranked again."""
+    tenant = unique("late")
     async with brain_server.channel() as channel:
-        api = Api(channel, brain_server.mint_key(unique("late"), "w", permissions=ALL))
+        api = Api(channel, brain_server.mint_key(tenant, "w", permissions=ALL))
         ids = await put_all(brain_server, api)
+
+        def waiting() -> int:
+            status = brain_server.admin("embeddings", "status", "--tenant", tenant, "--json")
+            return int(json.loads(status.stdout)["chunks_token_vectors_pending"])
+
         rows = brain_server.sql(
             "SELECT chunk_id::text FROM document_chunks WHERE document_id = ANY($1::uuid[])",
             [uuid.UUID(i) for i in ids],
@@ -276,6 +284,7 @@ async def test_the_filler_backfills_chunks_embedded_before_token_vectors_were_st
             set_stored(brain_server, dict.fromkeys(chunks))
             found = await search(api, QUERY, min_relevance=0.0)
             assert found.ranking == knowledge_pb2.KNOWLEDGE_RANKING_FUSED
+            assert waiting() == len(chunks)
             assert brain_server.running is not None and brain_server.running.filler is not None
             filler = brain_server.running.filler
             for _ in range(50):  # other tests' chunks may be claimed first
@@ -287,6 +296,7 @@ async def test_the_filler_backfills_chunks_embedded_before_token_vectors_were_st
         )
         again = await search(api, QUERY, min_relevance=0.0)
         assert again.ranking == knowledge_pb2.KNOWLEDGE_RANKING_RERANKED
+        assert waiting() == 0
 
 
 async def test_other_embedders_store_no_token_vectors_and_stay_fused(

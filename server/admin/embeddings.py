@@ -82,7 +82,10 @@ async def cmd_status(ctx: Context) -> None:
                        COALESCE(max(m.embed_attempts) FILTER (
                            WHERE {_CHUNK_VECTORS.pending}), 0) AS most_attempts,
                        COALESCE(extract(epoch FROM clock_timestamp() - min(m.recorded_at)
-                           FILTER (WHERE {_CHUNK_VECTORS.pending})), 0)::bigint AS oldest
+                           FILTER (WHERE {_CHUNK_VECTORS.pending})), 0)::bigint AS oldest,
+                       count(*) FILTER (WHERE m.embedding_model = 'local'
+                                          AND m.token_vectors IS NULL
+                                          AND m.content <> '') AS tokens_pending
                 FROM document_chunks m WHERE m.retired_at IS NULL AND {where}""",
             *args,
         )
@@ -98,6 +101,9 @@ async def cmd_status(ctx: Context) -> None:
         "chunks_retrying": chunks["retrying"],
         "chunks_most_failed_attempts": chunks["most_attempts"],
         "chunks_oldest_pending_seconds": chunks["oldest"],
+        # Embedded before their token vectors were stored (migration 0065): the filler's
+        # backfill fills them (docs: Knowledge base, Late interaction).
+        "chunks_token_vectors_pending": chunks["tokens_pending"],
     }
     waiting = ""
     if chunks["pending"]:
@@ -111,7 +117,13 @@ async def cmd_status(ctx: Context) -> None:
         f"dimension {dimension}: {row['embedded']} memories embedded "
         f"({', '.join(data['models']) or 'no model yet'}), {row['pending']} waiting for a vector; "
         f"{chunks['embedded']} document chunks embedded, {chunks['pending']} pending "
-        f"({chunks['retrying']} after a failed embedding, retried with backoff){waiting}",
+        f"({chunks['retrying']} after a failed embedding, retried with backoff){waiting}"
+        + (
+            f"; {chunks['tokens_pending']} chunks wait for their token vectors (filled in "
+            "the background)"
+            if chunks["tokens_pending"]
+            else ""
+        ),
     )
 
 

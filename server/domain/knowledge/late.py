@@ -121,10 +121,13 @@ def stored_rows(data: bytes) -> Matrix:
 
 def _centroids(rows: Matrix, n: int) -> Matrix:
     """At most ``n`` rows standing for ``rows``: themselves when few, else spherical
-    k-means (cosine), started from evenly spaced rows so a chunk always gets one form."""
+    k-means (cosine) from ``n`` rows drawn with a fixed seed, so a chunk always gets one
+    form. (Started from evenly spaced rows, dev hit@1 was 0.809 against 0.830: docs,
+    Knowledge base. A NumPy release that drew otherwise would change new forms a little,
+    never how they meet queries, which is the shipped projection's part.)"""
     if len(rows) <= n:
         return rows
-    centres = rows[np.linspace(0, len(rows) - 1, n).round().astype(int)]
+    centres = rows[np.random.default_rng(0).choice(len(rows), n, replace=False)]
     for _ in range(_KMEANS_ROUNDS):
         nearest = (rows @ centres.T).argmax(axis=1)
         members = np.zeros((len(rows), n), dtype=np.float32)
