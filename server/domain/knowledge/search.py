@@ -18,7 +18,8 @@ cosine to one of their sentences (`KNOWLEDGE_READING_MODEL`).
 A configured reranker (the memories' one, `retrieval.rerankers`) then reorders the top N
 of an answered SearchKnowledge, reading each chunk's heading path and text; when it fails
 the fused order is returned and ``ranking`` says so. It never decides silence: the floor
-is the relevance model's, before it.
+is the relevance model's, before it. Without a reranker, the first 5 chunks of an answered
+search are reordered by late interaction over their stored token vectors (`late`).
 
 BuildContext asks for chunks with `recall_chunks`, under the same floor (in fused order),
 and shows each chosen chunk with its neighbours in the document when the budget allows
