@@ -17,7 +17,9 @@ CREATE INDEX document_chunks_tokens_pending ON document_chunks (tenant_id)
       AND content <> '';
 
 -- The filler's store (0032, 0062) with the token vectors beside the vector: both only on the
--- text they were made from (current, not erased), in one statement.
+-- text they were made from (current, not erased), in one statement. The store without them
+-- stays for servers of the previous release still running during an upgrade; what they
+-- store gets its token vectors from the backfill below.
 CREATE FUNCTION brain_store_chunk_embedding(
     p_tenant_id uuid, p_chunk_id uuid, p_content text, p_embedding vector, p_model text,
     p_token_vectors bytea
