@@ -270,16 +270,19 @@ def server_setting(name: str, *argv: str) -> Any:
     return getattr(settings_from_args(parser.parse_args(list(argv))), name)
 
 
-def check_off_unless_told_on(monkeypatch: Any, name: str) -> None:
+def check_off_unless_told_on(monkeypatch: Any, name: str, default: bool = False) -> None:
     """brain-server's on/off switch for the Settings field ``name`` (``--name-with-dashes``,
-    ``BRAIN_NAME``): off by default, on when told by flag or variable, the flag winning,
-    anything else refused."""
+    ``BRAIN_NAME``): ``default`` (off unless said) when not told, on or off when told by
+    flag or variable, the flag winning, anything else refused."""
     flag, env = "--" + name.replace("_", "-"), "BRAIN_" + name.upper()
     monkeypatch.delenv(env, raising=False)
-    assert server_setting(name) is False
+    assert server_setting(name) is default
     assert server_setting(name, flag, "on") is True
-    monkeypatch.setenv(env, "on")
-    assert server_setting(name) is True and server_setting(name, flag, "off") is False
+    assert server_setting(name, flag, "off") is False
+    told, other = ("off", "on") if default else ("on", "off")
+    monkeypatch.setenv(env, told)
+    assert server_setting(name) is (told == "on")
+    assert server_setting(name, flag, other) is (other == "on")
     monkeypatch.setenv(env, "maybe")
     with pytest.raises(SystemExit):
         server_setting(name)

@@ -375,10 +375,13 @@ async def test_filler_columns_are_behind_row_level_security_and_its_doors_are_na
                 "SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS pub, "
                 "has_function_privilege('brain_app', p.oid, 'EXECUTE') AS app "
                 "FROM pg_proc p WHERE p.proname LIKE 'brain\\_%chunk\\_embedding%'"
+                " OR p.proname LIKE 'brain\\_%chunk\\_token\\_vectors'"
             )
             assert sorted(r["proname"] for r in public) == [
                 "brain_chunk_embedding_headings", "brain_claim_chunk_embeddings",
-                "brain_release_chunk_embeddings", "brain_store_chunk_embedding",
+                "brain_claim_chunk_token_vectors", "brain_release_chunk_embeddings",
+                "brain_store_chunk_embedding",  # with token vectors (0065), and without
+                "brain_store_chunk_embedding", "brain_store_chunk_token_vectors",
             ]  # fmt: skip
             assert all(r["app"] and not r["pub"] for r in public)
 

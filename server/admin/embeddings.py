@@ -82,7 +82,10 @@ async def cmd_status(ctx: Context) -> None:
                        COALESCE(max(m.embed_attempts) FILTER (
                            WHERE {_CHUNK_VECTORS.pending}), 0) AS most_attempts,
                        COALESCE(extract(epoch FROM clock_timestamp() - min(m.recorded_at)
-                           FILTER (WHERE {_CHUNK_VECTORS.pending})), 0)::bigint AS oldest
+                           FILTER (WHERE {_CHUNK_VECTORS.pending})), 0)::bigint AS oldest,
+                       count(*) FILTER (WHERE m.embedding_model = 'local'
+                                          AND m.token_vectors IS NULL
+                                          AND m.content <> '') AS tokens_pending
                 FROM document_chunks m WHERE m.retired_at IS NULL AND {where}""",
             *args,
         )
@@ -98,6 +101,9 @@ async def cmd_status(ctx: Context) -> None:
         "chunks_retrying": chunks["retrying"],
         "chunks_most_failed_attempts": chunks["most_attempts"],
         "chunks_oldest_pending_seconds": chunks["oldest"],
+        # Embedded before their token vectors were stored (migration 0065): the filler's
+        # backfill fills them (docs: Knowledge base, Late interaction).
+        "chunks_token_vectors_pending": chunks["tokens_pending"],
     }
     waiting = ""
     if chunks["pending"]:
@@ -111,7 +117,13 @@ async def cmd_status(ctx: Context) -> None:
         f"dimension {dimension}: {row['embedded']} memories embedded "
         f"({', '.join(data['models']) or 'no model yet'}), {row['pending']} waiting for a vector; "
         f"{chunks['embedded']} document chunks embedded, {chunks['pending']} pending "
-        f"({chunks['retrying']} after a failed embedding, retried with backoff){waiting}",
+        f"({chunks['retrying']} after a failed embedding, retried with backoff){waiting}"
+        + (
+            f"; {chunks['tokens_pending']} chunks wait for their token vectors (filled in "
+            "the background)"
+            if chunks["tokens_pending"]
+            else ""
+        ),
     )
 
 
@@ -143,10 +155,11 @@ async def cmd_backfill(ctx: Context) -> None:
             # Vectors of another model are cleared first, so the backfill below (which
             # fills rows without a vector) makes them again; the semantic lane never
             # compares another model's vectors, so a search meanwhile misses only them.
-            for table in ("memories", "document_chunks"):
+            # A chunk's token vectors go with its vector (the filler makes them again).
+            for table, more in (("memories", ""), ("document_chunks", ", token_vectors = NULL")):
                 async with acting(conn):
                     await conn.execute(
-                        f"""UPDATE {table} m SET embedding = NULL, embedding_model = NULL
+                        f"""UPDATE {table} m SET embedding = NULL, embedding_model = NULL{more}
                             WHERE m.embedding IS NOT NULL AND m.retired_at IS NULL
                               AND m.embedding_model IS DISTINCT FROM ${len(args) + 1}
                               AND {where}""",
@@ -271,6 +284,8 @@ async def cmd_set_dimension(ctx: Context) -> None:
                 f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({dimension}) USING NULL"
             )
             await conn.execute(f"UPDATE {table} SET embedding_model = NULL")
+            if table == "document_chunks":  # they go with the vectors they came with
+                await conn.execute("UPDATE document_chunks SET token_vectors = NULL")
             if dimension <= 2000:  # pgvector's HNSW limit for vector
                 await conn.execute(
                     f"""CREATE INDEX {table}_embedding_hnsw ON {table}

@@ -34,7 +34,6 @@ import asyncpg
 import grpc
 
 from brain.authz import Confinement
-from brain.server.domain.knowledge import late
 from brain.server.domain.knowledge.search import ChunkSearch
 from brain.server.domain.retrieval.relevance import KNOWLEDGE_READING_MODEL
 from brain.server.measure import knowledge_folds
@@ -380,9 +379,9 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "--late-rerank",
         choices=["on", "off"],
-        default="off",
+        default="on",
         help="whether knowledge search reorders its first 5 chunks by late interaction, as "
-        "the server's --knowledge-late-rerank (default off, as the server's; --folds "
+        "the server's --knowledge-late-rerank (default on, as the server's; --folds "
         "scores the fitted order, before it)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
@@ -445,8 +444,8 @@ async def run(args: argparse.Namespace) -> Evaluated:
         brain.memories.knowledge.reading_models = (
             {"local": KNOWLEDGE_READING_MODEL} if reads else {}
         )
-        if getattr(args, "late_rerank", "off") == "on":
-            brain.memories.knowledge.late_top = late.LATE_TOP
+        if getattr(args, "late_rerank", "on") == "off":
+            brain.memories.knowledge.late_top = 0
         capture = None
         if args.folds:
             capture = Capture(brain.memories.knowledge, qa.questions)

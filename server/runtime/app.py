@@ -23,7 +23,7 @@ from brain.server.domain.audit import AuditLog
 from brain.server.domain.conflicts.judge import HttpJudge
 from brain.server.domain.graph.extraction import ExtractorError, build_extractor
 from brain.server.domain.graph.reads import Graph
-from brain.server.domain.knowledge import Knowledge, late
+from brain.server.domain.knowledge import Knowledge
 from brain.server.domain.knowledge.filler import ChunkFiller
 from brain.server.domain.memories import Limits, Memories
 from brain.server.domain.retrieval.embedders import (
@@ -323,8 +323,8 @@ async def _serve(
     knowledge = Knowledge(memories)
     if not settings.knowledge_reading:  # (off by default: docs, Knowledge base)
         knowledge.searching.reading_models = {}
-    if settings.knowledge_late_rerank:  # (off by default: docs, Knowledge base)
-        knowledge.searching.late_top = late.LATE_TOP
+    if not settings.knowledge_late_rerank:  # (on by default: docs, Knowledge base)
+        knowledge.searching.late_top = 0
     knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(KnowledgeServicer(knowledge), server)
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

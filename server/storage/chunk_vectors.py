@@ -1,7 +1,8 @@
-"""SQL of the chunk-vector filler: claim pending chunks, store their vectors, release them.
+"""SQL of the chunk-vector filler: claim pending chunks, store their vectors (and token
+vectors), release them; claim and store the token vectors of chunks embedded without them.
 
-The filler serves every tenant of the database, so it goes through the four narrow
-``SECURITY DEFINER`` functions of migrations 0032, 0035, 0040 and 0058, never past
+The filler serves every tenant of the database, so it goes through the narrow
+``SECURITY DEFINER`` functions of migrations 0032, 0035, 0040, 0058 and 0065, never past
 row-level security itself. Each call is its own short transaction.
 """
 
@@ -53,16 +54,54 @@ async def claim(
 
 
 async def store(
-    pool: asyncpg.Pool, claimed: Sequence[Claimed], vectors: Sequence[Any], model: str | None
+    pool: asyncpg.Pool,
+    claimed: Sequence[Claimed],
+    vectors: Sequence[Any],
+    model: str | None,
+    token_vectors: Sequence[bytes | None] | None = None,
 ) -> int:
-    """Store each vector on its chunk if the chunk still holds the text it was made from
-    (current, not erased); return how many were stored, in one transaction."""
+    """Store each vector (and its token vectors, if any) on its chunk if the chunk still
+    holds the text they were made from (current, not erased); return how many were
+    stored, in one transaction."""
+    tokens = token_vectors or [None] * len(claimed)
     stored = 0
     async with pool.acquire() as conn, conn.transaction():
-        for c, vector in zip(claimed, vectors, strict=True):
+        for c, vector, form in zip(claimed, vectors, tokens, strict=True):
             if await conn.fetchval(
-                "SELECT brain_store_chunk_embedding($1, $2, $3, $4, $5)",
-                c.tenant_id, c.chunk_id, c.content, vector, model,
+                "SELECT brain_store_chunk_embedding($1, $2, $3, $4, $5, $6)",
+                c.tenant_id, c.chunk_id, c.content, vector, model, form,
+            ):  # fmt: skip
+                stored += 1
+    return stored
+
+
+async def claim_token_backfill(
+    pool: asyncpg.Pool, limit: int, lease_seconds: float, quiet_seconds: float, model: str
+) -> list[Claimed]:
+    """Lease up to ``limit`` chunks that have a vector of ``model`` but no token vectors
+    (embedded before they were stored); none while chunks are being committed."""
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT * FROM brain_claim_chunk_token_vectors($1, $2, $3, $4)",
+            limit, lease_seconds, quiet_seconds, model,
+        )  # fmt: skip
+    return [
+        Claimed(r["tenant_id"], r["chunk_id"], r["content"], tuple(r["heading_path"]), 0)
+        for r in rows
+    ]
+
+
+async def store_token_vectors(
+    pool: asyncpg.Pool, claimed: Sequence[Claimed], token_vectors: Sequence[bytes]
+) -> int:
+    """Store each chunk's token vectors if it still holds the text they were made from and
+    has none yet; return how many were stored, in one transaction."""
+    stored = 0
+    async with pool.acquire() as conn, conn.transaction():
+        for c, form in zip(claimed, token_vectors, strict=True):
+            if await conn.fetchval(
+                "SELECT brain_store_chunk_token_vectors($1, $2, $3, $4)",
+                c.tenant_id, c.chunk_id, c.content, form,
             ):  # fmt: skip
                 stored += 1
     return stored

@@ -180,10 +180,11 @@ def _chunk_row(
 async def retire(
     conn: asyncpg.Connection, tenant_id: Any, document_id: uuid.UUID, version: int, at: datetime
 ) -> None:
-    """Close a version and its chunks at ``at``."""
-    for table in ("documents", "document_chunks"):
+    """Close a version and its chunks at ``at``; the chunks' stored token vectors go (no
+    search reads a retired chunk: they would only take room)."""
+    for table, more in (("documents", ""), ("document_chunks", ", token_vectors = NULL")):
         await conn.execute(
-            f"""UPDATE {table} SET retired_at = $4
+            f"""UPDATE {table} SET retired_at = $4{more}
                 WHERE tenant_id = $1 AND document_id = $2 AND version = $3
                   AND retired_at IS NULL""",
             tenant_id,
@@ -232,7 +233,8 @@ async def lock_current(
 
 
 async def erase(conn: asyncpg.Connection, tenant_id: Any, document_id: uuid.UUID) -> None:
-    """Blank the text, path, hash, headings and vectors of every version and chunk."""
+    """Blank the text, path, hash, headings, vectors and token vectors of every version
+    and chunk."""
     await conn.execute(
         """UPDATE documents SET content = '', path = '', content_hash = NULL
            WHERE tenant_id = $1 AND document_id = $2""",
@@ -241,7 +243,7 @@ async def erase(conn: asyncpg.Connection, tenant_id: Any, document_id: uuid.UUID
     )
     await conn.execute(
         """UPDATE document_chunks SET content = '', path = '', heading_path = '{}',
-                  embedding = NULL, embedding_model = NULL
+                  embedding = NULL, embedding_model = NULL, token_vectors = NULL
            WHERE tenant_id = $1 AND document_id = $2""",
         tenant_id,
         document_id,
@@ -343,3 +345,21 @@ async def neighbours(
             *p.values,
         )
     )
+
+
+async def token_vectors(
+    conn: asyncpg.Connection, where: Callable[[Params], str], hits: Sequence[asyncpg.Record]
+) -> dict[Any, bytes]:
+    """The stored token vectors (late interaction's form) of those of ``hits`` that pass
+    ``where`` (`chunk_where`: visible and current) and have them, by chunk id."""
+    if not hits:
+        return {}
+    p = Params([h["tenant_id"] for h in hits], [h["chunk_id"] for h in hits])
+    rows = await conn.fetch(
+        f"""SELECT m.chunk_id, m.token_vectors
+            FROM unnest($1::uuid[], $2::uuid[]) AS h(tenant_id, chunk_id)
+            JOIN document_chunks m ON m.tenant_id = h.tenant_id AND m.chunk_id = h.chunk_id
+            WHERE {where(p)} AND octet_length(m.token_vectors) > 0""",
+        *p.values,
+    )
+    return {r["chunk_id"]: bytes(r["token_vectors"]) for r in rows}

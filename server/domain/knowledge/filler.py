@@ -17,6 +17,14 @@ counted in ``brain_chunk_embeddings_total{outcome="failed"}``, and retried with
 exponential backoff, per chunk and for the filler as a whole (chunks that failed before go
 one at a time, so a text the embedder refuses holds back no other); a chunk stays pending
 until its vector lands (`brain-admin embeddings status`).
+
+With the local embedder the same model run also gives each chunk's token vectors, and
+their small form for late interaction (`late.chunk_form`) is stored with the vector, under
+the same check. Chunks embedded before that was stored (an upgrade) get it from the
+backfill: when a filler finds nothing pending, it claims a batch of chunks that have a
+local vector but no token vectors (never while ingest is committing), embeds them again
+and stores only the token vectors, each still on the text it was made from; a failure
+waits out the claim's lease. Until then such chunks keep the fused order in a search.
 """
 
 from __future__ import annotations
@@ -28,9 +36,10 @@ from dataclasses import dataclass
 import asyncpg
 import structlog
 
+from brain.server.domain.knowledge import late
 from brain.server.domain.knowledge.measures import embedding_text
-from brain.server.domain.retrieval.embedders import Embedder, EmbedderError
-from brain.server.domain.retrieval.routing import per_tenant
+from brain.server.domain.retrieval.embedders import Embedded, Embedder, EmbedderError
+from brain.server.domain.retrieval.routing import model_of, per_tenant
 from brain.server.storage import chunk_vectors as sql
 from brain.server.telemetry import metrics
 
@@ -109,7 +118,7 @@ class ChunkFiller:
         )
         if not claimed:
             self._failures = 0
-            return False
+            return await self.backfill_tokens()
         try:
             if len(claimed) > 1 and min(c.attempts for c in claimed) > 0:
                 # Every chunk here failed before: one at a time, so that a text the
@@ -143,9 +152,16 @@ class ChunkFiller:
                 base_seconds=s.retry_max_seconds, max_seconds=s.retry_max_seconds,
             )  # fmt: skip
             return
+        texts = [embedding_text(c.heading_path, c.content) for c in claimed]
+        forms: list[bytes | None] | None = None
         try:
-            texts = [embedding_text(c.heading_path, c.content) for c in claimed]
-            vectors = await embedder.embed(texts)
+            with_tokens = getattr(embedder, "embed_with_tokens", None)
+            if with_tokens is not None:  # one model run: the vectors and the token vectors
+                embedded: list[Embedded] = await with_tokens(texts)
+                vectors = [vector for vector, _, _ in embedded]
+                forms = [late.chunk_form(rows, tokens) for _, rows, tokens in embedded]
+            else:
+                vectors = await embedder.embed(texts)
         except EmbedderError as exc:
             self._failed(exc, "embedder", len(claimed))
             await sql.release(
@@ -153,11 +169,51 @@ class ChunkFiller:
                 base_seconds=s.retry_base_seconds, max_seconds=s.retry_max_seconds,
             )  # fmt: skip
             return
-        stored = await sql.store(self.pool, claimed, vectors, model)
+        stored = await sql.store(self.pool, claimed, vectors, model, forms)
         self._failures = 0
         metrics.CHUNK_EMBEDDINGS.labels("stored").inc(stored)
         # Retired or erased while the embedder ran: no vector for text that is gone.
         metrics.CHUNK_EMBEDDINGS.labels("discarded").inc(len(claimed) - stored)
+
+    async def backfill_tokens(self) -> bool:
+        """Store the token vectors of one batch of chunks embedded without them (by a
+        release before they were stored); False when there were none or no local model
+        to make them. Each tenant's chunks with its own embedder: one that gives no token
+        vectors stores an empty form, so its chunks are not claimed again."""
+        s = self.settings
+        model = self._token_model()
+        if model is None:
+            return False
+        claimed = await sql.claim_token_backfill(
+            self.pool, s.batch, s.lease_seconds, s.quiet_seconds, model
+        )
+        if not claimed:
+            return False
+        routes = per_tenant(self.embedder, self.model, [c.tenant_id for c in claimed])
+        for tenant, (embedder, _) in routes.items():
+            mine = [c for c in claimed if str(c.tenant_id) == tenant]
+            with_tokens = getattr(embedder, "embed_with_tokens", None)
+            forms = [b""] * len(mine)
+            if with_tokens is not None:
+                texts = [embedding_text(c.heading_path, c.content) for c in mine]
+                try:
+                    embedded: list[Embedded] = await with_tokens(texts)
+                except EmbedderError as exc:  # the lease runs out; tried again then
+                    _log.warning("backfilling token vectors failed", error=str(exc))
+                    continue
+                forms = [late.chunk_form(rows, tokens) for _, rows, tokens in embedded]
+            await sql.store_token_vectors(self.pool, mine, forms)
+        return True
+
+    def _token_model(self) -> str | None:
+        """The model whose chunk vectors have token vectors to backfill: the local one,
+        when this filler's embedder (or a tenant's) is it."""
+        embedders = [self.embedder, *getattr(self.embedder, "by_tenant_id", {}).values()]
+        embedders += [getattr(self.embedder, "default", self.embedder)]
+        for embedder in embedders:
+            if hasattr(embedder, "embed_with_tokens") and embedder.dimension:
+                return model_of(embedder)
+        return None
 
     def _failed(self, exc: BaseException, what: str, chunks: int = 0) -> None:
         self._failures += 1

@@ -18,7 +18,8 @@ cosine to one of their sentences (`KNOWLEDGE_READING_MODEL`).
 A configured reranker (the memories' one, `retrieval.rerankers`) then reorders the top N
 of an answered SearchKnowledge, reading each chunk's heading path and text; when it fails
 the fused order is returned and ``ranking`` says so. It never decides silence: the floor
-is the relevance model's, before it.
+is the relevance model's, before it. Without a reranker, the first 5 chunks of an answered
+search are reordered by late interaction over their stored token vectors (`late`).
 
 BuildContext asks for chunks with `recall_chunks`, under the same floor (in fused order),
 and shows each chosen chunk with its neighbours in the document when the budget allows
@@ -101,6 +102,9 @@ class Found:
     lanes: int
     below_floor: int = 0
     ranking: int = knowledge_pb2.KNOWLEDGE_RANKING_FUSED
+    # The query's token vectors as late interaction reads them (`late.query_form`), kept
+    # from its embedding; None when the search embedded no query or the model gives none.
+    query_tokens: Any = None
 
 
 def hit_message(hit: FusedHit) -> knowledge_pb2.KnowledgeHit:
@@ -147,9 +151,10 @@ class ChunkSearch:
         # fitted for its cosines. The server empties it unless told --knowledge-reading on.
         self.reading_models: dict[str, RelevanceModel] = {"local": KNOWLEDGE_READING_MODEL}
         # Chunks of an answered search reordered by late interaction (`late`) when no
-        # reranker is configured and the embedder gives token vectors (the local one);
-        # 0: off, the server's default unless told --knowledge-late-rerank on.
-        self.late_top = 0
+        # reranker is configured and the query's and chunks' token vectors are there (the
+        # local embedder); 0: off (the server's --knowledge-late-rerank off).
+        self.late_top = late.LATE_TOP
+        memories.query_vectors.token_form = late.query_form
 
     async def search(
         self,
@@ -170,14 +175,16 @@ class ChunkSearch:
             lexical_only=req.lexical_only, min_relevance=floor,
             depth=max(limit, reranker.top_n) if reranker is not None else limit,
         )  # fmt: skip
-        return await self.rerank(req.query, found, limit)
+        return await self.rerank(caller, req.query, found, limit, timeout_ms)
 
-    async def rerank(self, query: str, found: Found, limit: int) -> Found:
+    async def rerank(
+        self, caller: Caller, query: str, found: Found, limit: int, timeout_ms: int | None = None
+    ) -> Found:
         """The reranker's order for the top N of the hits, the rest after them in fused
         order; like a failing embedder, a failing reranker never fails a search."""
         reranker = self.memories.reranker
         if reranker is None and found.hits and self.late_top:
-            return await self.late_rerank(query, found, limit)
+            return await self.late_rerank(caller, found, limit, timeout_ms)
         if reranker is None or not found.hits:
             return replace(found, hits=found.hits[:limit])
         head = found.hits[: reranker.top_n]
@@ -196,20 +203,23 @@ class ChunkSearch:
         hits = (head + found.hits[len(head) :])[:limit]
         return replace(found, hits=hits, ranking=knowledge_pb2.KNOWLEDGE_RANKING_RERANKED)
 
-    async def late_rerank(self, query: str, found: Found, limit: int) -> Found:
-        """The first `late_top` hits reordered by MaxSim of the embedder's token vectors
-        (`late`), each carrying it as ``rerank_score``; the fused order when the embedder
-        has no token vectors, cannot read the query, or fails (never an error)."""
-        m = self.memories
-        embedder = m.embedder
-        if not hasattr(embedder, "token_vectors") or not m.reads(query):
-            return replace(found, hits=found.hits[:limit])
+    async def late_rerank(
+        self, caller: Caller, found: Found, limit: int, timeout_ms: int | None = None
+    ) -> Found:
+        """The first `late_top` hits reordered by MaxSim of the query's token vectors to
+        each chunk's stored ones (`late`), each carrying it as ``rerank_score``; the fused
+        order unless the query and every one of those chunks have token vectors (a chunk
+        embedded before they were stored, or not yet embedded, keeps the search fused)."""
         head = found.hits[: self.late_top]
-        try:
-            scores = await late.late_scores(embedder, query, head)
-        except EmbedderError as exc:
-            _log.warning("late interaction failed; fused order returned", error=str(exc))
+        if found.query_tokens is None or not len(found.query_tokens):
             return replace(found, hits=found.hits[:limit])
+        m = self.memories
+        where = sql.chunk_where(m.visibility(caller), ())
+        async with m.tx(caller, timeout_ms=timeout_ms, readonly=True, replica=True) as conn:
+            stored = await sql.token_vectors(conn, where, [h.row for h in head])
+        if len(stored) < len(head):
+            return replace(found, hits=found.hits[:limit])
+        scores = late.late_scores(found.query_tokens, [stored[h.row["chunk_id"]] for h in head])
         for hit, score in zip(head, scores, strict=True):
             hit.rerank_score = score
         head = sorted(head, key=lambda h: -h.rerank_score)  # stable: ties keep fused order
@@ -235,12 +245,13 @@ class ChunkSearch:
         query = check.query("query", query_text)
         m, params = self.memories, self.params
         lanes = knowledge_pb2.KNOWLEDGE_LANES_LEXICAL
+        query_tokens = None
         if vector is not None:  # the caller embedded the query already (BuildContext)
             lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
         elif not lexical_only and m.embedder.dimension and m.reads(query):
             # (a query the embedder cannot read is answered lexically, see Memories.reads)
             try:
-                vector = await m.query_vector(caller, query, ())
+                vector, query_tokens = await m.query_embedding(caller, query)
                 lanes = knowledge_pb2.KNOWLEDGE_LANES_HYBRID
             except EmbedderError as exc:
                 _log.warning("query embedding failed; lexical only", error=str(exc))
@@ -285,7 +296,7 @@ class ChunkSearch:
             floor = relevance.floor if size >= params.floor_min_rows else 0.0
         if fused and max(h.relevance for h in fused) < floor:
             return Found([], lanes, below_floor=min(limit, len(fused)))
-        return Found(fused[: max(limit, depth or 0)], lanes)
+        return Found(fused[: max(limit, depth or 0)], lanes, query_tokens=query_tokens)
 
     async def recall_chunks(
         self,

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import asyncpg
 import structlog
@@ -448,7 +448,14 @@ class MemoryReads(MemoryBase):
             if not all(math.isfinite(x) for x in given):
                 raise InvalidArgument("query_embedding", "must hold finite numbers")
             return list(given)
+        return (await self.query_embedding(caller, query))[0]
+
+    async def query_embedding(self, caller: Caller, query: str) -> tuple[list[float] | None, Any]:
+        """The query's vector (None without an embedder) and the form of its token vectors
+        kept from the same model run (`QueryVectors.token_form`; None without one)."""
         if self.embedder.dimension == 0:
-            return None
+            return None, None
         model = self.embedding_model or self.embedder.name
-        return await self.query_vectors.vector(self.embedder, model, query, tenant=caller.tenant_id)
+        return await self.query_vectors.embedded(
+            self.embedder, model, query, tenant=caller.tenant_id
+        )

