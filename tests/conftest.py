@@ -413,6 +413,26 @@ def walled_server(
     rls_only.stop()
 
 
+@pytest.fixture(scope="module", params=["app-filter", "rls-only"])
+def lexical_walled_server(
+    request: pytest.FixtureRequest, pg_cluster: PgCluster, loop_thread: LoopThread
+) -> Iterator[BrainServer]:
+    """`walled_server` without an embedder, for modules about the lexical lanes alone (every
+    search lexical): a server with the application's visibility predicate, then one with it
+    switched off. Their hundreds of saves then store no vector, which the real model would
+    make for each one and no lexical search reads."""
+    server = BrainServer(
+        cluster=pg_cluster,
+        loop=loop_thread,
+        settings=server_settings(
+            pg_cluster, embedder="none", app_filter=request.param == "app-filter"
+        ),
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
 # The modules holding the suite's longest tests (seconds each: server processes, installs,
 # hundreds of saves), longest first. pytest-xdist hands out modules in collection order
 # (`make test`: --dist loadfile --no-loadscope-reorder), so these start first and the

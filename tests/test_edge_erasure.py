@@ -31,7 +31,7 @@ SEARCHED_TYPES = (
 def holders(server: BrainServer, needles: dict[str, str]) -> dict[str, set[str]]:
     """For each needle, every ``table.column`` of the schema (read as the owner, so every
     tenant) holding it: text, json, array and tsvector columns as text, bytea columns as
-    UTF-8 bytes."""
+    UTF-8 bytes. One pass over each table tests all its columns for all the needles."""
 
     async def scan() -> dict[str, set[str]]:
         conn = await asyncpg.connect(server.cluster.owner_dsn)
@@ -52,16 +52,36 @@ def holders(server: BrainServer, needles: dict[str, str]) -> dict[str, set[str]]
                 ("audit_events", "outcome"),
                 ("idempotency_keys", "idempotency_key"),
             }
-            found: dict[str, set[str]] = {name: set() for name in needles}
+            tables: dict[str, list[asyncpg.Record]] = {}
             for row in columns:
-                table, column = row["table_name"], row["column_name"]
-                for name, needle in needles.items():
-                    if row["data_type"] == "bytea":
-                        test, arg = f'position($1::bytea IN "{column}") > 0', needle.encode()
-                    else:
-                        test, arg = f"\"{column}\"::text ILIKE '%' || $1 || '%'", needle
-                    if await conn.fetchval(f'SELECT 1 FROM "{table}" WHERE {test} LIMIT 1', arg):
-                        found[name].add(f"{table}.{column}")
+                tables.setdefault(row["table_name"], []).append(row)
+            names = list(needles)
+            found: dict[str, set[str]] = {name: set() for name in needles}
+            for table, rows in tables.items():
+                # Each column read (and cast to text) once per row, in a subquery the
+                # planner keeps (OFFSET 0); $1 holds the needles, bytea columns are searched
+                # for their UTF-8 bytes.
+                values, tests, holds = [], [], []
+                for c, row in enumerate(rows):
+                    column, binary = row["column_name"], row["data_type"] == "bytea"
+                    values.append(f'"{column}" AS c{c}' if binary else f'"{column}"::text AS c{c}')
+                    for n, name in enumerate(names, start=1):
+                        needle = f"($1::text[])[{n}]"
+                        tests.append(
+                            f"bool_or(position(convert_to({needle}, 'UTF8') IN c{c}) > 0)"
+                            if binary
+                            else f"bool_or(c{c} ILIKE '%' || {needle} || '%')"
+                        )
+                        holds.append((name, f"{table}.{column}"))
+                hit = await conn.fetchrow(
+                    f"SELECT {', '.join(tests)} FROM "
+                    f'(SELECT {", ".join(values)} FROM "{table}" OFFSET 0) s',
+                    [needles[name] for name in names],
+                )
+                assert hit is not None
+                for (name, where), held in zip(holds, hit, strict=True):
+                    if held:
+                        found[name].add(where)
             return found
         finally:
             await conn.close()

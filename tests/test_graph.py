@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -283,27 +284,25 @@ async def _lane_finds(lane_server: BrainServer, channel: grpc.aio.Channel) -> No
     assert common_pb2.MEMORY_STATUS_ACTIVE  # the import is used by other graph tests
 
 
-async def test_graph_lane_is_not_starved_by_an_entity_popular_in_other_buckets(
-    lane_server: BrainServer,
-) -> None:
-    """A bucket whose entity is mentioned 10,000 times in other buckets still gets its k
-    memories about it from the graph lane (their text shares no word with the query): the
-    lane filters by visibility inside its SQL, before its LIMIT (the key is confined to
-    its namespace, so row-level security alone must hold too). On a Citus coordinator the
-    crowd is 2,000 (still 400 times the limit): every seeded row fires the audit and
-    lexical-statistics triggers, whose nested queries cost milliseconds a row there, and
-    10,000 took 40-60 s alone and outlasted the 120 s limit on a loaded machine
-    (deploy/SCALING.md, item 7)."""
-    async with lane_server.channel() as channel:
-        await _not_starved(lane_server, channel)
+@dataclass(frozen=True)
+class Crowd:
+    """A bucket's own memories about an entity mentioned thousands of times elsewhere."""
+
+    key: str  # confined to the namespace "quiet"
+    popular: str  # the entity's name
+    own: set[str]  # the bucket's memories about it
 
 
-async def _not_starved(brain_server: BrainServer, channel: grpc.aio.Channel) -> None:
+@pytest.fixture(scope="module")
+async def crowd(brain_server: BrainServer) -> Crowd:
+    """The crowd, seeded once for the module: each lane server reads the same rows (the
+    seeding, not the reading, is what costs seconds)."""
     tenant = unique("graph-crowd")
     key = brain_server.mint_key(tenant, "alice", permissions=WRITER, namespaces=("quiet",))
-    api = Api(channel, key, namespace="quiet")
     popular = f"Popular{secrets.token_hex(3)}"
-    own = {(await save(api, f"note number {i}", draft([popular]))).memory.id for i in range(5)}
+    async with brain_server.channel() as channel:
+        api = Api(channel, key, namespace="quiet")
+        own = {(await save(api, f"note number {i}", draft([popular]))).memory.id for i in range(5)}
     citus = brain_server.sql("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")[0][0]
     crowd_size = 2_000 if citus else 10_000
     brain_server.sql(
@@ -326,16 +325,32 @@ async def _not_starved(brain_server: BrainServer, channel: grpc.aio.Channel) -> 
         popular,
         crowd_size,
     )
-    crowd = brain_server.sql(
+    mentions = brain_server.sql(
         """SELECT count(*) FROM graph_mentions x JOIN tenants t USING (tenant_id)
            WHERE t.name = $1""",
         tenant,
     )
-    assert crowd[0][0] == crowd_size + 5
-    found = await api.search(popular, limit=5, mode=memory_pb2.SEARCH_MODE_LEXICAL)
-    assert set(found) == own
-    entity = (await lookup_call(api, popular)).entity
-    assert entity.mention_count == 5  # counts are over visible memories only
+    assert mentions[0][0] == crowd_size + 5
+    return Crowd(key, popular, own)
+
+
+async def test_graph_lane_is_not_starved_by_an_entity_popular_in_other_buckets(
+    lane_server: BrainServer, crowd: Crowd
+) -> None:
+    """A bucket whose entity is mentioned 10,000 times in other buckets still gets its k
+    memories about it from the graph lane (their text shares no word with the query): the
+    lane filters by visibility inside its SQL, before its LIMIT (the key is confined to
+    its namespace, so row-level security alone must hold too). On a Citus coordinator the
+    crowd is 2,000 (still 400 times the limit): every seeded row fires the audit and
+    lexical-statistics triggers, whose nested queries cost milliseconds a row there, and
+    10,000 took 40-60 s alone and outlasted the 120 s limit on a loaded machine
+    (deploy/SCALING.md, item 7). Both lane servers read the one crowd (`crowd`)."""
+    async with lane_server.channel() as channel:
+        api = Api(channel, crowd.key, namespace="quiet")
+        found = await api.search(crowd.popular, limit=5, mode=memory_pb2.SEARCH_MODE_LEXICAL)
+        assert set(found) == crowd.own
+        entity = (await lookup_call(api, crowd.popular)).entity
+        assert entity.mention_count == 5  # counts are over visible memories only
 
 
 def test_the_evaluation_extractor_is_deterministic() -> None:

@@ -34,6 +34,7 @@ from brain.v1 import knowledge_pb2
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .helpers import Api, check_off_unless_told_on, serving
 from .test_knowledge import ALL, SwitchableEmbeddings, get_call, put, search, session_filler_held
+from .test_knowledge_filler import QUICK
 from .test_retrieval import toy_vector
 
 READING = FEATURES.index("reading")
@@ -208,7 +209,10 @@ async def test_a_hybrid_search_reads_its_chunks_through_the_server(
         )  # fmt: skip
         server.start()
         try:
-            assert server.running is not None
+            assert server.running is not None and server.running.filler is not None
+            # Looks for work every 0.2 s instead of 5 (a put's poke that arrives while it
+            # waits for the puts to be quiet is not kept).
+            server.running.filler.settings = QUICK
             searching = server.running.memories.knowledge
             assert isinstance(searching, ChunkSearch)
             assert set(searching.reading_models) == {"local"}  # an endpoint's: no reading

@@ -100,31 +100,44 @@ class Restart:
         assert took < RIDE_WINDOW - 1, f"the restart took {took:.1f} s, the window is shorter"
 
 
-@pytest.fixture
-def server_process(
-    tmp_path: Path, pg_cluster: PgCluster, loop_thread: LoopThread
+@pytest.fixture(scope="module")
+def module_server(
+    tmp_path_factory: pytest.TempPathFactory, pg_cluster: PgCluster, loop_thread: LoopThread
 ) -> Iterator[tuple[ServerProcess, BrainServer]]:
-    """A running brain-server process, and a BrainServer over the same database for keys."""
+    """One brain-server process for the module (each test its own tenant), and a
+    BrainServer over the same database for keys."""
     if not pg_cluster.app_dsn:
         pytest.skip("needs a database URL for the server process")
+    folder = tmp_path_factory.mktemp("restarts")
     env = {
         **os.environ,
         "BRAIN_DATABASE_URL": pg_cluster.app_dsn,
         "BRAIN_PEPPER_FILE": str(pg_cluster.pepper_file),
-        "BRAIN_DATA_DIR": str(tmp_path / "data"),
+        "BRAIN_DATA_DIR": str(folder / "data"),
         "BRAIN_EMBEDDER": "none",
         "BRAIN_WORKERS": "1",
         "BRAIN_RATE_LIMIT": "1000",
         "BRAIN_RATE_BURST": "1000",
         "BRAIN_LOG_LEVEL": "warning",
     }
-    server = ServerProcess(env=env, log=tmp_path / "server.log")
-    server.start()
+    server = ServerProcess(env=env, log=folder / "server.log")
     keys = BrainServer(cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster))
     try:
         yield server, keys
     finally:
         server.kill()
+
+
+@pytest.fixture
+def server_process(
+    module_server: tuple[ServerProcess, BrainServer],
+) -> tuple[ServerProcess, BrainServer]:
+    """The module's brain-server process, serving when the test starts: started again
+    (same port, same settings) when an earlier test left it stopped or it never ran."""
+    server, _ = module_server
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()
+    return module_server
 
 
 def ride(namespace: str) -> dict[str, Any]:

@@ -134,7 +134,7 @@ async def test_a_nul_character_in_the_query_is_not_an_internal_error(
 
 
 async def test_both_lanes_unspecific_the_exact_lane_still_gets_its_own_rows(
-    walled_server: BrainServer,
+    lexical_walled_server: BrainServer,
 ) -> None:
     """Query "running notes": english draws 'note' (every row), simple draws 'running'
     (the 20 older rows). Both lanes are unspecific, so `drawn` takes the newest 8 rows
@@ -142,7 +142,7 @@ async def test_both_lanes_unspecific_the_exact_lane_still_gets_its_own_rows(
     'running'. Before the change the simple lane read the newest 8 rows holding
     'running'; now it reads none, so the exact lane (whose job is exact words) is empty
     although 20 visible rows hold the exact word."""
-    async with tuned_writer(walled_server) as (api, memories):
+    async with tuned_writer(lexical_walled_server) as (api, memories):
         exact = {(await api.save(f"running notes {i}")).memory.id for i in range(20)}
         for i in range(20):
             await api.save(f"the runs notes {i}")
@@ -163,14 +163,14 @@ async def test_both_lanes_unspecific_the_exact_lane_still_gets_its_own_rows(
 
 
 async def test_a_full_pair_hides_a_better_scoring_row_of_the_rarest_term(
-    walled_server: BrainServer,
+    lexical_walled_server: BrainServer,
 ) -> None:
     """Over the budget with the pair full (4 rows at candidates=1), the rarest term's other
     rows are not read, even one that outscores every pair row (the rarest term three
     times, and a third query term). Pins the documented rule and shows what it costs:
     before the change that row (first in table order) was read and ranked first, as one
     arbitrary row among the first rows of the rarest term's posting list."""
-    async with tuned_writer(walled_server) as (api, memories):
+    async with tuned_writer(lexical_walled_server) as (api, memories):
         best = (await api.save("kestrel kestrel kestrel osprey")).memory.id
         padding = " ".join(f"pad{j}" for j in range(30))
         pair = {(await api.save(f"kestrel heron {i} {padding}")).memory.id for i in range(4)}
@@ -196,7 +196,7 @@ async def test_a_full_pair_hides_a_better_scoring_row_of_the_rarest_term(
 
 
 async def test_new_read_paths_ignore_every_kind_of_invisible_row(
-    walled_server: BrainServer,
+    lexical_walled_server: BrainServer,
 ) -> None:
     """Alice (user-, namespace- and session-confined, label team) searches through the
     shared within-budget read, the shared unspecific read and the pair path (both with room
@@ -205,7 +205,7 @@ async def test_new_read_paths_ignore_every_kind_of_invisible_row(
     forgotten row; a superseded version) change neither her hits, scores, ranks nor which
     of her rows are candidates; her own forgotten/superseded rows never come back. Controls:
     she finds her own rows, and an unconfined writer sees the extra rows."""
-    server, tenant, ns = walled_server, unique("t"), unique("ns")
+    server, tenant, ns = lexical_walled_server, unique("t"), unique("ns")
     if server.running is None:
         pytest.skip("needs the in-process server")
     memories = server.running.memories

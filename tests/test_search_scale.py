@@ -187,12 +187,12 @@ def test_lane_plans_draw_rare_terms_first_within_the_budget() -> None:
 
 
 async def test_budget_paths_ignore_rows_the_caller_cannot_see(
-    walled_server: BrainServer,
+    lexical_walled_server: BrainServer,
 ) -> None:
     """Over the budget (the rarest term's rows holding the next rarest first) and
     unspecific (the newest rows holding the rarest term): a caller's hits, scores and
     order still ignore rows it cannot see, and it finds its own rows (the control)."""
-    server = walled_server
+    server = lexical_walled_server
     if server.running is None:
         pytest.skip("needs the in-process server to set a small candidate budget")
     tenant, namespace = unique("t"), unique("ns")
@@ -228,12 +228,12 @@ async def test_budget_paths_ignore_rows_the_caller_cannot_see(
 
 
 async def test_over_the_budget_the_rarest_terms_rows_come_only_to_fill_the_pair(
-    walled_server: BrainServer,
+    lexical_walled_server: BrainServer,
 ) -> None:
     """Over the budget, the rows holding the two rarest terms come first; the rarest term's
     other rows are read only while those are fewer than 4 x candidates (its whole posting
     list is never read just to be cut)."""
-    async with tuned_writer(walled_server) as (api, memories):
+    async with tuned_writer(lexical_walled_server) as (api, memories):
         # The lone row first: read in table order, the rarest term's rows would start with it.
         lone = (await api.save("kestrel alone on the cliff")).memory.id
         pair = {(await api.save(f"kestrel heron pair {i}")).memory.id for i in range(5)}
@@ -253,13 +253,13 @@ async def test_over_the_budget_the_rarest_terms_rows_come_only_to_fill_the_pair(
 
 
 async def test_kept_statistics_score_every_read_path_exactly(
-    walled_server: BrainServer,
+    lexical_walled_server: BrainServer,
 ) -> None:
     """Each way the lexical lanes read candidates (rare terms through the GIN index, both
     lanes in one pass; an unspecific query's newest rows, both lanes in one pass) gives
     every hit the BM25 score a recount gives: the same as a search of the same instant
     through time travel, which counts document frequencies over the rows themselves."""
-    server = walled_server
+    server = lexical_walled_server
     if server.running is None:
         pytest.skip("needs the in-process server to set a small candidate budget")
     memories = server.running.memories

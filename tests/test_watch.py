@@ -273,17 +273,23 @@ async def test_watch_ends_when_its_key_is_revoked(
 ) -> None:
     """A stream authenticated before a revocation stops with PERMISSION_DENIED after it."""
     monkeypatch.setattr(watch, "KEY_RECHECK_SECONDS", 0.0)
-    key = brain_server.mint_key(unique("t"), "alice")
+    tenant = unique("t")
+    key = brain_server.mint_key(tenant, "alice")
+    other = brain_server.mint_key(tenant, "bob")
     async with watching(channel, key) as w:
         mine = await save(channel, key, "still allowed")
         assert (await w.next()).memory.id == mine
         brain_server.sql(
             "UPDATE api_keys SET revoked_at = now() WHERE key_id = $1", key.split("_")[1]
         )
+        # Another key's write wakes the stream at once (its poll would, seconds later): the
+        # key is checked again before the stream reads anything more.
+        await save(channel, other, "written after the revocation, visible to alice's key")
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await asyncio.wait_for(asyncio.shield(w.task), 8)
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "revoked" in (err.value.details() or "")
+        assert w.received.empty()  # the write after the revocation never reached it
 
 
 async def test_position_marker_lets_a_quiet_watch_resume_without_a_gap(
