@@ -61,17 +61,17 @@ def embedded_texts(server: BrainServer) -> Iterator[list[str]]:
     """Every query text the in-process server asks its query-vector cache for."""
     vectors = server.running.memories.query_vectors  # type: ignore[union-attr]
     seen: list[str] = []
-    plain = vectors.vector
+    plain = vectors.embedded
 
-    async def vector(embedder: Any, model: str, text: str, *, tenant: str) -> list[float]:
+    async def embedded(embedder: Any, model: str, text: str, *, tenant: str) -> Any:
         seen.append(text)
         return await plain(embedder, model, text, tenant=tenant)
 
-    vectors.vector = vector
+    vectors.embedded = embedded
     try:
         yield seen
     finally:
-        vectors.vector = plain
+        vectors.embedded = plain
 
 
 async def test_only_people_the_caller_sees_are_cut_from_its_semantic_query(
