@@ -38,8 +38,12 @@ async def test_search_knowledge_tool_cites_its_sources(brain_server: BrainServer
         assert (hit["source"]["line_start"], hit["source"]["line_end"]) == (1, 5)
         assert "runbooks/ops.md § Ops > Restore (lines 1-5)" in text_of(found)
         assert 0 < hit["score"] < 1 and found.structured_content["below_floor"] == 0
-        assert found.structured_content["ranking"] == "fused"  # no reranker configured
-        assert "best first (fused order;" in text_of(found)
+        # No reranker is configured: fused, or (once the filler stored the chunk's token
+        # vectors, which this test does not wait for) reordered by late interaction.
+        ranking = found.structured_content["ranking"]
+        assert ranking in ("fused", "reranked")
+        shown = "fused order;" if ranking == "fused" else "reordered by reading"
+        assert f"best first ({shown}" in text_of(found)
         # No relevance reaches 1: the same search with min_score 1 is held back, and says so.
         quiet = await call(mine, "search_knowledge", query=f"restore {marker}", min_score=1.0)
         assert not quiet.is_error and quiet.structured_content["hits"] == []

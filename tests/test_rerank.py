@@ -177,7 +177,7 @@ async def test_mcp_recall_says_how_the_hits_were_ordered(
     assert got["ranking"] == "reranked" and got["silenced"] is False
     assert [h["id"] for h in got["hits"]] == [ids["B"], ids["A"], ids["C"]]
     assert got["hits"][0]["rerank_score"] == 1.0 and "rerank_score" not in got["hits"][2]
-    assert "reranked by the configured reranker" in text_of(reranked)
+    assert "reordered by reading query and passages" in text_of(reranked)
     down = fallback.structured_content
     assert down["ranking"] == "fused_reranker_unavailable"
     assert [h["id"] for h in down["hits"]] == [ids["A"], ids["B"], ids["C"]]
@@ -262,7 +262,7 @@ async def test_mcp_search_knowledge_says_how_the_passages_were_ordered(
     assert got["ranking"] == "reranked" and got["silenced"] is False
     assert [h["source"]["path"] for h in got["hits"]] == ["b.md", "a.md", "c.md"]
     assert got["hits"][0]["rerank_score"] == 1.0 and "rerank_score" not in got["hits"][2]
-    assert "reranked by the configured reranker" in text_of(reranked)
+    assert "reordered by reading query and passages" in text_of(reranked)
     down = fallback.structured_content
     assert down["ranking"] == "fused_reranker_unavailable"
     assert [h["source"]["path"] for h in down["hits"]] == ["a.md", "b.md", "c.md"]

@@ -36,7 +36,8 @@ _KNOWLEDGE_RANKINGS = {
 # How each ranking reads in a tool's text.
 _ORDERS = {
     "fused": "fused order",
-    "reranked": "reranked by the configured reranker",
+    "reranked": "reordered by reading query and passages (the configured reranker, or the "
+    "server's late interaction for knowledge)",
     "fused_reranker_unavailable": "fused order; the reranker was unavailable",
 }
 
