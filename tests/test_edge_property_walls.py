@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from typing import Any
 
 import grpc
-import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -52,7 +51,7 @@ from brain.v1 import (
     review_pb2,
 )
 
-from .conftest import BrainServer, LoopThread, PgCluster, server_settings
+from .conftest import BrainServer
 from .edge import RANDOM_ID, first_event, get_call, history_call, outcome
 from .graph_helpers import graph_stub
 from .helpers import Api
@@ -550,24 +549,6 @@ async def all_events(api: Api) -> list[audit_pb2.AuditEvent]:
             return out
 
 
-@pytest.fixture(scope="module", params=["app-filter", "rls-only"])
-def lexical_server(
-    request: pytest.FixtureRequest, pg_cluster: PgCluster, loop_thread: LoopThread
-) -> Iterator[BrainServer]:
-    """A lexical-only server (no embedding cost per write and query), with the
-    application's predicate, then relying on row-level security alone."""
-    server = BrainServer(
-        cluster=pg_cluster,
-        loop=loop_thread,
-        settings=server_settings(
-            pg_cluster, embedder="none", app_filter=request.param == "app-filter"
-        ),
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
 async def world(
     server: BrainServer, memories: list[tuple[Any, ...]], documents: list[tuple[Any, ...]]
 ) -> int:
@@ -630,10 +611,10 @@ EVERY_DOCUMENT_STATE = [
 
 
 def test_a_world_of_every_state_reads_as_the_model_says_to_every_key(
-    lexical_server: BrainServer,
+    lexical_walled_server: BrainServer,
 ) -> None:
     """Every object state: all fourteen keys read what the model allows; hidden ids are random."""
-    server = lexical_server
+    server = lexical_walled_server
     assert server.loop.run(world(server, EVERY_MEMORY_STATE, EVERY_DOCUMENT_STATE)) > 0
 
 
@@ -658,20 +639,20 @@ random_world = given(
 @one_world
 @random_world
 def test_a_random_world_reads_as_the_model_says_to_every_key(
-    lexical_server: BrainServer,
+    lexical_walled_server: BrainServer,
     memories: list[tuple[Any, ...]],
     documents: list[tuple[Any, ...]],
 ) -> None:
     """A random world: all fourteen keys read what the model allows; hidden ids are random."""
-    assert lexical_server.loop.run(world(lexical_server, memories, documents)) > 0
+    assert lexical_walled_server.loop.run(world(lexical_walled_server, memories, documents)) > 0
 
 
 @one_world
 @random_world
 def test_another_random_world_reads_as_the_model_says_to_every_key(
-    lexical_server: BrainServer,
+    lexical_walled_server: BrainServer,
     memories: list[tuple[Any, ...]],
     documents: list[tuple[Any, ...]],
 ) -> None:
     """Another random world (drawn for this test's name), read the same way."""
-    assert lexical_server.loop.run(world(lexical_server, memories, documents)) > 0
+    assert lexical_walled_server.loop.run(world(lexical_walled_server, memories, documents)) > 0
