@@ -181,11 +181,15 @@ def report(r: dict[str, Any]) -> str:
         if e["pending"] == 0:
             head = f"embedding backfill: no chunk pending {e['seconds']} s after the first put"
         else:
-            eta = e["pending"] / max(e["chunks_per_s"], 1e-9)
+            rate = (
+                f"at this rate about {e['pending'] / e['chunks_per_s'] / 60:.0f} more minutes"
+                if e["chunks_per_s"] > 0
+                else "none embedded yet: the fillers give way while puts arrive"
+            )
             head = (
                 f"embedding backfill: stopped at --embed-seconds, {e['seconds']} s after the "
                 f"first put, {e['embedded']} chunks embedded and {e['pending']} pending "
-                f"(at this rate about {eta / 60:.0f} more minutes)"
+                f"({rate})"
             )
         lines.append(
             f"{head}: {e['chunks_per_s']:.1f} chunks/s, {e['kb_per_s']:.1f} KB/s of chunk text"
