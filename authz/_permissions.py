@@ -85,6 +85,7 @@ METHOD_CLASSES: dict[str, MethodClass] = {
     "/brain.v1.GraphService/LookupEntity": MethodClass.READ,
     "/brain.v1.GraphService/ListNeighbours": MethodClass.READ,
     "/brain.v1.KnowledgeService/PutDocument": MethodClass.KNOWLEDGE_WRITE,
+    "/brain.v1.KnowledgeService/PutDocuments": MethodClass.KNOWLEDGE_WRITE,
     "/brain.v1.KnowledgeService/GetDocument": MethodClass.KNOWLEDGE_READ,
     "/brain.v1.KnowledgeService/ListDocuments": MethodClass.KNOWLEDGE_READ,
     "/brain.v1.KnowledgeService/DeleteDocument": MethodClass.KNOWLEDGE_DELETE,

@@ -1,7 +1,8 @@
 # Like _async.py: the client's methods take a per-call timeout, as the blocking ones do.
 # ruff: noqa: ASYNC109
-"""Knowledge documents for both clients: put (with `readmit_tombstoned`), get, list and
-delete. Searching them (`search_knowledge`) stays on the clients beside the other searches.
+"""Knowledge documents for both clients: put (with `readmit_tombstoned`; many at once with
+`put_documents`), get, list and delete. Searching them (`search_knowledge`) stays on the
+clients beside the other searches.
 
 Mixed into `BrainClient` and `AsyncBrainClient`, which provide the request builder, the
 KnowledgeService stub and the call machinery (retries, deadlines, paging)."""
@@ -46,6 +47,23 @@ class DocumentMethods:
         return self._unary(  # type: ignore[no-any-return]
             "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
         )
+
+    def put_documents(
+        self,
+        collection: str,
+        documents: Iterable[knowledge_pb2.PutDocumentsItem],
+        *,
+        timeout: float | None = None,
+    ) -> list[knowledge_pb2.PutDocumentsResult]:
+        """Store up to 100 documents of `collection` in one call, each as `put_document`
+        would; one result per document, in order: its put, or the error code and message
+        it got (the others are stored all the same). Safe to retry."""
+        request = self._requests.put_documents(collection, documents)
+        response = self._unary(
+            "PutDocuments", self._knowledge.PutDocuments, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
+        return list(response.results)
 
     def get_document(
         self,
@@ -112,6 +130,23 @@ class AsyncDocumentMethods:
         return await self._unary(  # type: ignore[no-any-return]
             "PutDocument", self._knowledge.PutDocument, request, idempotent=True, timeout=timeout
         )
+
+    async def put_documents(
+        self,
+        collection: str,
+        documents: Iterable[knowledge_pb2.PutDocumentsItem],
+        *,
+        timeout: float | None = None,
+    ) -> list[knowledge_pb2.PutDocumentsResult]:
+        """Store up to 100 documents of `collection` in one call, each as `put_document`
+        would; one result per document, in order: its put, or the error code and message
+        it got (the others are stored all the same). Safe to retry."""
+        request = self._requests.put_documents(collection, documents)
+        response = await self._unary(
+            "PutDocuments", self._knowledge.PutDocuments, request, idempotent=True,
+            timeout=timeout,
+        )  # fmt: skip
+        return list(response.results)
 
     async def get_document(
         self,

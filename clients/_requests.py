@@ -410,6 +410,20 @@ class Requests:
 
     # -- KnowledgeService ------------------------------------------------------------------
 
+    def put_documents(
+        self, collection: str, documents: Iterable[knowledge_pb2.PutDocumentsItem]
+    ) -> knowledge_pb2.PutDocumentsRequest:
+        items = list(documents)
+        for i, item in enumerate(items):
+            if not isinstance(item, knowledge_pb2.PutDocumentsItem):
+                raise TypeError(
+                    f"documents[{i}] must be a brain.v1.knowledge_pb2.PutDocumentsItem, "
+                    f"not {type(item).__name__}"
+                )
+        return knowledge_pb2.PutDocumentsRequest(
+            scope=self.scope, collection=collection, documents=items
+        )
+
     def put_document(
         self,
         collection: str,

@@ -16,9 +16,11 @@ value), like ``brain-mcp``; no admin access. It
   user and session equal to the scope it writes to): a listing also shows the team's and
   other users' documents, which ingest never writes and so never deletes;
 - sends only files whose SHA-256 differs from the document already stored at that path
-  (compared with ListDocuments, so unchanged files cost no upload), ``--jobs`` puts at a
-  time (default 8; the server commits a put's chunks without waiting for embeddings, so
-  the database, not the model, sets the pace);
+  (compared with ListDocuments, so unchanged files cost no upload), up to 16 files (2 MiB)
+  per PutDocuments call and ``--jobs`` calls at a time (default 8; the server commits a
+  put's chunks without waiting for embeddings, so the database, not the model, sets the
+  pace); a call the server refuses whole (one file it finds invalid) is sent again file by
+  file, so the report names the file;
 - gives ``--labels`` to new documents only: a changed file's put keeps the labels its
   document has (someone may have restricted it since);
 - with ``--prune``, deletes (erases) the collection's documents under the walked paths
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import grpc
 import pathspec
 from tqdm import tqdm
 
@@ -51,7 +54,11 @@ from brain.clients.errors import BrainClientError
 from brain.v1 import common_pb2, knowledge_pb2
 
 MAX_FILE_BYTES = 1024 * 1024
-DEFAULT_JOBS = 8  # puts in flight at once
+DEFAULT_JOBS = 8  # PutDocuments calls in flight at once
+# Files per PutDocuments call, and their bytes: one round trip for many small files, well
+# inside the server's default message size (4 MiB) with a file of the largest size (1 MiB).
+BATCH_FILES = 16
+BATCH_BYTES = 2 * 1024 * 1024
 ALWAYS_SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "node_modules"})
 
 
@@ -214,35 +221,74 @@ def ingest(
     shown = progress(len(files), sum(size for *_, size in files)) if progress else None
     labels = tuple(labels)
 
-    def one(path: Path, name: str) -> tuple[str, str, int]:
-        """(outcome, detail, bytes sent) of one file, read, hashed and put on a pool thread."""
+    def read(path: Path, name: str) -> tuple[str, str] | str:
+        """A file to send as (outcome "send", its text), or (outcome, detail) of one that is
+        not sent: skipped, failed to read, or unchanged (its hash is the stored one's)."""
         if not name.isprintable():
-            return "skipped", "its name is not UTF-8 or holds control characters", 0
+            return "skipped", "its name is not UTF-8 or holds control characters"
         try:
             text = read_text(path)
         except Skipped as why:
-            return "skipped", str(why), 0
+            return "skipped", str(why)
         except OSError as exc:
-            return "failed", exc.strerror or str(exc), 0
+            return "failed", exc.strerror or str(exc)
         known = stored.get(name)
         if known is not None and known.content_hash == hashlib.sha256(text.encode()).hexdigest():
-            return "unchanged", "", 0
+            return "unchanged", ""
+        return text
+
+    def item(name: str, text: str) -> knowledge_pb2.PutDocumentsItem:
+        # Labels are for new documents: a re-put without them keeps the document's.
+        return knowledge_pb2.PutDocumentsItem(
+            path=name, content=text, labels=() if name in stored else labels,
+            readmit_tombstoned=readmit_tombstoned,
+        )  # fmt: skip
+
+    def put(name: str, text: str) -> tuple[str, str, int]:
+        """One file alone (PutDocument): a batch the server refused as a whole, or a server
+        from before PutDocuments."""
+        it = item(name, text)
         try:
-            # Labels are for new documents: a re-put without them keeps the document's.
             done = client.put_document(
-                collection, name, text, labels=() if known else labels,
-                readmit_tombstoned=readmit_tombstoned,
-            )  # fmt: skip
+                collection, name, text, labels=it.labels, readmit_tombstoned=readmit_tombstoned
+            )
         except BrainClientError as exc:
             return "failed", str(exc), 0
-        outcome = {
-            knowledge_pb2.PUT_OUTCOME_CREATED: "created",
-            knowledge_pb2.PUT_OUTCOME_UPDATED: "updated",
-        }.get(done.outcome, "unchanged")
-        return outcome, "", len(text.encode())
+        return _outcome(done), "", len(text.encode())
 
-    def record(future: Future[tuple[str, str, int]], name: str, size: int) -> None:
-        outcome, detail, sent = future.result()
+    old_server: list[bool] = []  # set once the server answers PutDocuments UNIMPLEMENTED
+
+    def batch(group: list[tuple[Path, str]]) -> list[tuple[str, str, int]]:
+        """(outcome, detail, bytes sent) of each file of ``group``, read, hashed and put in
+        one PutDocuments call on a pool thread."""
+        results: list[tuple[str, str, int] | None] = [None] * len(group)
+        sending: list[tuple[int, str, str]] = []
+        for i, (path, name) in enumerate(group):
+            read_as = read(path, name)
+            if isinstance(read_as, str):
+                sending.append((i, name, read_as))
+            else:
+                results[i] = (*read_as, 0)
+        answers = None
+        if sending and not old_server:
+            try:
+                answers = client.put_documents(
+                    collection, [item(name, text) for _, name, text in sending]
+                )
+            except BrainClientError as exc:  # refused whole (one bad file): one by one
+                if exc.code == grpc.StatusCode.UNIMPLEMENTED:  # a server before PutDocuments
+                    old_server.append(True)
+        for n, (i, name, text) in enumerate(sending):
+            if answers is None:
+                results[i] = put(name, text)
+            elif answers[n].error_code:
+                failed = f"{answers[n].error_code}: {answers[n].error_message}"
+                results[i] = ("failed", failed, 0)
+            else:
+                results[i] = (_outcome(answers[n].put), "", len(text.encode()))
+        return [r for r in results if r is not None]
+
+    def record(outcome: str, detail: str, sent: int, name: str, size: int) -> None:
         getattr(report, outcome).append(f"{name}: {detail}" if outcome == "failed" else name)
         if outcome == "skipped":
             report.why_skipped[name] = detail
@@ -250,17 +296,22 @@ def ingest(
         if shown is not None:
             shown.advance(size)
 
-    # A bounded window of puts in flight: files are read on the threads, never all at once.
+    def finish(future: Future[list[tuple[str, str, int]]], group: list[tuple[str, int]]) -> None:
+        for (outcome, detail, sent), (name, size) in zip(future.result(), group, strict=True):
+            record(outcome, detail, sent, name, size)
+
+    # A bounded window of batches in flight: files are read on the threads, never all at once.
     with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="ingest") as pool:
-        running: dict[Future[tuple[str, str, int]], tuple[str, int]] = {}
-        for path, name, size in files:
+        running: dict[Future[list[tuple[str, str, int]]], list[tuple[str, int]]] = {}
+        for group in batches(files):
             if len(running) >= 2 * max(1, jobs):
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for f in finished:
-                    record(f, *running.pop(f))
-            running[pool.submit(one, path, name)] = (name, size)
+                    finish(f, running.pop(f))
+            future = pool.submit(batch, [(path, name) for path, name, _ in group])
+            running[future] = [(name, size) for _, name, size in group]
         for f in list(running):
-            record(f, *running.pop(f))
+            finish(f, running.pop(f))
     if prune:
         for name, doc in sorted(stored.items()):
             if name in seen or not _under(name, prefixes):
@@ -273,6 +324,28 @@ def ingest(
             report.deleted.append(name)
     report.sort()
     return report
+
+
+def batches(files: Sequence[tuple[Path, str, int]]) -> Iterator[list[tuple[Path, str, int]]]:
+    """Consecutive files in groups of at most BATCH_FILES and BATCH_BYTES (by size on disk;
+    a larger file goes alone), one PutDocuments call each."""
+    group: list[tuple[Path, str, int]] = []
+    nbytes = 0
+    for one in files:
+        if group and (len(group) >= BATCH_FILES or nbytes + one[2] > BATCH_BYTES):
+            yield group
+            group, nbytes = [], 0
+        group.append(one)
+        nbytes += one[2]
+    if group:
+        yield group
+
+
+def _outcome(done: knowledge_pb2.PutDocumentResponse) -> str:
+    return {
+        knowledge_pb2.PUT_OUTCOME_CREATED: "created",
+        knowledge_pb2.PUT_OUTCOME_UPDATED: "updated",
+    }.get(done.outcome, "unchanged")
 
 
 def _size(path: Path) -> int:

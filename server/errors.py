@@ -34,6 +34,7 @@ class InvalidArgument(BrainError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field = field
+        self.problem = problem
 
 
 class NotFound(BrainError):

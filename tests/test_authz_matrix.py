@@ -345,6 +345,16 @@ async def run_rpc(method: str, call: Call) -> tuple[grpc.StatusCode, list[str] |
                     ),
                     metadata=md,
                 )  # fmt: skip
+            case "PutDocuments":
+                await kb.PutDocuments(
+                    knowledge_pb2.PutDocumentsRequest(
+                        scope=scope, collection="scratch",
+                        documents=[knowledge_pb2.PutDocumentsItem(
+                            path=f"{secrets.token_hex(4)}.md", content="# new\n\nnew text\n"
+                        )],
+                    ),
+                    metadata=md,
+                )  # fmt: skip
             case "GetDocument":
                 await kb.GetDocument(
                     knowledge_pb2.GetDocumentRequest(scope=scope, id=call.world.ids["alice_doc"]),

@@ -246,7 +246,10 @@ async def test_async_client_retries_across_a_server_restart(brain_server: BrainS
         # before sending, so the first attempt usually is the one that answers.)
         await restart
     assert [h.memory.id for h in hits] == [saved.memory.id]
-    assert set(log.codes) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK}
+    # An attempt that reached the old server as it stopped is CANCELLED by it (seen under a
+    # loaded make test): retried like UNAVAILABLE (clients/_base.py, rule 4).
+    gone = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
+    assert set(log.codes) <= gone | {grpc.StatusCode.OK}
     assert log.codes[-1] is grpc.StatusCode.OK
 
 

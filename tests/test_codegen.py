@@ -61,5 +61,5 @@ def test_every_request_carries_scope_as_field_one() -> None:
                         "google.protobuf.Value",
                     ), f"{method.full_name}.{f.name} is opaque"
                 seen += 1
-    assert seen == 26
+    assert seen == 27
     assert descriptor_pool.Default().FindServiceByName("brain.v1.MemoryService")

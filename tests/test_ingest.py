@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from brain.clients import BrainClient, Scope
+from brain.clients import ingest as ingest_module
 from brain.clients.ingest import ingest, walk
+from brain.server.errors import NotImplementedYet
 
 from .conftest import BrainServer, unique
 
@@ -115,35 +117,38 @@ def test_the_brain_command_runs_with_the_callers_key(
     assert refused.returncode != 0 and "BRAIN_API_KEY" in refused.stderr
 
 
-def test_ingest_puts_several_files_at_once_and_reports_files_and_bytes(
-    brain_server: BrainServer, tmp_path: Path
+def test_ingest_puts_several_files_a_call_and_several_calls_at_once(
+    brain_server: BrainServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With --jobs 4, four PutDocument calls are in the server at once (each waits there,
-    up to a generous bound, for the others); progress is told of every file with its size,
-    the skipped files are named with their reasons, and a re-ingest of the unchanged tree
-    sends no put."""
+    """Files go in PutDocuments calls of several files (here at most 3), and with --jobs 4
+    four calls are in the server at once (each waits there, up to a generous bound, for
+    the others); progress is told of every file with its size, the skipped files are named
+    with their reasons, and a re-ingest of the unchanged tree sends nothing."""
     if brain_server.running is None:
         pytest.skip("observes the in-process server's puts")
-    for n in range(6):
-        (tmp_path / f"doc{n}.md").write_text(f"# Doc {n}\n\nbody {n}\n")
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", 3)
+    for n in range(12):
+        (tmp_path / f"doc{n:02}.md").write_text(f"# Doc {n}\n\nbody {n}\n")
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
     (tmp_path / "empty.md").write_text("\n\n")
     (tmp_path / "huge.md").write_text("x" * (1024 * 1024 + 1))
     knowledge = brain_server.running.knowledge
     assert knowledge is not None
-    original = knowledge.put
-    state = {"now": 0, "max": 0, "calls": 0}
+    original = knowledge.put_many
+    state = {"now": 0, "max": 0, "calls": 0, "documents": 0, "largest": 0}
 
-    async def observed_put(*args: Any, **kw: Any) -> Any:
+    async def observed_put_many(caller: Any, request: Any, *args: Any) -> Any:
         state["now"] += 1
         state["calls"] += 1
+        state["documents"] += len(request.documents)
+        state["largest"] = max(state["largest"], len(request.documents))
         state["max"] = max(state["max"], state["now"])
         try:
             for _ in range(100):  # until four are in flight (or 10 s: then the assert fails)
                 if state["max"] >= 4:
                     break
                 await asyncio.sleep(0.1)
-            return await original(*args, **kw)
+            return await original(caller, request, *args)
         finally:
             state["now"] -= 1
 
@@ -162,17 +167,18 @@ def test_ingest_puts_several_files_at_once_and_reports_files_and_bytes(
         return shown[-1]
 
     key = brain_server.mint_key(unique("ing"), "dev", permissions=KB)
-    knowledge.put = observed_put  # type: ignore[method-assign]
+    knowledge.put_many = observed_put_many  # type: ignore[method-assign]
     try:
         with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
             report = ingest(client, [tmp_path], "repo", cwd=tmp_path, jobs=4, progress=progress)
             again = ingest(client, [tmp_path], "repo", cwd=tmp_path, jobs=4)
     finally:
-        del knowledge.put
+        del knowledge.put_many
     assert state["max"] == 4
-    assert state["calls"] == 6  # the unchanged re-ingest compared hashes only: no put
-    assert len(again.unchanged) == 6 and again.created == again.updated == []
-    assert report.created == [f"doc{n}.md" for n in range(6)] and report.failed == []
+    # 15 files in 5 calls of up to 3; the skipped ones are never sent.
+    assert (state["calls"], state["documents"], state["largest"]) == (5, 12, 3)
+    assert len(again.unchanged) == 12 and again.created == again.updated == []
+    assert report.created == [f"doc{n:02}.md" for n in range(12)] and report.failed == []
     assert report.skipped == ["blob.bin", "empty.md", "huge.md"]
     assert report.why_skipped == {
         "blob.bin": "binary",
@@ -180,9 +186,64 @@ def test_ingest_puts_several_files_at_once_and_reports_files_and_bytes(
         "huge.md": "over 1 MiB",
     }
     sizes = sorted(p.stat().st_size for p in tmp_path.iterdir())
-    assert shown[0].total == (9, sum(sizes)) and sorted(shown[0].advanced) == sizes
+    assert shown[0].total == (15, sum(sizes)) and sorted(shown[0].advanced) == sizes
     assert report.sent_bytes == sum((tmp_path / n).stat().st_size for n in report.created)
     assert "skipped: huge.md (over 1 MiB)" in report.summary()
+
+
+def test_a_call_refused_whole_is_sent_again_file_by_file(
+    brain_server: BrainServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file the server finds invalid (here a Markdown file with more headings than a
+    document may have) refuses its whole PutDocuments call: ingest sends that call's files
+    one by one, so the report fails that file alone, naming it, and the others of the call
+    are stored (control)."""
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", 3)
+    (tmp_path / "a.md").write_text("# A\n\nfirst\n")
+    (tmp_path / "b.md").write_text("".join(f"# H{i}\n" for i in range(2001)))
+    (tmp_path / "c.md").write_text("# C\n\nthird\n")
+    key = brain_server.mint_key(unique("ing"), "dev", permissions=KB)
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        report = ingest(client, [tmp_path], "repo", cwd=tmp_path)
+        stored = {d.path for d in client.list_documents(collection="repo")}
+    assert report.created == ["a.md", "c.md"]
+    assert len(report.failed) == 1 and report.failed[0].startswith("b.md: ")
+    assert "heading" in report.failed[0]
+    assert stored == {"a.md", "c.md"}
+
+
+def test_a_server_without_put_documents_gets_one_file_per_call(
+    brain_server: BrainServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server from before PutDocuments (a rolling deploy) answers it UNIMPLEMENTED: ingest
+    asks once, then puts every file with PutDocument, and every file is stored."""
+    if brain_server.running is None:
+        pytest.skip("replaces the in-process server's handlers")
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", 2)
+    for n in range(5):
+        (tmp_path / f"doc{n}.md").write_text(f"# Doc {n}\n\nolder server {n}\n")
+    knowledge = brain_server.running.knowledge
+    assert knowledge is not None
+    original = knowledge.put
+    calls = {"many": 0, "one": 0}
+
+    async def unknown(*args: Any) -> Any:
+        calls["many"] += 1
+        raise NotImplementedYet("PutDocuments: not in this release")
+
+    async def one(*args: Any) -> Any:
+        calls["one"] += 1
+        return await original(*args)
+
+    monkeypatch.setattr(knowledge, "put_many", unknown)
+    monkeypatch.setattr(knowledge, "put", one)
+    key = brain_server.mint_key(unique("ing"), "dev", permissions=KB)
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        report = ingest(client, [tmp_path], "repo", cwd=tmp_path, jobs=1)
+        stored = {d.path for d in client.list_documents(collection="repo")}
+    assert calls == {"many": 1, "one": 5}
+    assert report.created == [f"doc{n}.md" for n in range(5)] and report.failed == []
+    assert stored == {f"doc{n}.md" for n in range(5)}
 
 
 def test_a_pruned_file_that_comes_back_is_held_until_ingest_readmits_it(

@@ -537,7 +537,7 @@ async def test_brain_admin_mints_knowledge_keys(
     methods = {m for m in (await api.whoami()).allowed_methods if "Knowledge" in m}
     assert methods == {
         f"/brain.v1.KnowledgeService/{m}"
-        for m in ("PutDocument", "GetDocument", "ListDocuments", "SearchKnowledge")
+        for m in ("PutDocument", "PutDocuments", "GetDocument", "ListDocuments", "SearchKnowledge")
     }
     doc = (await put(api, "a.md", "# A\n\nadmin minted\n")).document
     assert await found_paths(api, "admin minted", lexical_only=True) == {"a.md"}

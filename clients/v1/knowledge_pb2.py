@@ -27,47 +27,55 @@ from . import common_pb2 as brain_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x62rain/v1/knowledge.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x03\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x1e\n\x05scope\x18\x03 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x12\n\ncollection\x18\x04 \x01(\t\x12\x0c\n\x04path\x18\x05 \x01(\t\x12(\n\x06\x66ormat\x18\x06 \x01(\x0e\x32\x18.brain.v1.DocumentFormat\x12\x0e\n\x06labels\x18\x07 \x03(\t\x12(\n\x06status\x18\x08 \x01(\x0e\x32\x18.brain.v1.DocumentStatus\x12\x14\n\x0c\x63ontent_hash\x18\t \x01(\t\x12\x12\n\nsize_bytes\x18\n \x01(\x05\x12\x13\n\x0b\x63hunk_count\x18\x0b \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x0c \x01(\t\x12/\n\x0brecorded_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nretired_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x0f \x01(\t\x12\x12\n\nchanged_by\x18\x10 \x01(\t\x12\x0e\n\x06\x63hange\x18\x11 \x01(\t\x12\x16\n\x0e\x66ully_embedded\x18\x12 \x01(\x08\"\xbd\x01\n\x12PutDocumentRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x12\n\ncollection\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12(\n\x06\x66ormat\x18\x05 \x01(\x0e\x32\x18.brain.v1.DocumentFormat\x12\x0e\n\x06labels\x18\x06 \x03(\t\x12\x1a\n\x12readmit_tombstoned\x18\x07 \x01(\x08\"b\n\x13PutDocumentResponse\x12$\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x12.brain.v1.Document\x12%\n\x07outcome\x18\x02 \x01(\x0e\x32\x14.brain.v1.PutOutcome\"j\n\x12GetDocumentRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12\x17\n\x0finclude_content\x18\x04 \x01(\x08\";\n\x13GetDocumentResponse\x12$\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x12.brain.v1.Document\"q\n\x14ListDocumentsRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x12\n\ncollection\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"W\n\x15ListDocumentsResponse\x12%\n\tdocuments\x18\x01 \x03(\x0b\x32\x12.brain.v1.Document\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"C\n\x15\x44\x65leteDocumentRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\"5\n\x16\x44\x65leteDocumentResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\"\xaf\x01\n\x16SearchKnowledgeRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x13\n\x0b\x63ollections\x18\x04 \x03(\t\x12\x14\n\x0clexical_only\x18\x05 \x01(\x08\x12\x1a\n\rmin_relevance\x18\x06 \x01(\x02H\x00\x88\x01\x01\x42\x10\n\x0e_min_relevance\"\xdf\x01\n\x0cKnowledgeHit\x12%\n\x06source\x18\x01 \x01(\x0b\x32\x15.brain.v1.ChunkSource\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\x12\x14\n\x0clexical_rank\x18\x04 \x01(\x05\x12\x15\n\rsemantic_rank\x18\x05 \x01(\x05\x12\x15\n\rlexical_score\x18\x06 \x01(\x02\x12\x1b\n\x13semantic_similarity\x18\x07 \x01(\x02\x12\x11\n\trelevance\x18\x08 \x01(\x02\x12\x14\n\x0crerank_score\x18\t \x01(\x02\"\xaa\x01\n\x17SearchKnowledgeResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.brain.v1.KnowledgeHit\x12\'\n\x05lanes\x18\x02 \x01(\x0e\x32\x18.brain.v1.KnowledgeLanes\x12\x13\n\x0b\x62\x65low_floor\x18\x03 \x01(\x05\x12+\n\x07ranking\x18\x04 \x01(\x0e\x32\x1a.brain.v1.KnowledgeRanking*\x9f\x01\n\x0e\x44ocumentFormat\x12\x1f\n\x1b\x44OCUMENT_FORMAT_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x44OCUMENT_FORMAT_MARKDOWN\x10\x01\x12\x1a\n\x16\x44OCUMENT_FORMAT_PYTHON\x10\x02\x12\x18\n\x14\x44OCUMENT_FORMAT_CODE\x10\x03\x12\x18\n\x14\x44OCUMENT_FORMAT_TEXT\x10\x04*j\n\x0e\x44ocumentStatus\x12\x1f\n\x1b\x44OCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44OCUMENT_STATUS_ACTIVE\x10\x01\x12\x1b\n\x17\x44OCUMENT_STATUS_DELETED\x10\x02*v\n\nPutOutcome\x12\x1b\n\x17PUT_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n\x13PUT_OUTCOME_CREATED\x10\x01\x12\x17\n\x13PUT_OUTCOME_UPDATED\x10\x02\x12\x19\n\x15PUT_OUTCOME_UNCHANGED\x10\x03*\x9c\x01\n\x0eKnowledgeLanes\x12\x1f\n\x1bKNOWLEDGE_LANES_UNSPECIFIED\x10\x00\x12\x1a\n\x16KNOWLEDGE_LANES_HYBRID\x10\x01\x12\x1b\n\x17KNOWLEDGE_LANES_LEXICAL\x10\x02\x12\x30\n,KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE\x10\x03*\xa4\x01\n\x10KnowledgeRanking\x12!\n\x1dKNOWLEDGE_RANKING_UNSPECIFIED\x10\x00\x12\x1b\n\x17KNOWLEDGE_RANKING_FUSED\x10\x01\x12\x1e\n\x1aKNOWLEDGE_RANKING_RERANKED\x10\x02\x12\x30\n,KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE\x10\x03\x32\xa9\x03\n\x10KnowledgeService\x12J\n\x0bPutDocument\x12\x1c.brain.v1.PutDocumentRequest\x1a\x1d.brain.v1.PutDocumentResponse\x12J\n\x0bGetDocument\x12\x1c.brain.v1.GetDocumentRequest\x1a\x1d.brain.v1.GetDocumentResponse\x12P\n\rListDocuments\x12\x1e.brain.v1.ListDocumentsRequest\x1a\x1f.brain.v1.ListDocumentsResponse\x12S\n\x0e\x44\x65leteDocument\x12\x1f.brain.v1.DeleteDocumentRequest\x1a .brain.v1.DeleteDocumentResponse\x12V\n\x0fSearchKnowledge\x12 .brain.v1.SearchKnowledgeRequest\x1a!.brain.v1.SearchKnowledgeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x62rain/v1/knowledge.proto\x12\x08\x62rain.v1\x1a\x15\x62rain/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x03\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x1e\n\x05scope\x18\x03 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x12\n\ncollection\x18\x04 \x01(\t\x12\x0c\n\x04path\x18\x05 \x01(\t\x12(\n\x06\x66ormat\x18\x06 \x01(\x0e\x32\x18.brain.v1.DocumentFormat\x12\x0e\n\x06labels\x18\x07 \x03(\t\x12(\n\x06status\x18\x08 \x01(\x0e\x32\x18.brain.v1.DocumentStatus\x12\x14\n\x0c\x63ontent_hash\x18\t \x01(\t\x12\x12\n\nsize_bytes\x18\n \x01(\x05\x12\x13\n\x0b\x63hunk_count\x18\x0b \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x0c \x01(\t\x12/\n\x0brecorded_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nretired_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x0f \x01(\t\x12\x12\n\nchanged_by\x18\x10 \x01(\t\x12\x0e\n\x06\x63hange\x18\x11 \x01(\t\x12\x16\n\x0e\x66ully_embedded\x18\x12 \x01(\x08\"\xbd\x01\n\x12PutDocumentRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x12\n\ncollection\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12(\n\x06\x66ormat\x18\x05 \x01(\x0e\x32\x18.brain.v1.DocumentFormat\x12\x0e\n\x06labels\x18\x06 \x03(\t\x12\x1a\n\x12readmit_tombstoned\x18\x07 \x01(\x08\"b\n\x13PutDocumentResponse\x12$\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x12.brain.v1.Document\x12%\n\x07outcome\x18\x02 \x01(\x0e\x32\x14.brain.v1.PutOutcome\"x\n\x13PutDocumentsRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x12\n\ncollection\x18\x02 \x01(\t\x12-\n\tdocuments\x18\x03 \x03(\x0b\x32\x1a.brain.v1.PutDocumentsItem\"\x87\x01\n\x10PutDocumentsItem\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12(\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x18.brain.v1.DocumentFormat\x12\x0e\n\x06labels\x18\x04 \x03(\t\x12\x1a\n\x12readmit_tombstoned\x18\x05 \x01(\x08\"E\n\x14PutDocumentsResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.brain.v1.PutDocumentsResult\"k\n\x12PutDocumentsResult\x12*\n\x03put\x18\x01 \x01(\x0b\x32\x1d.brain.v1.PutDocumentResponse\x12\x12\n\nerror_code\x18\x02 \x01(\t\x12\x15\n\rerror_message\x18\x03 \x01(\t\"j\n\x12GetDocumentRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12\x17\n\x0finclude_content\x18\x04 \x01(\x08\";\n\x13GetDocumentResponse\x12$\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x12.brain.v1.Document\"q\n\x14ListDocumentsRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\x12\n\ncollection\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"W\n\x15ListDocumentsResponse\x12%\n\tdocuments\x18\x01 \x03(\x0b\x32\x12.brain.v1.Document\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"C\n\x15\x44\x65leteDocumentRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\n\n\x02id\x18\x02 \x01(\t\"5\n\x16\x44\x65leteDocumentResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\"\xaf\x01\n\x16SearchKnowledgeRequest\x12\x1e\n\x05scope\x18\x01 \x01(\x0b\x32\x0f.brain.v1.Scope\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x13\n\x0b\x63ollections\x18\x04 \x03(\t\x12\x14\n\x0clexical_only\x18\x05 \x01(\x08\x12\x1a\n\rmin_relevance\x18\x06 \x01(\x02H\x00\x88\x01\x01\x42\x10\n\x0e_min_relevance\"\xdf\x01\n\x0cKnowledgeHit\x12%\n\x06source\x18\x01 \x01(\x0b\x32\x15.brain.v1.ChunkSource\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\x12\x14\n\x0clexical_rank\x18\x04 \x01(\x05\x12\x15\n\rsemantic_rank\x18\x05 \x01(\x05\x12\x15\n\rlexical_score\x18\x06 \x01(\x02\x12\x1b\n\x13semantic_similarity\x18\x07 \x01(\x02\x12\x11\n\trelevance\x18\x08 \x01(\x02\x12\x14\n\x0crerank_score\x18\t \x01(\x02\"\xaa\x01\n\x17SearchKnowledgeResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.brain.v1.KnowledgeHit\x12\'\n\x05lanes\x18\x02 \x01(\x0e\x32\x18.brain.v1.KnowledgeLanes\x12\x13\n\x0b\x62\x65low_floor\x18\x03 \x01(\x05\x12+\n\x07ranking\x18\x04 \x01(\x0e\x32\x1a.brain.v1.KnowledgeRanking*\x9f\x01\n\x0e\x44ocumentFormat\x12\x1f\n\x1b\x44OCUMENT_FORMAT_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x44OCUMENT_FORMAT_MARKDOWN\x10\x01\x12\x1a\n\x16\x44OCUMENT_FORMAT_PYTHON\x10\x02\x12\x18\n\x14\x44OCUMENT_FORMAT_CODE\x10\x03\x12\x18\n\x14\x44OCUMENT_FORMAT_TEXT\x10\x04*j\n\x0e\x44ocumentStatus\x12\x1f\n\x1b\x44OCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44OCUMENT_STATUS_ACTIVE\x10\x01\x12\x1b\n\x17\x44OCUMENT_STATUS_DELETED\x10\x02*v\n\nPutOutcome\x12\x1b\n\x17PUT_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n\x13PUT_OUTCOME_CREATED\x10\x01\x12\x17\n\x13PUT_OUTCOME_UPDATED\x10\x02\x12\x19\n\x15PUT_OUTCOME_UNCHANGED\x10\x03*\x9c\x01\n\x0eKnowledgeLanes\x12\x1f\n\x1bKNOWLEDGE_LANES_UNSPECIFIED\x10\x00\x12\x1a\n\x16KNOWLEDGE_LANES_HYBRID\x10\x01\x12\x1b\n\x17KNOWLEDGE_LANES_LEXICAL\x10\x02\x12\x30\n,KNOWLEDGE_LANES_LEXICAL_EMBEDDER_UNAVAILABLE\x10\x03*\xa4\x01\n\x10KnowledgeRanking\x12!\n\x1dKNOWLEDGE_RANKING_UNSPECIFIED\x10\x00\x12\x1b\n\x17KNOWLEDGE_RANKING_FUSED\x10\x01\x12\x1e\n\x1aKNOWLEDGE_RANKING_RERANKED\x10\x02\x12\x30\n,KNOWLEDGE_RANKING_FUSED_RERANKER_UNAVAILABLE\x10\x03\x32\xf8\x03\n\x10KnowledgeService\x12J\n\x0bPutDocument\x12\x1c.brain.v1.PutDocumentRequest\x1a\x1d.brain.v1.PutDocumentResponse\x12M\n\x0cPutDocuments\x12\x1d.brain.v1.PutDocumentsRequest\x1a\x1e.brain.v1.PutDocumentsResponse\x12J\n\x0bGetDocument\x12\x1c.brain.v1.GetDocumentRequest\x1a\x1d.brain.v1.GetDocumentResponse\x12P\n\rListDocuments\x12\x1e.brain.v1.ListDocumentsRequest\x1a\x1f.brain.v1.ListDocumentsResponse\x12S\n\x0e\x44\x65leteDocument\x12\x1f.brain.v1.DeleteDocumentRequest\x1a .brain.v1.DeleteDocumentResponse\x12V\n\x0fSearchKnowledge\x12 .brain.v1.SearchKnowledgeRequest\x1a!.brain.v1.SearchKnowledgeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'brain.v1.knowledge_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DOCUMENTFORMAT']._serialized_start=1926
-  _globals['_DOCUMENTFORMAT']._serialized_end=2085
-  _globals['_DOCUMENTSTATUS']._serialized_start=2087
-  _globals['_DOCUMENTSTATUS']._serialized_end=2193
-  _globals['_PUTOUTCOME']._serialized_start=2195
-  _globals['_PUTOUTCOME']._serialized_end=2313
-  _globals['_KNOWLEDGELANES']._serialized_start=2316
-  _globals['_KNOWLEDGELANES']._serialized_end=2472
-  _globals['_KNOWLEDGERANKING']._serialized_start=2475
-  _globals['_KNOWLEDGERANKING']._serialized_end=2639
+  _globals['_DOCUMENTFORMAT']._serialized_start=2366
+  _globals['_DOCUMENTFORMAT']._serialized_end=2525
+  _globals['_DOCUMENTSTATUS']._serialized_start=2527
+  _globals['_DOCUMENTSTATUS']._serialized_end=2633
+  _globals['_PUTOUTCOME']._serialized_start=2635
+  _globals['_PUTOUTCOME']._serialized_end=2753
+  _globals['_KNOWLEDGELANES']._serialized_start=2756
+  _globals['_KNOWLEDGELANES']._serialized_end=2912
+  _globals['_KNOWLEDGERANKING']._serialized_start=2915
+  _globals['_KNOWLEDGERANKING']._serialized_end=3079
   _globals['_DOCUMENT']._serialized_start=95
   _globals['_DOCUMENT']._serialized_end=557
   _globals['_PUTDOCUMENTREQUEST']._serialized_start=560
   _globals['_PUTDOCUMENTREQUEST']._serialized_end=749
   _globals['_PUTDOCUMENTRESPONSE']._serialized_start=751
   _globals['_PUTDOCUMENTRESPONSE']._serialized_end=849
-  _globals['_GETDOCUMENTREQUEST']._serialized_start=851
-  _globals['_GETDOCUMENTREQUEST']._serialized_end=957
-  _globals['_GETDOCUMENTRESPONSE']._serialized_start=959
-  _globals['_GETDOCUMENTRESPONSE']._serialized_end=1018
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=1020
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=1133
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=1135
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=1222
-  _globals['_DELETEDOCUMENTREQUEST']._serialized_start=1224
-  _globals['_DELETEDOCUMENTREQUEST']._serialized_end=1291
-  _globals['_DELETEDOCUMENTRESPONSE']._serialized_start=1293
-  _globals['_DELETEDOCUMENTRESPONSE']._serialized_end=1346
-  _globals['_SEARCHKNOWLEDGEREQUEST']._serialized_start=1349
-  _globals['_SEARCHKNOWLEDGEREQUEST']._serialized_end=1524
-  _globals['_KNOWLEDGEHIT']._serialized_start=1527
-  _globals['_KNOWLEDGEHIT']._serialized_end=1750
-  _globals['_SEARCHKNOWLEDGERESPONSE']._serialized_start=1753
-  _globals['_SEARCHKNOWLEDGERESPONSE']._serialized_end=1923
-  _globals['_KNOWLEDGESERVICE']._serialized_start=2642
-  _globals['_KNOWLEDGESERVICE']._serialized_end=3067
+  _globals['_PUTDOCUMENTSREQUEST']._serialized_start=851
+  _globals['_PUTDOCUMENTSREQUEST']._serialized_end=971
+  _globals['_PUTDOCUMENTSITEM']._serialized_start=974
+  _globals['_PUTDOCUMENTSITEM']._serialized_end=1109
+  _globals['_PUTDOCUMENTSRESPONSE']._serialized_start=1111
+  _globals['_PUTDOCUMENTSRESPONSE']._serialized_end=1180
+  _globals['_PUTDOCUMENTSRESULT']._serialized_start=1182
+  _globals['_PUTDOCUMENTSRESULT']._serialized_end=1289
+  _globals['_GETDOCUMENTREQUEST']._serialized_start=1291
+  _globals['_GETDOCUMENTREQUEST']._serialized_end=1397
+  _globals['_GETDOCUMENTRESPONSE']._serialized_start=1399
+  _globals['_GETDOCUMENTRESPONSE']._serialized_end=1458
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=1460
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=1573
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=1575
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=1662
+  _globals['_DELETEDOCUMENTREQUEST']._serialized_start=1664
+  _globals['_DELETEDOCUMENTREQUEST']._serialized_end=1731
+  _globals['_DELETEDOCUMENTRESPONSE']._serialized_start=1733
+  _globals['_DELETEDOCUMENTRESPONSE']._serialized_end=1786
+  _globals['_SEARCHKNOWLEDGEREQUEST']._serialized_start=1789
+  _globals['_SEARCHKNOWLEDGEREQUEST']._serialized_end=1964
+  _globals['_KNOWLEDGEHIT']._serialized_start=1967
+  _globals['_KNOWLEDGEHIT']._serialized_end=2190
+  _globals['_SEARCHKNOWLEDGERESPONSE']._serialized_start=2193
+  _globals['_SEARCHKNOWLEDGERESPONSE']._serialized_end=2363
+  _globals['_KNOWLEDGESERVICE']._serialized_start=3082
+  _globals['_KNOWLEDGESERVICE']._serialized_end=3586
 # @@protoc_insertion_point(module_scope)

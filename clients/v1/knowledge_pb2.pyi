@@ -310,6 +310,125 @@ class PutDocumentResponse(_message.Message):
 Global___PutDocumentResponse: _TypeAlias = PutDocumentResponse  # noqa: Y015
 
 @_typing.final
+class PutDocumentsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """Required: the collection every document goes to."""
+    @_builtins.property
+    def scope(self) -> _common_pb2.Scope: ...
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___PutDocumentsItem]:
+        """1 to 100 documents, each with a path of its own."""
+
+    def __init__(
+        self,
+        *,
+        scope: _common_pb2.Scope | None = ...,
+        collection: _builtins.str = ...,
+        documents: _abc.Iterable[Global___PutDocumentsItem] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "documents", b"documents", "scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutDocumentsRequest: _TypeAlias = PutDocumentsRequest  # noqa: Y015
+
+@_typing.final
+class PutDocumentsItem(_message.Message):
+    """One document of a PutDocuments call: the fields of a PutDocumentRequest but its scope
+    and collection, which the call gives once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    READMIT_TOMBSTONED_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    content: _builtins.str
+    format: Global___DocumentFormat.ValueType
+    readmit_tombstoned: _builtins.bool
+    @_builtins.property
+    def labels(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        content: _builtins.str = ...,
+        format: Global___DocumentFormat.ValueType = ...,
+        labels: _abc.Iterable[_builtins.str] | None = ...,
+        readmit_tombstoned: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "format", b"format", "labels", b"labels", "path", b"path", "readmit_tombstoned", b"readmit_tombstoned"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutDocumentsItem: _TypeAlias = PutDocumentsItem  # noqa: Y015
+
+@_typing.final
+class PutDocumentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___PutDocumentsResult]:
+        """One per document, in the request's order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___PutDocumentsResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutDocumentsResponse: _TypeAlias = PutDocumentsResponse  # noqa: Y015
+
+@_typing.final
+class PutDocumentsResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PUT_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.str
+    """Otherwise the status PutDocument would have answered: its code's name (e.g.
+    "FAILED_PRECONDITION") and its message; empty when `put` is set.
+    """
+    error_message: _builtins.str
+    @_builtins.property
+    def put(self) -> Global___PutDocumentResponse:
+        """What PutDocument would have answered, when the document was stored or unchanged."""
+
+    def __init__(
+        self,
+        *,
+        put: Global___PutDocumentResponse | None = ...,
+        error_code: _builtins.str = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["put", b"put"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "put", b"put"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutDocumentsResult: _TypeAlias = PutDocumentsResult  # noqa: Y015
+
+@_typing.final
 class GetDocumentRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

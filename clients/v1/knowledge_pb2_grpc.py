@@ -43,6 +43,11 @@ class KnowledgeServiceStub:
                 request_serializer=brain_dot_v1_dot_knowledge__pb2.PutDocumentRequest.SerializeToString,
                 response_deserializer=brain_dot_v1_dot_knowledge__pb2.PutDocumentResponse.FromString,
                 _registered_method=True)
+        self.PutDocuments = channel.unary_unary(
+                '/brain.v1.KnowledgeService/PutDocuments',
+                request_serializer=brain_dot_v1_dot_knowledge__pb2.PutDocumentsRequest.SerializeToString,
+                response_deserializer=brain_dot_v1_dot_knowledge__pb2.PutDocumentsResponse.FromString,
+                _registered_method=True)
         self.GetDocument = channel.unary_unary(
                 '/brain.v1.KnowledgeService/GetDocument',
                 request_serializer=brain_dot_v1_dot_knowledge__pb2.GetDocumentRequest.SerializeToString,
@@ -78,6 +83,19 @@ class KnowledgeServiceServicer:
         FAILED_PRECONDITION in a review-required namespace for a key without memories:review,
         and for content a deleted document of the collection had (see readmit_tombstoned).
         RESOURCE_EXHAUSTED past the tenant's document quotas.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutDocuments(self, request, context):
+        """Store several documents of one collection in one call (what `brain ingest` sends):
+        each exactly as PutDocument would, in order, each in its own transaction, so one that
+        fails (a tombstone, a quota) leaves the others stored and says why in its result.
+        INVALID_ARGUMENT for the whole call, nothing stored, when any document is invalid
+        (naming it, e.g. documents[3].path), when two name the same path, or past
+        MAX_PUT_DOCUMENTS (100) documents; the whole call also stays within the server's
+        message size (4 MiB unless configured). It counts as one call for the rate limit.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -121,6 +139,11 @@ def add_KnowledgeServiceServicer_to_server(servicer, server):
                     servicer.PutDocument,
                     request_deserializer=brain_dot_v1_dot_knowledge__pb2.PutDocumentRequest.FromString,
                     response_serializer=brain_dot_v1_dot_knowledge__pb2.PutDocumentResponse.SerializeToString,
+            ),
+            'PutDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutDocuments,
+                    request_deserializer=brain_dot_v1_dot_knowledge__pb2.PutDocumentsRequest.FromString,
+                    response_serializer=brain_dot_v1_dot_knowledge__pb2.PutDocumentsResponse.SerializeToString,
             ),
             'GetDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDocument,
@@ -173,6 +196,33 @@ class KnowledgeService:
             '/brain.v1.KnowledgeService/PutDocument',
             brain_dot_v1_dot_knowledge__pb2.PutDocumentRequest.SerializeToString,
             brain_dot_v1_dot_knowledge__pb2.PutDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/brain.v1.KnowledgeService/PutDocuments',
+            brain_dot_v1_dot_knowledge__pb2.PutDocumentsRequest.SerializeToString,
+            brain_dot_v1_dot_knowledge__pb2.PutDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,6 +45,15 @@ class KnowledgeServiceStub:
     and for content a deleted document of the collection had (see readmit_tombstoned).
     RESOURCE_EXHAUSTED past the tenant's document quotas.
     """
+    PutDocuments: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.PutDocumentsRequest, _knowledge_pb2.PutDocumentsResponse]
+    """Store several documents of one collection in one call (what `brain ingest` sends):
+    each exactly as PutDocument would, in order, each in its own transaction, so one that
+    fails (a tombstone, a quota) leaves the others stored and says why in its result.
+    INVALID_ARGUMENT for the whole call, nothing stored, when any document is invalid
+    (naming it, e.g. documents[3].path), when two name the same path, or past
+    MAX_PUT_DOCUMENTS (100) documents; the whole call also stays within the server's
+    message size (4 MiB unless configured). It counts as one call for the rate limit.
+    """
     GetDocument: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentRequest, _knowledge_pb2.GetDocumentResponse]
     """Read one document by id; NOT_FOUND when it does not exist or is outside the key's scope."""
     ListDocuments: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.ListDocumentsRequest, _knowledge_pb2.ListDocumentsResponse]
@@ -74,6 +83,15 @@ class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
     FAILED_PRECONDITION in a review-required namespace for a key without memories:review,
     and for content a deleted document of the collection had (see readmit_tombstoned).
     RESOURCE_EXHAUSTED past the tenant's document quotas.
+    """
+    PutDocuments: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.PutDocumentsRequest, _knowledge_pb2.PutDocumentsResponse]  # type: ignore[assignment]
+    """Store several documents of one collection in one call (what `brain ingest` sends):
+    each exactly as PutDocument would, in order, each in its own transaction, so one that
+    fails (a tombstone, a quota) leaves the others stored and says why in its result.
+    INVALID_ARGUMENT for the whole call, nothing stored, when any document is invalid
+    (naming it, e.g. documents[3].path), when two name the same path, or past
+    MAX_PUT_DOCUMENTS (100) documents; the whole call also stays within the server's
+    message size (4 MiB unless configured). It counts as one call for the rate limit.
     """
     GetDocument: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentRequest, _knowledge_pb2.GetDocumentResponse]  # type: ignore[assignment]
     """Read one document by id; NOT_FOUND when it does not exist or is outside the key's scope."""
@@ -107,6 +125,21 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
         FAILED_PRECONDITION in a review-required namespace for a key without memories:review,
         and for content a deleted document of the collection had (see readmit_tombstoned).
         RESOURCE_EXHAUSTED past the tenant's document quotas.
+        """
+
+    @_abc_1.abstractmethod
+    def PutDocuments(
+        self,
+        request: _knowledge_pb2.PutDocumentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_knowledge_pb2.PutDocumentsResponse, _abc.Awaitable[_knowledge_pb2.PutDocumentsResponse]]:
+        """Store several documents of one collection in one call (what `brain ingest` sends):
+        each exactly as PutDocument would, in order, each in its own transaction, so one that
+        fails (a tombstone, a quota) leaves the others stored and says why in its result.
+        INVALID_ARGUMENT for the whole call, nothing stored, when any document is invalid
+        (naming it, e.g. documents[3].path), when two name the same path, or past
+        MAX_PUT_DOCUMENTS (100) documents; the whole call also stays within the server's
+        message size (4 MiB unless configured). It counts as one call for the rate limit.
         """
 
     @_abc_1.abstractmethod

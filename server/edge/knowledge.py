@@ -6,7 +6,8 @@ from brain.authz import caller
 from brain.authz._grpc_types import Ctx
 from brain.server.domain.knowledge import Knowledge
 from brain.server.domain.knowledge.search import hit_message
-from brain.server.edge.status import timeout_ms, unary
+from brain.server.edge.status import status_code, timeout_ms, unary
+from brain.server.errors import BrainError
 from brain.v1 import knowledge_pb2, knowledge_pb2_grpc
 
 
@@ -19,6 +20,13 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
         self, request: knowledge_pb2.PutDocumentRequest, context: Ctx
     ) -> knowledge_pb2.PutDocumentResponse:
         return await self.knowledge.put(caller(), request, timeout_ms(context))
+
+    @unary
+    async def PutDocuments(
+        self, request: knowledge_pb2.PutDocumentsRequest, context: Ctx
+    ) -> knowledge_pb2.PutDocumentsResponse:
+        results = await self.knowledge.put_many(caller(), request, timeout_ms(context))
+        return knowledge_pb2.PutDocumentsResponse(results=[_result(r) for r in results])
 
     @unary
     async def GetDocument(
@@ -49,3 +57,14 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
             below_floor=found.below_floor,
             ranking=found.ranking,  # type: ignore[arg-type]
         )
+
+
+def _result(
+    outcome: knowledge_pb2.PutDocumentResponse | BrainError,
+) -> knowledge_pb2.PutDocumentsResult:
+    """One document of PutDocuments: its put, or the status PutDocument would have had."""
+    if isinstance(outcome, BrainError):
+        return knowledge_pb2.PutDocumentsResult(
+            error_code=status_code(outcome).name, error_message=outcome.message
+        )
+    return knowledge_pb2.PutDocumentsResult(put=outcome)

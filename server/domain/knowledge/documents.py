@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -27,7 +28,13 @@ from brain.server.domain.knowledge import chunking, measures
 from brain.server.domain.knowledge.search import ChunkSearch, Found
 from brain.server.domain.memories import DEFAULT_PAGE_SIZE, Memories, placement
 from brain.server.domain.retrieval.embedders import EmbedderError
-from brain.server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from brain.server.errors import (
+    BrainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
 from brain.server.storage import document_tombstones as tombstones
 from brain.server.storage import knowledge as sql
 from brain.server.storage.visibility import Visibility
@@ -35,6 +42,7 @@ from brain.v1 import common_pb2, knowledge_pb2
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_PATH_CHARS = 512
+MAX_PUT_DOCUMENTS = 100  # documents of one PutDocuments call
 # Threads that chunk documents beside the event loop, shared by the process: a put never
 # blocks other calls, and at most this many documents are cut at once, whatever a client
 # cancels (a cancelled call's queued chunking never starts).
@@ -168,6 +176,20 @@ def document_id(field: str, value: str) -> uuid.UUID:
         raise InvalidArgument(field, "is not a document id (a UUID)") from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Put:
+    """One document's put, its arguments checked (`Knowledge.validated`)."""
+
+    req: knowledge_pb2.PutDocumentRequest
+    namespace: str
+    collection: str
+    path: str
+    content: str
+    fmt: str
+    requested: list[str]
+    item: str  # "" for PutDocument, "documents[i]." for a document of PutDocuments
+
+
 class Knowledge:
     """Carries out KnowledgeService RPCs for an authenticated caller."""
 
@@ -259,33 +281,102 @@ class Knowledge:
     async def put(
         self, caller: Caller, req: knowledge_pb2.PutDocumentRequest, timeout_ms: int | None = None
     ) -> knowledge_pb2.PutDocumentResponse:
+        put = self.validated(caller, req)
+        return await self.stored(caller, put, await self.chunked(put), timeout_ms)
+
+    async def put_many(
+        self, caller: Caller, req: knowledge_pb2.PutDocumentsRequest, timeout_ms: int | None = None
+    ) -> list[knowledge_pb2.PutDocumentResponse | BrainError]:
+        """PutDocuments: every document checked and chunked before any is stored (an invalid
+        one refuses the call, naming it), then each stored as `put` stores one, in its own
+        transaction; a document that cannot be stored gets its error, the others go on."""
+        if not req.documents:
+            raise InvalidArgument("documents", "is required: 1 to 100 documents")
+        if len(req.documents) > MAX_PUT_DOCUMENTS:
+            raise InvalidArgument(
+                "documents",
+                f"holds {len(req.documents)} documents; the limit is {MAX_PUT_DOCUMENTS} a call",
+            )
+        puts: list[_Put] = []
+        paths: dict[str, int] = {}
+        for i, item in enumerate(req.documents):
+            one = knowledge_pb2.PutDocumentRequest(
+                scope=req.scope, collection=req.collection, path=item.path, content=item.content,
+                format=item.format, labels=item.labels, readmit_tombstoned=item.readmit_tombstoned,
+            )  # fmt: skip
+            put = self.validated(caller, one, f"documents[{i}].")
+            if put.path in paths:
+                raise InvalidArgument(
+                    f"documents[{i}].path",
+                    f"is also documents[{paths[put.path]}].path; each document of a call "
+                    "needs a path of its own",
+                )
+            paths[put.path] = i
+            puts.append(put)
+        pieces = [await self.chunked(put) for put in puts]
+        results: list[knowledge_pb2.PutDocumentResponse | BrainError] = []
+        for put, chunks in zip(puts, pieces, strict=True):
+            try:
+                results.append(await self.stored(caller, put, chunks, timeout_ms))
+            except BrainError as exc:  # this document's own refusal; the others go on
+                results.append(exc)
+        return results
+
+    def validated(
+        self, caller: Caller, req: knowledge_pb2.PutDocumentRequest, item: str = ""
+    ) -> _Put:
+        """A put's arguments checked (``item``: the prefix naming a document of
+        PutDocuments, e.g. ``documents[3].``); INVALID_ARGUMENT or PERMISSION_DENIED
+        naming the field."""
         scope = caller.scope
         namespace = check.name("scope.namespace", scope.namespace, required=True)
         check.name("scope.user_id", scope.user_id)
         check.name("scope.session_id", scope.session_id)
         collection = check.name("collection", req.collection, required=True)
-        path = document_path("path", req.path)
-        content = document_content("content", req.content)
+        path = document_path(f"{item}path", req.path)
+        content = document_content(f"{item}content", req.content)
         if req.format not in knowledge_pb2.DocumentFormat.values():
-            raise InvalidArgument("format", f"unknown document format {req.format}")
+            raise InvalidArgument(f"{item}format", f"unknown document format {req.format}")
         fmt = FORMAT_FROM_PROTO.get(req.format) or chunking.detect_format(path)
-        requested = check.names("labels", req.labels, limit=check.MAX_LABELS)
+        requested = check.names(f"{item}labels", req.labels, limit=check.MAX_LABELS)
         held = caller.key.labels
         if set(requested) - held:
             raise PermissionDenied(
-                f"labels: this key cannot grant label(s) {sorted(set(requested) - held)}; "
+                f"{item}labels: this key cannot grant label(s) {sorted(set(requested) - held)}; "
                 f"it holds {sorted(held)}"
             )
+        return _Put(req, namespace, collection, path, content, fmt, requested, item)
+
+    async def chunked(self, put: _Put) -> tuple[list[sql.NewChunk], bytes]:
+        """The put's chunks (stored without vectors: the filler embeds them once the put
+        commits) and its content's fingerprint."""
+        try:
+            pieces, fingerprint = await self.prepared(put.content, put.fmt)
+        except InvalidArgument as exc:  # the content's structure: name the document's field
+            raise InvalidArgument(f"{put.item}{exc.field}", exc.problem) from exc
+        chunks = [
+            sql.NewChunk(c.content, list(c.heading_path), c.line_start, c.line_end) for c in pieces
+        ]
+        return chunks, fingerprint
+
+    async def stored(
+        self,
+        caller: Caller,
+        put: _Put,
+        prepared: tuple[list[sql.NewChunk], bytes],
+        timeout_ms: int | None = None,
+    ) -> knowledge_pb2.PutDocumentResponse:
+        """The put's transaction: a new version with its chunks, or nothing when the content
+        is unchanged (for a key that may read)."""
+        req, namespace, collection, path = put.req, put.namespace, put.collection, put.path
+        content, fmt, requested = put.content, put.fmt, put.requested
+        chunks, fingerprint = prepared
+        scope = caller.scope
         digest = hashlib.sha256(content.encode()).digest()
         vis = self.memories.visibility(caller)
         bucket = (namespace, scope.user_id, scope.session_id, collection, path)
         # A key that may not read gets no content oracle: its put always writes a version.
         reader = caller.has(Permission.KNOWLEDGE_READ.value)
-        pieces, fingerprint = await self.prepared(content, fmt)
-        # Chunks are stored without vectors: the filler embeds them once this commits.
-        chunks = [
-            sql.NewChunk(c.content, list(c.heading_path), c.line_start, c.line_end) for c in pieces
-        ]
         async with self.memories.tx(caller, timeout_ms=timeout_ms) as conn:
             await self.refuse_unreviewed(conn, caller, namespace)
             await sql.lock_path(conn, caller.tenant_id, *bucket)
