@@ -23,8 +23,9 @@ from typing import Protocol
 class Limiter(Protocol):
     """What the interceptor asks of a rate limiter."""
 
-    def acquire(self, key_id: str) -> float:
-        """Take one token; return 0 when allowed, else the seconds until one is free."""
+    def acquire(self, key_id: str, cost: float = 1.0) -> float:
+        """Take ``cost`` tokens (at most the burst); return 0 when allowed, else the seconds
+        until they are there."""
         ...
 
 
@@ -38,11 +39,11 @@ def _refill(tokens: float, updated: float, now: float, rate: float, burst: float
     return min(burst, tokens + max(0.0, now - updated) * rate)
 
 
-def _take(tokens: float, rate: float) -> tuple[float, float]:
-    """(tokens left, seconds to wait): one token taken when there is one."""
-    if tokens >= 1.0:
-        return tokens - 1.0, 0.0
-    return tokens, (1.0 - tokens) / rate
+def _take(tokens: float, rate: float, cost: float = 1.0) -> tuple[float, float]:
+    """(tokens left, seconds to wait): ``cost`` tokens taken when there are that many."""
+    if tokens >= cost:
+        return tokens - cost, 0.0
+    return tokens, (cost - tokens) / rate
 
 
 class RateLimiter:
@@ -56,14 +57,16 @@ class RateLimiter:
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}
 
-    def acquire(self, key_id: str) -> float:
-        """Take one token; return 0 when allowed, else the seconds until one is free."""
+    def acquire(self, key_id: str, cost: float = 1.0) -> float:
+        """Take ``cost`` tokens (at most the burst: a call can always pass once the bucket
+        is full); return 0 when allowed, else the seconds until they are there."""
+        cost = min(max(cost, 1.0), self._burst)
         now = self._clock()
         bucket = self._buckets.get(key_id)
         if bucket is None:
             bucket = self._buckets[key_id] = _Bucket(self._burst, now)
         tokens = _refill(bucket.tokens, bucket.updated, now, self._rate, self._burst)
-        bucket.tokens, wait = _take(tokens, self._rate)
+        bucket.tokens, wait = _take(tokens, self._rate, cost)
         bucket.updated = now
         return wait
 
@@ -115,15 +118,18 @@ class SharedRateLimiter:
             fh.truncate(slots * _SLOT.size)
         os.chmod(path, 0o600)
 
-    def acquire(self, key_id: str) -> float:
-        """Take one token; return 0 when allowed, else the seconds until one is free."""
+    def acquire(self, key_id: str, cost: float = 1.0) -> float:
+        """Take ``cost`` tokens (at most the burst); return 0 when allowed, else the seconds
+        until they are there."""
+        cost = min(max(cost, 1.0), self._burst)
         digest = hashlib.blake2b(key_id.encode(), digest_size=16).digest()
         start = int.from_bytes(digest[:8], "little") % self._slots
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             now = self._clock()
             offset, tokens, updated = self._find(digest, start, now)
-            tokens, wait = _take(_refill(tokens, updated, now, self._rate, self._burst), self._rate)
+            refilled = _refill(tokens, updated, now, self._rate, self._burst)
+            tokens, wait = _take(refilled, self._rate, cost)
             _SLOT.pack_into(self._map, offset, digest, tokens, now)
             return wait
         finally:

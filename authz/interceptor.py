@@ -117,6 +117,18 @@ def _bearer(metadata: Any) -> str | None:
     return None
 
 
+PUT_DOCUMENTS = "/brain.v1.KnowledgeService/PutDocuments"
+
+
+def call_cost(method: str, request: Any) -> float:
+    """Tokens of the rate limit a call takes: one, or one per document of a PutDocuments
+    (a batch is as much work as that many PutDocument calls, and no cheaper to guess with;
+    the limiter takes at most its burst, so any call can pass once the bucket is full)."""
+    if method == PUT_DOCUMENTS:
+        return float(max(len(request.documents), 1))
+    return 1.0
+
+
 def request_scope(request: Any) -> tuple[RequestScope, NestedScope | None]:
     """Read scope and nested filter copies off any brain.v1 request message."""
     s = request.scope
@@ -209,7 +221,7 @@ class AuthorizationInterceptor(Interceptor):
         except ScopeViolation as exc:
             raise _Denied(grpc.StatusCode.PERMISSION_DENIED, exc.message) from exc
         if self._rate_limiter is not None:
-            wait = self._rate_limiter.acquire(key.key_id)
+            wait = self._rate_limiter.acquire(key.key_id, call_cost(method, request))
             if wait > 0:
                 if self._observer is not None:
                     self._observer.rate_limited(key.key_id)

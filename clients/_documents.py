@@ -57,7 +57,8 @@ class DocumentMethods:
     ) -> list[knowledge_pb2.PutDocumentsResult]:
         """Store up to 100 documents of `collection` in one call, each as `put_document`
         would; one result per document, in order: its put, or the error code and message
-        it got (the others are stored all the same). Safe to retry."""
+        it got (the others are stored all the same). Safe to retry: documents already
+        stored answer unchanged (a key without knowledge:read writes another version)."""
         request = self._requests.put_documents(collection, documents)
         response = self._unary(
             "PutDocuments", self._knowledge.PutDocuments, request, idempotent=True,
@@ -140,7 +141,8 @@ class AsyncDocumentMethods:
     ) -> list[knowledge_pb2.PutDocumentsResult]:
         """Store up to 100 documents of `collection` in one call, each as `put_document`
         would; one result per document, in order: its put, or the error code and message
-        it got (the others are stored all the same). Safe to retry."""
+        it got (the others are stored all the same). Safe to retry: documents already
+        stored answer unchanged (a key without knowledge:read writes another version)."""
         request = self._requests.put_documents(collection, documents)
         response = await self._unary(
             "PutDocuments", self._knowledge.PutDocuments, request, idempotent=True,

@@ -20,7 +20,8 @@ value), like ``brain-mcp``; no admin access. It
   per PutDocuments call and ``--jobs`` calls at a time (default 8; the server commits a
   put's chunks without waiting for embeddings, so the database, not the model, sets the
   pace); a call the server refuses whole (one file it finds invalid) is sent again file by
-  file, so the report names the file;
+  file, so the report names the file; the key's rate limit (each file counts) is waited
+  out, up to 10 minutes a call;
 - gives ``--labels`` to new documents only: a changed file's put keeps the labels its
   document has (someone may have restricted it since);
 - with ``--prune``, deletes (erases) the collection's documents under the walked paths
@@ -37,11 +38,12 @@ import argparse
 import hashlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import grpc
 import pathspec
@@ -50,7 +52,7 @@ from tqdm import tqdm
 from brain.authz import CommandParser, add_version_argument
 from brain.clients import BrainClient
 from brain.clients._base import check_api_key
-from brain.clients.errors import BrainClientError
+from brain.clients.errors import BrainClientError, RateLimited
 from brain.v1 import common_pb2, knowledge_pb2
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -59,6 +61,12 @@ DEFAULT_JOBS = 8  # PutDocuments calls in flight at once
 # inside the server's default message size (4 MiB) with a file of the largest size (1 MiB).
 BATCH_FILES = 16
 BATCH_BYTES = 2 * 1024 * 1024
+RATE_LIMIT_WAIT = 600.0  # seconds one call may wait for the key's rate limit in all
+# A PutDocuments refused whole with these is one file's fault (its path, its labels): its
+# files are sent again one by one, so the report names that file. Any other failure
+# (authentication, the server unreachable after retries) fails the call's files alike.
+ONE_FILES_FAULT = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED})
+T = TypeVar("T")
 ALWAYS_SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "node_modules"})
 
 
@@ -249,9 +257,12 @@ def ingest(
         from before PutDocuments."""
         it = item(name, text)
         try:
-            done = client.put_document(
-                collection, name, text, labels=it.labels, readmit_tombstoned=readmit_tombstoned
-            )
+            done = patiently(
+                lambda: client.put_document(
+                    collection, name, text, labels=it.labels,
+                    readmit_tombstoned=readmit_tombstoned,
+                )
+            )  # fmt: skip
         except BrainClientError as exc:
             return "failed", str(exc), 0
         return _outcome(done), "", len(text.encode())
@@ -270,16 +281,20 @@ def ingest(
             else:
                 results[i] = (*read_as, 0)
         answers = None
+        whole: BrainClientError | None = None  # the call failed for every file alike
         if sending and not old_server:
             try:
-                answers = client.put_documents(
-                    collection, [item(name, text) for _, name, text in sending]
-                )
-            except BrainClientError as exc:  # refused whole (one bad file): one by one
+                items = [item(name, text) for _, name, text in sending]
+                answers = patiently(lambda: client.put_documents(collection, items))
+            except BrainClientError as exc:
                 if exc.code == grpc.StatusCode.UNIMPLEMENTED:  # a server before PutDocuments
                     old_server.append(True)
+                elif exc.code not in ONE_FILES_FAULT:
+                    whole = exc
         for n, (i, name, text) in enumerate(sending):
-            if answers is None:
+            if whole is not None:
+                results[i] = ("failed", str(whole), 0)
+            elif answers is None:  # refused whole for one file, or an older server
                 results[i] = put(name, text)
             elif answers[n].error_code:
                 failed = f"{answers[n].error_code}: {answers[n].error_message}"
@@ -324,6 +339,21 @@ def ingest(
             report.deleted.append(name)
     report.sort()
     return report
+
+
+def patiently(call: Callable[[], T]) -> T:
+    """``call()``, waiting out the key's rate limit (each file counts as a call) as often as
+    it says, up to RATE_LIMIT_WAIT seconds in all; then its RateLimited is raised."""
+    waited = 0.0
+    while True:
+        try:
+            return call()
+        except RateLimited as exc:
+            pause = min(max(exc.retry_after or 1.0, 0.05), 10.0)
+            if waited + pause > RATE_LIMIT_WAIT:
+                raise
+            time.sleep(pause)
+            waited += pause
 
 
 def batches(files: Sequence[tuple[Path, str, int]]) -> Iterator[list[tuple[Path, str, int]]]:

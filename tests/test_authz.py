@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from brain.authz import ALL_PERMISSIONS, METHOD_CLASSES, RateLimiter
-from brain.authz.interceptor import AuthorizationInterceptor
+from brain.authz.interceptor import AuthorizationInterceptor, call_cost
 from brain.server.errors import DeadlineExceeded
 from brain.server.runtime.app import StartupError, start_server
 from brain.server.storage.db import Database
@@ -226,6 +226,25 @@ def test_token_bucket_refills() -> None:
     now[0] += 0.5
     assert limiter.acquire("k") == 0.0
     assert limiter.acquire("other") == 0.0
+
+
+def test_a_call_can_cost_several_tokens_up_to_the_burst() -> None:
+    """A call of cost 3 waits for 3 tokens; a cost over the burst takes the whole (full)
+    bucket, so it can always pass; a PutDocuments costs one token per document."""
+    now = [0.0]
+    limiter = RateLimiter(rate=2.0, burst=4, clock=lambda: now[0])
+    assert limiter.acquire("k", 3) == 0.0
+    assert limiter.acquire("k", 3) == pytest.approx(1.0)  # 1 left, 2 more at 2/s
+    now[0] += 1.0
+    assert limiter.acquire("k", 3) == 0.0
+    now[0] += 2.0
+    assert limiter.acquire("k", 100) == 0.0  # full: takes all 4
+    assert limiter.acquire("k") == pytest.approx(0.5)
+    documents = knowledge_pb2.PutDocumentsRequest(
+        documents=[knowledge_pb2.PutDocumentsItem(path=f"{n}.md") for n in range(7)]
+    )
+    assert call_cost("/brain.v1.KnowledgeService/PutDocuments", documents) == 7.0
+    assert call_cost("/brain.v1.KnowledgeService/PutDocument", documents) == 1.0
 
 
 async def test_page_and_message_limits(

@@ -6,11 +6,20 @@ what the same call or caller does see."""
 
 from __future__ import annotations
 
-import grpc
+from pathlib import Path
+from typing import Any
 
+import grpc
+import pytest
+
+from brain.clients import BrainClient, Scope
+from brain.clients import ingest as ingest_module
+from brain.clients.errors import RateLimited
+from brain.clients.ingest import ingest
+from brain.server.errors import Unavailable
 from brain.v1 import knowledge_pb2
 
-from .conftest import BrainServer, unique
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .helpers import Api, rpc_error
 from .test_knowledge import KB, delete_call, found_paths, kb, list_docs, put
 
@@ -101,6 +110,41 @@ async def test_a_document_refused_by_a_tombstone_fails_alone(
     assert readmitted.results[0].put.outcome == OK
 
 
+async def test_an_error_not_the_documents_own_fails_the_call_and_the_retry_completes_it(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The database unavailable while the second document is stored fails the whole call
+    UNAVAILABLE (retried by clients), not that document's result; the first document stays
+    stored and the same call again answers it UNCHANGED and stores the rest."""
+    if brain_server.running is None:
+        pytest.skip("replaces the in-process server's store step")
+    knowledge = brain_server.running.knowledge
+    assert knowledge is not None
+    original = knowledge.stored
+    seen = {"stores": 0}
+
+    async def outage_at_the_second(*args: Any) -> Any:
+        seen["stores"] += 1
+        if seen["stores"] == 2:
+            raise Unavailable("the database is unavailable; retry shortly")
+        return await original(*args)
+
+    api = Api(channel, brain_server.mint_key(unique("kb"), "writer", permissions=KB))
+    documents = [item(f"{n}.md", f"# {n}\n\noutage text {n}\n") for n in range(3)]
+    knowledge.stored = outage_at_the_second  # type: ignore[method-assign]
+    try:
+        failed = await rpc_error(put_many(api, documents))
+    finally:
+        del knowledge.stored
+    assert failed.code() == grpc.StatusCode.UNAVAILABLE
+    assert [d.path for d in await list_docs(api, collection="docs")] == ["0.md"]
+    again = await put_many(api, documents)
+    assert [r.put.outcome for r in again.results] == [
+        knowledge_pb2.PUT_OUTCOME_UNCHANGED, OK, OK
+    ]  # fmt: skip
+    assert {d.path for d in await list_docs(api, collection="docs")} == {"0.md", "1.md", "2.md"}
+
+
 async def test_an_invalid_document_refuses_the_call_and_stores_nothing(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
@@ -159,3 +203,41 @@ async def test_a_confined_key_puts_only_in_its_scope(
     await put_many(bob, [item("y.md", "# Y\n\nbob's own\n")])
     assert [d.path for d in await list_docs(bob, collection="docs")] == ["y.md"]
     assert [d.path for d in await list_docs(alice, collection="docs")] == ["x.md"]
+
+
+def test_each_document_counts_for_the_rate_limit_and_ingest_waits_for_it(
+    pg_cluster: PgCluster, loop_thread: LoopThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a burst of 4 a call of 4 documents spends the key's bucket, so a call of 1 right
+    after is RESOURCE_EXHAUSTED (counted per call it would pass); another key's call passes
+    (control), a call of more documents than the burst still passes once the bucket is
+    full, and brain ingest waits the limit out: every file stored, none failed."""
+    server = BrainServer(
+        cluster=pg_cluster, loop=loop_thread,
+        settings=server_settings(pg_cluster, rate_limit=4.0, rate_burst=4),
+    )  # fmt: skip
+    server.start()
+    try:
+        tenant = unique("kb")
+
+        def client(name: str) -> BrainClient:
+            key = server.mint_key(tenant, name, permissions=KB)
+            return BrainClient(server.target, key, scope=Scope(namespace=unique("ns")))
+
+        with client("busy") as busy, client("calm") as calm, client("big") as big:
+            four = busy.put_documents("docs", [item(f"{n}.md", f"# {n}\n") for n in range(4)])
+            assert [r.put.outcome for r in four] == [OK] * 4
+            with pytest.raises(RateLimited):
+                busy.put_documents("docs", [item("late.md", "# Late\n")])
+            assert calm.put_documents("docs", [item("x.md", "# X\n")])[0].put.outcome == OK
+            ten = big.put_documents("docs", [item(f"{n}.md", f"# {n}\n") for n in range(10)])
+            assert [r.put.outcome for r in ten] == [OK] * 10
+        monkeypatch.setattr(ingest_module, "BATCH_FILES", 3)
+        for n in range(12):
+            (tmp_path / f"f{n:02}.md").write_text(f"# File {n}\n\nrate limited {n}\n")
+        with client("ingest") as writer:
+            report = ingest(writer, [tmp_path], "repo", cwd=tmp_path, jobs=2)
+        assert report.failed == []
+        assert report.created == [f"f{n:02}.md" for n in range(12)]
+    finally:
+        server.stop()

@@ -20,6 +20,9 @@ def test_shared_buckets_behave_as_the_in_process_ones(tmp_path: Path) -> None:
     for step in range(12):
         assert shared.acquire("k") == pytest.approx(local.acquire("k")), step
         now[0] += 0.2
+    for step, cost in enumerate([2, 1, 3, 2, 5, 1, 2]):  # costs of several tokens, and over
+        assert shared.acquire("k", cost) == pytest.approx(local.acquire("k", cost)), step
+        now[0] += 0.4
     assert shared.acquire("other") == 0.0  # a key of its own, full
     shared.close()
 

@@ -90,12 +90,15 @@ class KnowledgeServiceServicer:
 
     def PutDocuments(self, request, context):
         """Store several documents of one collection in one call (what `brain ingest` sends):
-        each exactly as PutDocument would, in order, each in its own transaction, so one that
-        fails (a tombstone, a quota) leaves the others stored and says why in its result.
-        INVALID_ARGUMENT for the whole call, nothing stored, when any document is invalid
-        (naming it, e.g. documents[3].path), when two name the same path, or past
-        MAX_PUT_DOCUMENTS (100) documents; the whole call also stays within the server's
-        message size (4 MiB unless configured). It counts as one call for the rate limit.
+        each exactly as PutDocument would, in order, each in its own transaction, so one
+        refused for what is stored (a tombstone, a quota, a review-required namespace) leaves
+        the others stored and says why in its result. INVALID_ARGUMENT for the whole call,
+        nothing stored, when any document is invalid (naming it, e.g. documents[3].path), when
+        two name the same path, or past 100 documents; the whole call also stays within the
+        server's message size (4 MiB unless configured). An error that is not a document's own
+        (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) fails the call: the documents stored before
+        it stay, and the retry answers them UNCHANGED. The rate limit counts each document as
+        a call (at most its burst for the whole call).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

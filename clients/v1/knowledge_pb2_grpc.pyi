@@ -47,12 +47,15 @@ class KnowledgeServiceStub:
     """
     PutDocuments: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.PutDocumentsRequest, _knowledge_pb2.PutDocumentsResponse]
     """Store several documents of one collection in one call (what `brain ingest` sends):
-    each exactly as PutDocument would, in order, each in its own transaction, so one that
-    fails (a tombstone, a quota) leaves the others stored and says why in its result.
-    INVALID_ARGUMENT for the whole call, nothing stored, when any document is invalid
-    (naming it, e.g. documents[3].path), when two name the same path, or past
-    MAX_PUT_DOCUMENTS (100) documents; the whole call also stays within the server's
-    message size (4 MiB unless configured). It counts as one call for the rate limit.
+    each exactly as PutDocument would, in order, each in its own transaction, so one
+    refused for what is stored (a tombstone, a quota, a review-required namespace) leaves
+    the others stored and says why in its result. INVALID_ARGUMENT for the whole call,
+    nothing stored, when any document is invalid (naming it, e.g. documents[3].path), when
+    two name the same path, or past 100 documents; the whole call also stays within the
+    server's message size (4 MiB unless configured). An error that is not a document's own
+    (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) fails the call: the documents stored before
+    it stay, and the retry answers them UNCHANGED. The rate limit counts each document as
+    a call (at most its burst for the whole call).
     """
     GetDocument: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentRequest, _knowledge_pb2.GetDocumentResponse]
     """Read one document by id; NOT_FOUND when it does not exist or is outside the key's scope."""
@@ -86,12 +89,15 @@ class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
     """
     PutDocuments: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.PutDocumentsRequest, _knowledge_pb2.PutDocumentsResponse]  # type: ignore[assignment]
     """Store several documents of one collection in one call (what `brain ingest` sends):
-    each exactly as PutDocument would, in order, each in its own transaction, so one that
-    fails (a tombstone, a quota) leaves the others stored and says why in its result.
-    INVALID_ARGUMENT for the whole call, nothing stored, when any document is invalid
-    (naming it, e.g. documents[3].path), when two name the same path, or past
-    MAX_PUT_DOCUMENTS (100) documents; the whole call also stays within the server's
-    message size (4 MiB unless configured). It counts as one call for the rate limit.
+    each exactly as PutDocument would, in order, each in its own transaction, so one
+    refused for what is stored (a tombstone, a quota, a review-required namespace) leaves
+    the others stored and says why in its result. INVALID_ARGUMENT for the whole call,
+    nothing stored, when any document is invalid (naming it, e.g. documents[3].path), when
+    two name the same path, or past 100 documents; the whole call also stays within the
+    server's message size (4 MiB unless configured). An error that is not a document's own
+    (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) fails the call: the documents stored before
+    it stay, and the retry answers them UNCHANGED. The rate limit counts each document as
+    a call (at most its burst for the whole call).
     """
     GetDocument: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentRequest, _knowledge_pb2.GetDocumentResponse]  # type: ignore[assignment]
     """Read one document by id; NOT_FOUND when it does not exist or is outside the key's scope."""
@@ -134,12 +140,15 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_knowledge_pb2.PutDocumentsResponse, _abc.Awaitable[_knowledge_pb2.PutDocumentsResponse]]:
         """Store several documents of one collection in one call (what `brain ingest` sends):
-        each exactly as PutDocument would, in order, each in its own transaction, so one that
-        fails (a tombstone, a quota) leaves the others stored and says why in its result.
-        INVALID_ARGUMENT for the whole call, nothing stored, when any document is invalid
-        (naming it, e.g. documents[3].path), when two name the same path, or past
-        MAX_PUT_DOCUMENTS (100) documents; the whole call also stays within the server's
-        message size (4 MiB unless configured). It counts as one call for the rate limit.
+        each exactly as PutDocument would, in order, each in its own transaction, so one
+        refused for what is stored (a tombstone, a quota, a review-required namespace) leaves
+        the others stored and says why in its result. INVALID_ARGUMENT for the whole call,
+        nothing stored, when any document is invalid (naming it, e.g. documents[3].path), when
+        two name the same path, or past 100 documents; the whole call also stays within the
+        server's message size (4 MiB unless configured). An error that is not a document's own
+        (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) fails the call: the documents stored before
+        it stay, and the retry answers them UNCHANGED. The rate limit counts each document as
+        a call (at most its burst for the whole call).
         """
 
     @_abc_1.abstractmethod

@@ -34,6 +34,7 @@ from brain.server.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
 )
 from brain.server.storage import document_tombstones as tombstones
 from brain.server.storage import knowledge as sql
@@ -43,6 +44,9 @@ from brain.v1 import common_pb2, knowledge_pb2
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_PATH_CHARS = 512
 MAX_PUT_DOCUMENTS = 100  # documents of one PutDocuments call
+# What refuses one document of PutDocuments for what is stored (a tombstone, a quota, a
+# review-required namespace, labels it cannot remove): its result says so, the others go on.
+REFUSALS = (FailedPrecondition, PermissionDenied, ResourceExhausted, InvalidArgument, NotFound)
 # Threads that chunk documents beside the event loop, shared by the process: a put never
 # blocks other calls, and at most this many documents are cut at once, whatever a client
 # cancels (a cancelled call's queued chunking never starts).
@@ -318,8 +322,11 @@ class Knowledge:
         for put, chunks in zip(puts, pieces, strict=True):
             try:
                 results.append(await self.stored(caller, put, chunks, timeout_ms))
-            except BrainError as exc:  # this document's own refusal; the others go on
+            except REFUSALS as exc:  # this document's own refusal; the others go on
                 results.append(exc)
+            # Anything else (the database unavailable, a deadline, a serialization conflict)
+            # fails the call: the client retries it, and the documents already stored answer
+            # UNCHANGED then.
         return results
 
     def validated(
