@@ -15,7 +15,7 @@ import grpc.aio
 from brain.clients._requests import (
     Requests,
 )
-from brain.clients.errors import BrainClientError, from_rpc_error, rpc_status
+from brain.clients.errors import BrainClientError, from_rpc_error, retry_after, rpc_status
 from brain.v1 import (
     common_pb2,
     memory_pb2,
@@ -45,6 +45,10 @@ DEFAULT_TIMEOUT = 10.0
 #    window is open (the retry waits as in 2); it is never retried outside one. The same codes
 #    on a READY channel (the server answered, e.g. its database is down) and DEADLINE_EXCEEDED
 #    follow `RetryPolicy` as before; non-idempotent calls are never sent twice.
+# 5. A retry refused by the key's rate limit (RESOURCE_EXHAUSTED with retry-after-ms) waits as
+#    the server says and is sent again: the attempt that failed spent the tokens (a
+#    PutDocuments takes one per document). A first attempt so refused is raised (RateLimited),
+#    and so is a RESOURCE_EXHAUSTED without the trailer (a quota).
 #
 # So a server stopped and back within the window (5 s + one reconnect) costs no failed call,
 # and a server that stays down fails a call within UNREACHABLE_WAIT (< 1 s) once the window
@@ -284,6 +288,12 @@ class ClientBase:
     ) -> float | None:
         """Seconds to wait before retrying, or None when the error must be raised."""
         code = rpc_status(exc)
+        wait = retry_after(exc)
+        if wait is not None and idempotent and 1 < attempt < self.retry.max_attempts:
+            # A retry met the rate limit: the attempt that failed (UNAVAILABLE, say) spent
+            # the tokens, so wait as the server says rather than fail a retryable call.
+            remaining = self._remaining(deadline)
+            return None if remaining is not None and remaining <= wait else wait
         if not idempotent or code not in _RETRYABLE or self.retry.max_attempts <= 1:
             return None
         if code in _GONE and not self._watch.ready:

@@ -145,6 +145,15 @@ def rpc_status(exc: grpc.RpcError) -> grpc.StatusCode:
     return value if isinstance(value, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
 
 
+def retry_after(exc: grpc.RpcError) -> float | None:
+    """Seconds a RESOURCE_EXHAUSTED of the rate limit says to wait (its retry-after-ms
+    trailer); None for any other error, a quota's included."""
+    if rpc_status(exc) is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    trailing = getattr(exc, "trailing_metadata", None)
+    return _retry_after_seconds(trailing() if callable(trailing) else None)
+
+
 def _retry_after_seconds(metadata: Iterable[Any] | None) -> float | None:
     for item in metadata or ():
         key, value = item[0], item[1]
@@ -165,9 +174,5 @@ def from_rpc_error(exc: grpc.RpcError, method: str = "") -> BrainClientError:
     message = (details() if callable(details) else None) or str(code.name).lower()
     cls = _CLASS_OF.get(code, BrainClientError)
     if cls is RateLimited:
-        trailing = getattr(exc, "trailing_metadata", None)
-        metadata = trailing() if callable(trailing) else None
-        return RateLimited(
-            message, code=code, method=method, retry_after=_retry_after_seconds(metadata)
-        )
+        return RateLimited(message, code=code, method=method, retry_after=retry_after(exc))
     return cls(message, code=code, method=method)

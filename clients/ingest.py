@@ -349,7 +349,9 @@ def patiently(call: Callable[[], T]) -> T:
         try:
             return call()
         except RateLimited as exc:
-            pause = min(max(exc.retry_after or 1.0, 0.05), 10.0)
+            if exc.retry_after is None:  # a quota or a full disk: waiting will not help
+                raise
+            pause = min(max(exc.retry_after, 0.05), 10.0)
             if waited + pause > RATE_LIMIT_WAIT:
                 raise
             time.sleep(pause)

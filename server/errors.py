@@ -78,6 +78,10 @@ class ResourceExhausted(BrainError):
     pass
 
 
+class StorageFull(ResourceExhausted):
+    """The database's disk is full: the server's state, not the caller's request."""
+
+
 class DeadlineExceeded(BrainError):
     pass
 

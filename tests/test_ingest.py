@@ -13,6 +13,7 @@ import pytest
 
 from brain.clients import BrainClient, Scope
 from brain.clients import ingest as ingest_module
+from brain.clients.errors import RateLimited
 from brain.clients.ingest import ingest, walk
 from brain.server.errors import NotImplementedYet
 
@@ -244,6 +245,30 @@ def test_a_server_without_put_documents_gets_one_file_per_call(
     assert calls == {"many": 1, "one": 5}
     assert report.created == [f"doc{n}.md" for n in range(5)] and report.failed == []
     assert stored == {f"doc{n}.md" for n in range(5)}
+
+
+def test_ingest_waits_for_a_rate_limit_only() -> None:
+    """A RESOURCE_EXHAUSTED with a retry delay (the rate limit) is waited out and the call
+    made again; one without (a quota, a full disk) is raised at once: waiting changes
+    nothing."""
+    calls: list[int] = []
+
+    def limited_twice() -> str:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise RateLimited("rate limit exceeded", retry_after=0.01)
+        return "done"
+
+    assert ingest_module.patiently(limited_twice) == "done" and len(calls) == 3
+
+    def over_quota() -> str:
+        calls.append(1)
+        raise RateLimited("quota documents exceeded", retry_after=None)
+
+    calls.clear()
+    with pytest.raises(RateLimited, match="quota"):
+        ingest_module.patiently(over_quota)
+    assert len(calls) == 1
 
 
 def test_a_pruned_file_that_comes_back_is_held_until_ingest_readmits_it(

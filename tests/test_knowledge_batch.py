@@ -232,6 +232,26 @@ def test_each_document_counts_for_the_rate_limit_and_ingest_waits_for_it(
             assert calm.put_documents("docs", [item("x.md", "# X\n")])[0].put.outcome == OK
             ten = big.put_documents("docs", [item(f"{n}.md", f"# {n}\n") for n in range(10)])
             assert [r.put.outcome for r in ten] == [OK] * 10
+        # The client retries an UNAVAILABLE call; the failed attempt spent the key's bucket,
+        # so the retry meets the rate limit, and waits it out instead of failing.
+        knowledge = server.running.knowledge if server.running else None
+        assert knowledge is not None
+        original, failures = knowledge.put_many, [Unavailable("the database is unavailable")]
+
+        async def once_unavailable(*args: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return await original(*args)
+
+        knowledge.put_many = once_unavailable  # type: ignore[method-assign]
+        try:
+            with client("retried") as retried:
+                four = retried.put_documents(
+                    "docs", [item(f"{n}.md", f"# {n}\n") for n in range(4)], timeout=20
+                )
+        finally:
+            del knowledge.put_many
+        assert failures == [] and [r.put.outcome for r in four] == [OK] * 4
         monkeypatch.setattr(ingest_module, "BATCH_FILES", 3)
         for n in range(12):
             (tmp_path / f"f{n:02}.md").write_text(f"# File {n}\n\nrate limited {n}\n")

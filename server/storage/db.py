@@ -25,7 +25,7 @@ from brain.server.errors import (
     BrainError,
     Conflict,
     DeadlineExceeded,
-    ResourceExhausted,
+    StorageFull,
     Unavailable,
 )
 from brain.server.storage import audit, migrate, setlocal
@@ -62,7 +62,7 @@ def outage(exc: BaseException) -> BrainError | None:
         return DeadlineExceeded("the request ran out of time in the database")
     if isinstance(exc, asyncpg.DiskFullError):
         _log.error("database disk full", sqlstate=exc.sqlstate)
-        return ResourceExhausted(DISK_FULL_MESSAGE)
+        return StorageFull(DISK_FULL_MESSAGE)
     if isinstance(
         exc,
         OSError

@@ -35,6 +35,7 @@ from brain.server.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    StorageFull,
 )
 from brain.server.storage import document_tombstones as tombstones
 from brain.server.storage import knowledge as sql
@@ -323,8 +324,10 @@ class Knowledge:
             try:
                 results.append(await self.stored(caller, put, chunks, timeout_ms))
             except REFUSALS as exc:  # this document's own refusal; the others go on
+                if isinstance(exc, StorageFull):
+                    raise
                 results.append(exc)
-            # Anything else (the database unavailable, a deadline, a serialization conflict)
+            # Anything else (the database unavailable or its disk full, a deadline, a conflict)
             # fails the call: the client retries it, and the documents already stored answer
             # UNCHANGED then.
         return results
