@@ -245,21 +245,22 @@ def ingest(
             return "unchanged", ""
         return text
 
-    def item(name: str, text: str) -> knowledge_pb2.PutDocumentsItem:
+    def labels_of(name: str) -> tuple[str, ...]:
         # Labels are for new documents: a re-put without them keeps the document's.
+        return () if name in stored else labels
+
+    def item(name: str, text: str) -> knowledge_pb2.PutDocumentsItem:
         return knowledge_pb2.PutDocumentsItem(
-            path=name, content=text, labels=() if name in stored else labels,
-            readmit_tombstoned=readmit_tombstoned,
-        )  # fmt: skip
+            path=name, content=text, labels=labels_of(name), readmit_tombstoned=readmit_tombstoned
+        )
 
     def put(name: str, text: str) -> tuple[str, str, int]:
         """One file alone (PutDocument): a batch the server refused as a whole, or a server
         from before PutDocuments."""
-        it = item(name, text)
         try:
             done = patiently(
                 lambda: client.put_document(
-                    collection, name, text, labels=it.labels,
+                    collection, name, text, labels=labels_of(name),
                     readmit_tombstoned=readmit_tombstoned,
                 )
             )  # fmt: skip

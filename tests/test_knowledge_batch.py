@@ -208,13 +208,14 @@ async def test_a_confined_key_puts_only_in_its_scope(
 def test_each_document_counts_for_the_rate_limit_and_ingest_waits_for_it(
     pg_cluster: PgCluster, loop_thread: LoopThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With a burst of 4 a call of 4 documents spends the key's bucket, so a call of 1 right
-    after is RESOURCE_EXHAUSTED (counted per call it would pass); another key's call passes
-    (control), a call of more documents than the burst still passes once the bucket is
-    full, and brain ingest waits the limit out: every file stored, none failed."""
+    """With a burst of 4 a call of 4 documents spends the key's bucket, so another call of 4
+    right after is RESOURCE_EXHAUSTED (counted per call it would pass; at 2 tokens a second
+    it would pass only 2 s later, far more than a call takes on any machine); another key's
+    call passes (control), a call of more documents than the burst still passes once the
+    bucket is full, and brain ingest waits the limit out: every file stored, none failed."""
     server = BrainServer(
         cluster=pg_cluster, loop=loop_thread,
-        settings=server_settings(pg_cluster, rate_limit=4.0, rate_burst=4),
+        settings=server_settings(pg_cluster, rate_limit=2.0, rate_burst=4),
     )  # fmt: skip
     server.start()
     try:
@@ -228,7 +229,7 @@ def test_each_document_counts_for_the_rate_limit_and_ingest_waits_for_it(
             four = busy.put_documents("docs", [item(f"{n}.md", f"# {n}\n") for n in range(4)])
             assert [r.put.outcome for r in four] == [OK] * 4
             with pytest.raises(RateLimited):
-                busy.put_documents("docs", [item("late.md", "# Late\n")])
+                busy.put_documents("docs", [item(f"late{n}.md", "# Late\n") for n in range(4)])
             assert calm.put_documents("docs", [item("x.md", "# X\n")])[0].put.outcome == OK
             ten = big.put_documents("docs", [item(f"{n}.md", f"# {n}\n") for n in range(10)])
             assert [r.put.outcome for r in ten] == [OK] * 10
@@ -253,11 +254,11 @@ def test_each_document_counts_for_the_rate_limit_and_ingest_waits_for_it(
             del knowledge.put_many
         assert failures == [] and [r.put.outcome for r in four] == [OK] * 4
         monkeypatch.setattr(ingest_module, "BATCH_FILES", 3)
-        for n in range(12):
+        for n in range(9):
             (tmp_path / f"f{n:02}.md").write_text(f"# File {n}\n\nrate limited {n}\n")
         with client("ingest") as writer:
             report = ingest(writer, [tmp_path], "repo", cwd=tmp_path, jobs=2)
         assert report.failed == []
-        assert report.created == [f"f{n:02}.md" for n in range(12)]
+        assert report.created == [f"f{n:02}.md" for n in range(9)]
     finally:
         server.stop()
