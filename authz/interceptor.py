@@ -118,15 +118,18 @@ def _bearer(metadata: Any) -> str | None:
 
 
 PUT_DOCUMENTS = "/brain.v1.KnowledgeService/PutDocuments"
+# The most documents one PutDocuments call may carry (the server's MAX_PUT_DOCUMENTS): a
+# call over it costs one token, so its caller learns of the mistake, not of the limiter.
+PUT_DOCUMENTS_MAX = 100
 
 
 def call_cost(method: str, request: Any) -> float:
     """Tokens of the rate limit a call takes: one, or one per document of a PutDocuments
     (a batch is as much work as that many PutDocument calls, and no cheaper to guess with;
     the limiter takes at most its burst, so any call can pass once the bucket is full)."""
-    if method == PUT_DOCUMENTS:
+    if method == PUT_DOCUMENTS and len(request.documents) <= PUT_DOCUMENTS_MAX:
         return float(max(len(request.documents), 1))
-    return 1.0
+    return 1.0  # (a call over the cap is refused INVALID_ARGUMENT, never throttled for it)
 
 
 def request_scope(request: Any) -> tuple[RequestScope, NestedScope | None]:

@@ -11,7 +11,8 @@ import grpc
 import pytest
 
 from brain.authz import ALL_PERMISSIONS, METHOD_CLASSES, RateLimiter
-from brain.authz.interceptor import AuthorizationInterceptor, call_cost
+from brain.authz.interceptor import PUT_DOCUMENTS_MAX, AuthorizationInterceptor, call_cost
+from brain.server.domain.knowledge.documents import MAX_PUT_DOCUMENTS
 from brain.server.errors import DeadlineExceeded
 from brain.server.runtime.app import StartupError, start_server
 from brain.server.storage.db import Database
@@ -245,6 +246,12 @@ def test_a_call_can_cost_several_tokens_up_to_the_burst() -> None:
     )
     assert call_cost("/brain.v1.KnowledgeService/PutDocuments", documents) == 7.0
     assert call_cost("/brain.v1.KnowledgeService/PutDocument", documents) == 1.0
+    # Over the cap the call is the caller's mistake: one token, then INVALID_ARGUMENT.
+    too_many = knowledge_pb2.PutDocumentsRequest(
+        documents=[knowledge_pb2.PutDocumentsItem(path=f"{n}.md") for n in range(101)]
+    )
+    assert call_cost("/brain.v1.KnowledgeService/PutDocuments", too_many) == 1.0
+    assert PUT_DOCUMENTS_MAX == MAX_PUT_DOCUMENTS
 
 
 async def test_page_and_message_limits(

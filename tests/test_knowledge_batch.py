@@ -14,7 +14,7 @@ import pytest
 
 from brain.clients import BrainClient, Scope
 from brain.clients import ingest as ingest_module
-from brain.clients.errors import RateLimited
+from brain.clients.errors import InvalidArgument, RateLimited
 from brain.clients.ingest import ingest
 from brain.server.errors import Unavailable
 from brain.v1 import knowledge_pb2
@@ -211,8 +211,9 @@ def test_each_document_counts_for_the_rate_limit_and_ingest_waits_for_it(
     """With a burst of 4 a call of 4 documents spends the key's bucket, so another call of 4
     right after is RESOURCE_EXHAUSTED (counted per call it would pass; at 2 tokens a second
     it would pass only 2 s later, far more than a call takes on any machine); another key's
-    call passes (control), a call of more documents than the burst still passes once the
-    bucket is full, and brain ingest waits the limit out: every file stored, none failed."""
+    call passes (control), and its call of 101 documents is INVALID_ARGUMENT, not
+    throttled; a call of more documents than the burst still passes once the bucket is
+    full, and brain ingest waits the limit out: every file stored, none failed."""
     server = BrainServer(
         cluster=pg_cluster, loop=loop_thread,
         settings=server_settings(pg_cluster, rate_limit=2.0, rate_burst=4),
@@ -231,6 +232,10 @@ def test_each_document_counts_for_the_rate_limit_and_ingest_waits_for_it(
             with pytest.raises(RateLimited):
                 busy.put_documents("docs", [item(f"late{n}.md", "# Late\n") for n in range(4)])
             assert calm.put_documents("docs", [item("x.md", "# X\n")])[0].put.outcome == OK
+            # More documents than a call may carry is the caller's mistake, not throttling:
+            # it costs one token (calm holds 3 of 4; 101 would have cost the whole burst).
+            with pytest.raises(InvalidArgument, match="documents"):
+                calm.put_documents("docs", [item(f"m{n}.md", "# M\n") for n in range(101)])
             ten = big.put_documents("docs", [item(f"{n}.md", f"# {n}\n") for n in range(10)])
             assert [r.put.outcome for r in ten] == [OK] * 10
         # The client retries an UNAVAILABLE call; the failed attempt spent the key's bucket,
