@@ -1,7 +1,8 @@
 """Page tokens and cursors belong to whom they were issued: the tenant and principal of
 the key that was given them. Presented by anyone else they fail exactly as a forged one
-does; a key rotated for the same principal goes on with them; tokens of the previous
-release, unbound, are still accepted (what a client holds across an upgrade)."""
+does; a key rotated for the same principal goes on with them; each answers only the RPC
+that issued it; tokens of the previous releases are still accepted (what a client holds
+across an upgrade)."""
 
 from __future__ import annotations
 
@@ -170,17 +171,8 @@ async def rotated(server: BrainServer, api: Api) -> Api:
     return Api(api.channel, json.loads(done.stdout)["key"])
 
 
-async def test_a_token_answers_only_its_holders_principal(
-    brain_server: BrainServer, channel: grpc.aio.Channel
-) -> None:
-    """On every RPC that takes a token, one issued to key A and presented by another
-    principal of A's tenant (who sees the same rows) or by a key of another tenant (the
-    same principal name) answers exactly as a forged token does; the same call with the
-    same token pages on for A and for A's rotated key (positive control)."""
-    tenant = unique("t")
-    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=PERMISSIONS))
-    for i in range(3):
-        await alice.save(f"alice's note {i}")
+async def something_on_every_page(alice: Api) -> None:
+    """Two of everything a paged RPC lists: conflicts, candidates, documents."""
     for older, newer in PAIRS:
         await alice.save(older)
         assert (await alice.save(newer)).conflicts
@@ -194,12 +186,26 @@ async def test_a_token_answers_only_its_holders_principal(
             metadata=alice.md,
         )
     for i in range(2):
-        await knowledge_pb2_grpc.KnowledgeServiceStub(channel).PutDocument(
+        await knowledge_pb2_grpc.KnowledgeServiceStub(alice.channel).PutDocument(
             knowledge_pb2.PutDocumentRequest(
                 scope=alice.scope(), collection="docs", path=f"d{i}.md", content=f"# d{i}\n\nx\n"
             ),
             metadata=alice.md,
         )
+
+
+async def test_a_token_answers_only_its_holders_principal(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """On every RPC that takes a token, one issued to key A and presented by another
+    principal of A's tenant (who sees the same rows) or by a key of another tenant (the
+    same principal name) answers exactly as a forged token does; the same call with the
+    same token pages on for A and for A's rotated key (positive control)."""
+    tenant = unique("t")
+    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=PERMISSIONS))
+    for i in range(3):
+        await alice.save(f"alice's note {i}")
+    await something_on_every_page(alice)
     alice_again = await rotated(brain_server, alice)
     bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=PERMISSIONS))
     elsewhere = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=PERMISSIONS))
@@ -217,6 +223,33 @@ async def test_a_token_answers_only_its_holders_principal(
         own = await outcome(paged.present(alice, token))
         assert own[0] == grpc.StatusCode.OK and paged_on(own[1]), (paged.name, own)
         assert await outcome(paged.present(alice_again, token)) == own, paged.name
+
+
+async def test_a_token_answers_only_the_rpc_that_issued_it(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A token one RPC issued, presented by its own holder to any other RPC that takes a
+    token (a ListMemories page token to ListCandidates, an audit page token to Watch),
+    answers exactly as a forged token does; to the RPC that issued it, it pages on
+    (positive control)."""
+    alice = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=PERMISSIONS))
+    for i in range(3):
+        await alice.save(f"alice's note {i}")
+    await something_on_every_page(alice)
+    tokens = {paged.name: await paged.issue(alice) for paged in PAGED}
+    await alice.save("written after the watch cursor")  # for Watch to page on to
+    for paged in PAGED:
+        for other in PAGED:
+            if other is paged:
+                continue
+            token = tokens[paged.name]
+            seen = await outcome(other.present(alice, token))
+            like_forged = await outcome(other.present(alice, forged(token)))
+            assert like_forged[0] == grpc.StatusCode.INVALID_ARGUMENT, other.name
+            assert like_forged[1].startswith(other.field), (other.name, like_forged)
+            assert seen == like_forged, (paged.name, other.name, seen)
+        own = await outcome(paged.present(alice, tokens[paged.name]))
+        assert own[0] == grpc.StatusCode.OK and paged_on(own[1]), (paged.name, own)
 
 
 async def test_a_page_token_does_not_read_as_its_position(
@@ -267,5 +300,16 @@ async def test_tokens_of_the_previous_release_are_still_accepted(
         pepper, {"k": now_page.memories[0].id, "a": datetime.now(UTC).isoformat()}
     )
     assert (await list_memories(alice, old_page)).memories == (
+        await list_memories(alice, now_page.next_page_token)
+    ).memories
+    # The release before kinds sealed tokens for their holder and no RPC: still accepted.
+    holder = await alice.whoami()
+    bound = previous_release.holder_cursor(pepper, holder, first_save)
+    assert list((await list_events(alice, bound, size=100)).events) == after_it
+    assert await watch_from(alice, bound) == ids[1]
+    bound_page = previous_release.holder_page_token(
+        pepper, holder, {"k": now_page.memories[0].id, "a": datetime.now(UTC).isoformat()}
+    )
+    assert (await list_memories(alice, bound_page)).memories == (
         await list_memories(alice, now_page.next_page_token)
     ).memories

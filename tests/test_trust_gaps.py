@@ -8,7 +8,7 @@ import itertools
 import grpc
 import pytest
 
-from brain.server.domain.cursors import Tokens
+from brain.server.domain.cursors import Kind, Tokens
 from brain.server.errors import InvalidArgument
 from brain.v1 import audit_pb2, common_pb2, memory_pb2, review_pb2
 
@@ -80,7 +80,9 @@ async def test_audit_pages_and_watch_cursors_are_sealed(
     assert not token.partition(".")[0].isdigit()
     holder = await alice.whoami()
     with pytest.raises(InvalidArgument):
-        Tokens(b"another deployment's pepper").decode_seq(holder, "page_token", token)
+        Tokens(b"another deployment's pepper").decode_seq(
+            holder, "page_token", token, kind=Kind.AUDIT
+        )
     rest = await events(alice, page_token=token)
     assert [e.memory_ids for e in rest.events] == [
         e.memory_ids for e in (await events(alice)).events[1:]
@@ -92,7 +94,9 @@ async def test_audit_pages_and_watch_cursors_are_sealed(
     marker = await call.read()
     call.cancel()
     assert marker.cursor and not marker.cursor.partition(".")[0].isdigit()
-    opened = Tokens(brain_server.cluster.pepper).decode_seq(holder, "cursor", marker.cursor)
+    opened = Tokens(brain_server.cluster.pepper).decode_seq(
+        holder, "cursor", marker.cursor, kind=Kind.WATCH
+    )
     head = brain_server.sql(
         "SELECT max(seq) FROM audit_events e JOIN tenants t USING (tenant_id) WHERE t.name = $1",
         tenant,

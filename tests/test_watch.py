@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from brain.server.domain import watch
-from brain.server.domain.cursors import Holder, Tokens
+from brain.server.domain.cursors import Holder, Kind, Tokens
 from brain.server.storage import admin, audit
 from brain.server.storage.db import Database
 from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
@@ -25,7 +25,7 @@ QUIET = 1.5  # seconds to wait for something that must not arrive
 def seq(server: BrainServer, holder: Holder, cursor: str) -> int:
     """The audit sequence number a sealed cursor carries, opened with the server's pepper
     (a client cannot: the cursor is encrypted) for the key's tenant and principal."""
-    return Tokens(server.cluster.pepper).decode_seq(holder, "cursor", cursor)
+    return Tokens(server.cluster.pepper).decode_seq(holder, "cursor", cursor, kind=Kind.WATCH)
 
 
 def md(key: str) -> tuple[tuple[str, str], ...]:

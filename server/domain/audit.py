@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from brain.authz import Caller, Permission, RequestScope
-from brain.server.domain import convert
+from brain.server.domain import convert, cursors
 from brain.server.domain import validation as check
 from brain.server.domain.cursors import Tokens
 from brain.server.errors import InvalidArgument
@@ -374,7 +374,9 @@ class AuditLog:
         if not 0 < size <= MAX_PAGE_SIZE:
             raise InvalidArgument("page_size", f"must be between 1 and {MAX_PAGE_SIZE}")
         query = sql.EventQuery(
-            after_seq=self.tokens.decode_seq(caller, "page_token", req.page_token),
+            after_seq=self.tokens.decode_seq(
+                caller, "page_token", req.page_token, kind=cursors.Kind.AUDIT
+            ),
             limit=size + 1,
             memory_id=check.memory_id("memory_id", req.memory_id) if req.memory_id else None,
             principal=check.text("principal", req.principal),
@@ -392,5 +394,7 @@ class AuditLog:
                 tenant_wide,
             )
         if len(rows) > size:
-            return rows[:size], self.tokens.encode_seq(caller, rows[size - 1]["seq"])
+            return rows[:size], self.tokens.encode_seq(
+                caller, rows[size - 1]["seq"], kind=cursors.Kind.AUDIT
+            )
         return rows, ""

@@ -8,11 +8,14 @@ data. So it reads as noise, two tokens for the same position differ (a key canno
 from its cursors, the events it may not see, nor tell whether any happened), and it opens
 only for its holder: presented by another principal or from another tenant it fails
 exactly as a forged one does. The holder is the principal, not the key, so a key rotated
-for the same principal resumes from the old key's cursors.
+for the same principal resumes from the old key's cursors. The associated data also names
+the token's *kind* (the RPC that issued it, `Kind`): a ListMemories page token offered to
+ListCandidates, or an audit page token offered to Watch, fails as a forged one does too.
 
-Tokens of the previous release are still accepted, unbound, so that a listing or a stored
-Watch cursor spans an upgrade: a signed page token (``<base64url JSON>.<mac>``), a sealed
-cursor (``s…``) and a signed bare number (``<seq>.<mac>``). Anything else — forged,
+Tokens of the previous releases are still accepted, so that a listing or a stored Watch
+cursor spans an upgrade: bound to their holder but to no kind (``p…``/``c…`` sealed without
+one), or unbound: a signed page token (``<base64url JSON>.<mac>``), a sealed cursor
+(``s…``) and a signed bare number (``<seq>.<mac>``). Anything else — forged,
 truncated, edited, another holder's, from another deployment — is INVALID_ARGUMENT naming
 the field, with one message (``NOT_OURS``), before any of it is parsed or reaches SQL.
 Servers that share a pepper accept each other's tokens.
@@ -28,6 +31,7 @@ import secrets
 import time
 import uuid
 from datetime import datetime
+from enum import Enum
 from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
@@ -42,6 +46,7 @@ CURSOR = "c"  # a sequence cursor: "c" + base64url(nonce ‖ AES-GCM(seq, holder
 _NONCE_BYTES = 12
 _PAGE_AAD = b"brain page token v3"
 _CURSOR_AAD = b"brain cursor seq v3"
+_KIND_AAD = b"brain token v4"
 # The previous release's formats, accepted unbound (see the module docstring).
 _V2_SEALED = "s"
 _V2_SEQ_AAD = b"brain cursor seq v2"
@@ -58,9 +63,25 @@ class Holder(Protocol):
     def principal(self) -> str: ...
 
 
+class Kind(Enum):
+    """The RPC a token is issued by, and the only one that accepts it back."""
+
+    MEMORIES = "ListMemories"
+    EXPORT = "ExportMemories"
+    CANDIDATES = "ListCandidates"
+    CONFLICTS = "ListConflicts"
+    DOCUMENTS = "ListDocuments"
+    AUDIT = "ListAuditEvents"
+    WATCH = "WatchMemories"
+
+
 def _bound(purpose: bytes, holder: Holder) -> bytes:
     """The associated data of a token: what it is for and whose it is, unambiguously."""
     return purpose + b"\0" + json.dumps([holder.tenant_id, holder.principal]).encode()
+
+
+def _kind_bound(kind: Kind, holder: Holder) -> bytes:
+    return _bound(_KIND_AAD + b"\0" + kind.value.encode(), holder)
 
 
 def _b64decode(body: str) -> bytes:
@@ -89,20 +110,29 @@ class Tokens:
             raise InvalidArgument(field, NOT_OURS)
         return payload
 
-    def encode(self, holder: Holder, data: dict[str, Any]) -> str:
-        """A page token for ``holder``: opaque, new at every call, opened only by it."""
-        raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
-        return self._sealed(PAGE, _bound(_PAGE_AAD, holder), raw)
+    def _open_bound(self, field: str, body: str, kind: Kind, holder: Holder, old: bytes) -> bytes:
+        """A token of ``kind`` sealed for ``holder``, or one sealed for it by the release
+        before kinds (associated data ``old``)."""
+        try:
+            return _open_sealed(self._seal, field, body, _kind_bound(kind, holder))
+        except InvalidArgument:
+            return _open_sealed(self._seal, field, body, _bound(old, holder))
 
-    def decode(self, holder: Holder, field: str, token: str) -> dict[str, Any]:
-        """The payload of a page token issued to ``holder`` (or an unbound one of the
+    def encode(self, holder: Holder, data: dict[str, Any], *, kind: Kind) -> str:
+        """A page token of ``kind`` for ``holder``: opaque, new at every call, opened only
+        by it and only by that RPC."""
+        raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+        return self._sealed(PAGE, _kind_bound(kind, holder), raw)
+
+    def decode(self, holder: Holder, field: str, token: str, *, kind: Kind) -> dict[str, Any]:
+        """The payload of a page token of ``kind`` issued to ``holder`` (or one of a
         previous release); INVALID_ARGUMENT for anything else."""
         _check_shape(field, token)
         try:
             if "." in token:  # base64url has no "."; a previous release's signed token
                 raw = _b64decode(self._v1_payload(field, token))
             elif token.startswith(PAGE):
-                raw = _open_sealed(self._seal, field, token[1:], _bound(_PAGE_AAD, holder))
+                raw = self._open_bound(field, token[1:], kind, holder, _PAGE_AAD)
             else:
                 raise InvalidArgument(field, NOT_OURS)
             data = json.loads(raw)
@@ -112,12 +142,13 @@ class Tokens:
             raise InvalidArgument(field, NOT_OURS)
         return data
 
-    def encode_seq(self, holder: Holder, seq: int) -> str:
-        """A sequence cursor (audit pages, Watch) for ``holder``: opaque, new at every call."""
-        return self._sealed(CURSOR, _bound(_CURSOR_AAD, holder), seq.to_bytes(8, "big"))
+    def encode_seq(self, holder: Holder, seq: int, *, kind: Kind) -> str:
+        """A sequence cursor of ``kind`` (audit pages, Watch) for ``holder``: opaque, new
+        at every call."""
+        return self._sealed(CURSOR, _kind_bound(kind, holder), seq.to_bytes(8, "big"))
 
-    def decode_seq(self, holder: Holder, field: str, token: str) -> int:
-        """The sequence number of a cursor issued to ``holder`` (or an unbound one of the
+    def decode_seq(self, holder: Holder, field: str, token: str, *, kind: Kind) -> int:
+        """The sequence number of a cursor of ``kind`` issued to ``holder`` (or one of a
         previous release); empty means the start (0)."""
         if not token:
             return 0
@@ -128,7 +159,7 @@ class Tokens:
                 raise InvalidArgument(field, NOT_OURS)
             return int(payload)
         if token.startswith(CURSOR):
-            raw = _open_sealed(self._seal, field, token[1:], _bound(_CURSOR_AAD, holder))
+            raw = self._open_bound(field, token[1:], kind, holder, _CURSOR_AAD)
         elif token.startswith(_V2_SEALED):
             raw = _open_sealed(self._v2_seal, field, token[1:], _V2_SEQ_AAD)
         else:

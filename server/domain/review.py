@@ -339,14 +339,18 @@ class Review:
         after = None
         if req.page_token:
             after = cursors.get_uuid(
-                "page_token", m.tokens.decode(caller, "page_token", req.page_token), "k"
+                "page_token",
+                m.tokens.decode(caller, "page_token", req.page_token, kind=cursors.Kind.CANDIDATES),
+                "k",
             )
         async with m.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
             rows = await review_sql.candidates_page(
                 conn, m.visibility(caller), proposed_by, after, size + 1
             )
         token = (
-            m.tokens.encode(caller, {"k": str(rows[size - 1]["memory_id"])})
+            m.tokens.encode(
+                caller, {"k": str(rows[size - 1]["memory_id"])}, kind=cursors.Kind.CANDIDATES
+            )
             if len(rows) > size
             else ""
         )

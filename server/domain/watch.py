@@ -28,6 +28,7 @@ import asyncpg
 import structlog
 
 from brain.authz import Caller, KeyStoreUnavailable, Permission
+from brain.server.domain import cursors
 from brain.server.domain import validation as check
 from brain.server.domain.memories import Memories, row_filter
 from brain.server.errors import InvalidArgument, PermissionDenied, Unavailable
@@ -264,7 +265,7 @@ async def changes(
 ) -> AsyncGenerator[Change, None]:
     """Changes visible to ``caller`` after ``req.cursor`` (or from now), until cancelled."""
     feed = feed or feed_for(memories.db)
-    cursor = memories.tokens.decode_seq(caller, "cursor", req.cursor)
+    cursor = memories.tokens.decode_seq(caller, "cursor", req.cursor, kind=cursors.Kind.WATCH)
     collections = document_options(caller, req)
     f = row_filter(req.filter)
     if not req.filter.statuses:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from brain.authz import caller
 from brain.authz._grpc_types import Ctx
-from brain.server.domain import convert, watch
+from brain.server.domain import convert, cursors, watch
 from brain.server.domain.knowledge.documents import document_message
 from brain.server.domain.memories import Memories
 from brain.server.edge.status import streaming, timeout_ms, unary
@@ -97,7 +97,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             async for change in changes:
                 response = memory_pb2.WatchMemoriesResponse(
                     kind=change.kind,  # type: ignore[arg-type]
-                    cursor=self.memories.tokens.encode_seq(who, change.seq),
+                    cursor=self.memories.tokens.encode_seq(
+                        who, change.seq, kind=cursors.Kind.WATCH
+                    ),
                 )
                 if change.row is not None and change.document:
                     response.document.CopyFrom(document_message(change.row))

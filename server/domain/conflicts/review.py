@@ -63,7 +63,9 @@ class ConflictReview:
         before = None
         if req.page_token:
             before = cursors.get_uuid(
-                "page_token", m.tokens.decode(caller, "page_token", req.page_token), "c"
+                "page_token",
+                m.tokens.decode(caller, "page_token", req.page_token, kind=cursors.Kind.CONFLICTS),
+                "c",
             )
         async with m.tx(caller, timeout_ms=timeout_ms, readonly=True) as conn:
             rows = await sql.page(
@@ -71,7 +73,9 @@ class ConflictReview:
             )
         token = ""
         if len(rows) > size:
-            token = m.tokens.encode(caller, {"c": str(rows[size - 1]["conflict_id"])})
+            token = m.tokens.encode(
+                caller, {"c": str(rows[size - 1]["conflict_id"])}, kind=cursors.Kind.CONFLICTS
+            )
         return review_pb2.ListConflictsResponse(
             conflicts=[conflict(r) for r in rows[:size]], next_page_token=token
         )

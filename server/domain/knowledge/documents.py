@@ -487,7 +487,9 @@ class Knowledge:
         collection = check.name("collection", req.collection)
         after = None
         if req.page_token:
-            data = self.memories.tokens.decode(caller, "page_token", req.page_token)
+            data = self.memories.tokens.decode(
+                caller, "page_token", req.page_token, kind=cursors.Kind.DOCUMENTS
+            )
             after = cursors.get_uuid("page_token", data, "d")
         vis = self.memories.visibility(caller)
         async with self.memories.tx(
@@ -497,7 +499,9 @@ class Knowledge:
         token = ""
         if len(rows) > size:
             rows = rows[:size]
-            token = self.memories.tokens.encode(caller, {"d": str(rows[-1]["document_id"])})
+            token = self.memories.tokens.encode(
+                caller, {"d": str(rows[-1]["document_id"])}, kind=cursors.Kind.DOCUMENTS
+            )
         return knowledge_pb2.ListDocumentsResponse(
             documents=[document_message(r) for r in rows], next_page_token=token
         )

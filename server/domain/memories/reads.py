@@ -122,7 +122,9 @@ class MemoryReads(MemoryBase):
         t = time_coords(req.time, default_any_valid=False)
         after = None
         if req.page_token:
-            data = self.tokens.decode(caller, "page_token", req.page_token)
+            data = self.tokens.decode(
+                caller, "page_token", req.page_token, kind=cursors.Kind.MEMORIES
+            )
             after = cursors.get_uuid("page_token", data, "k")
             # A token pins the snapshot its first page saw, so pages never shift.
             t = replace(t, as_of=cursors.get_time("page_token", data, "a"))
@@ -135,7 +137,9 @@ class MemoryReads(MemoryBase):
         token = ""
         if more and t.as_of is not None:
             token = self.tokens.encode(
-                caller, {"k": str(rows[-1]["memory_id"]), "a": t.as_of.isoformat()}
+                caller,
+                {"k": str(rows[-1]["memory_id"]), "a": t.as_of.isoformat()},
+                kind=cursors.Kind.MEMORIES,
             )
         return memory_pb2.ListMemoriesResponse(
             memories=[convert.memory(r) for r in rows], next_page_token=token
@@ -147,7 +151,7 @@ class MemoryReads(MemoryBase):
         f = replace(row_filter(req.filter, ALL_STATUSES), hide_expired=False)
         after: tuple[uuid.UUID, int] | None = None
         if req.cursor:
-            token = self.tokens.decode(caller, "cursor", req.cursor)
+            token = self.tokens.decode(caller, "cursor", req.cursor, kind=cursors.Kind.EXPORT)
             after = (cursors.get_uuid("cursor", token, "k"), cursors.get_int("cursor", token, "v"))
         vis = self.visibility(caller)
         while True:
@@ -157,7 +161,9 @@ class MemoryReads(MemoryBase):
                 after = (row["memory_id"], row["version"])
                 yield memory_pb2.ExportMemoriesResponse(
                     memory=convert.memory(row),
-                    cursor=self.tokens.encode(caller, {"k": str(after[0]), "v": after[1]}),
+                    cursor=self.tokens.encode(
+                        caller, {"k": str(after[0]), "v": after[1]}, kind=cursors.Kind.EXPORT
+                    ),
                 )
             if len(rows) < EXPORT_BATCH:
                 return
