@@ -7,6 +7,7 @@ import json
 
 import grpc
 
+from brain.server.domain import quotas
 from brain.v1 import common_pb2, knowledge_pb2, review_pb2
 
 from .conftest import BrainServer, fillers_held, unique
@@ -321,3 +322,78 @@ async def test_per_request_caps_are_invalid_argument_naming_the_cap(
         assert near.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
         assert documents_stored(brain_server, tenant) == 1
         await delete_call(api, near.document.id)
+
+
+def test_the_hidden_usage_is_rounded_up_to_a_grain_of_the_limit() -> None:
+    """What the caller sees counts exactly, the rest rounded up to 1/32 of the limit: a key
+    that sees the whole tenant is checked exactly, and rounding only refuses earlier."""
+    assert quotas.grain(100_000) == 3125 and quotas.grain(40) == 2 and quotas.grain(4) == 1
+    # Everything seen: exact.
+    assert not quotas.exceeds(100, used=99, visible=99, adding=1)
+    assert quotas.exceeds(100, used=100, visible=100, adding=1)
+    # 1,000 or 2,000 hidden bytes of a 100,000 limit read alike: 3,125.
+    for hidden in (1, 1000, 2000, 3125):
+        assert not quotas.exceeds(100_000, used=hidden + 96_000, visible=96_000, adding=875)
+        assert quotas.exceeds(100_000, used=hidden + 96_000, visible=96_000, adding=876)
+    assert quotas.exceeds(100_000, used=3126 + 96_000, visible=96_000, adding=875)
+    for used in range(0, 120):  # never more lenient than the exact count
+        for visible in range(0, used + 1):
+            if used + 1 > 100:
+                assert quotas.exceeds(100, used, visible, 1)
+
+
+def sized(n: int) -> str:
+    """Markdown content of exactly ``n`` bytes."""
+    return ("# Probe\n\n" + "alpha bravo charlie delta echo\n" * (n // 31 + 1))[:n]
+
+
+async def test_a_writer_cannot_measure_what_it_cannot_see_by_the_quota(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A writer growing its own document until refused, then shrinking it, used to read
+    the bytes other users store exactly (an outside review measured a hidden 4,882-byte
+    document to the byte). The hidden part counts rounded up to a grain of the limit, so
+    alice's answers are the same whether bob's document holds 1,000 or 2,000 bytes; at the
+    grain's edge her put lands (control), and bob's own puts land (control). Memories
+    alike: with bob's 1 or 2 hidden memories alice's saves stop at the same count."""
+    tenant = unique("qgrain")
+    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=KB + ",memories:write",
+                                               user="alice"), user_id="alice")  # fmt: skip
+    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=KB + ",memories:write",
+                                             user="bob"), user_id="bob")  # fmt: skip
+    limit = 100_000
+    edge = limit - quotas.grain(limit)  # what alice may hold while anything is hidden
+    created = knowledge_pb2.PUT_OUTCOME_CREATED
+    assert (await put(bob, "payroll.md", sized(1000))).outcome == created  # control
+    assert (await put(alice, "probe.md", sized(10))).outcome == created
+    brain_server.admin("tenants", "set-quota", tenant, "--document-bytes", str(limit))
+    answers = []
+    try:
+        for bob_bytes in (1000, 2000):
+            if bob_bytes != 1000:
+                grown = await put(bob, "payroll.md", sized(bob_bytes))
+                assert grown.outcome == knowledge_pb2.PUT_OUTCOME_UPDATED  # control
+            over = await rpc_error(put(alice, "probe.md", sized(edge + 1)))
+            assert over.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            at_edge = await put(alice, "probe.md", sized(edge))  # control: lands
+            assert at_edge.outcome == knowledge_pb2.PUT_OUTCOME_UPDATED
+            assert (await put(alice, "probe.md", sized(10))).outcome  # shrinking: always
+            answers.append(over.details())
+        assert answers[0] == answers[1]
+    finally:  # spare the session server's filler the probe's chunks
+        brain_server.admin("tenants", "set-quota", tenant, "--document-bytes", "none")
+        for api, path in ((alice, "probe.md"), (bob, "payroll.md")):
+            doc = (await put(api, path, sized(10))).document
+            await delete_call(api, doc.id)
+
+    memories = 64  # a grain of 2
+    await bob.save("bob's hidden note 0")
+    for i in range(61):
+        await alice.save(f"alice's note number {i}")
+    brain_server.admin("tenants", "set-quota", tenant, "--memories", str(memories))
+    assert (await alice.save("alice's note number 61")).memory.id  # control: 62 + 1 hidden
+    first = await rpc_error(alice.save("alice's note number 62"))  # exact: 63 + 1 would fit
+    assert (await bob.save("bob's hidden note 1")).memory.id  # control: bob sees his own two
+    second = await rpc_error(alice.save("alice's note number 62"))
+    assert first.code() == second.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert first.details() == second.details()

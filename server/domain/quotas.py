@@ -1,4 +1,16 @@
-"""Per-tenant quotas: the check every write that adds memories or documents makes first."""
+"""Per-tenant quotas: the check every write that adds memories or documents makes first.
+
+A quota counts the whole tenant (a confined key must not undercount), so its refusal says
+something about rows the caller cannot see. Named exactly, that would be a measure of
+them: a writer growing its own rows until refused, and shrinking them again, reads off how
+much the rest of the tenant stores — to the byte, after every write of another user. So
+the check rounds the part the caller cannot see up to a *grain* of the limit (1/32 of it,
+`grain`): a write is refused when what the caller sees, plus what it adds, plus the hidden
+rest rounded up to the grain, passes the limit. A caller then learns the hidden usage only
+to the grain, and a key that sees the whole tenant is checked exactly. The price: a key
+that does not see everything may be refused up to one grain before the tenant is full.
+Rounding up only ever refuses earlier, so concurrent writers still never overshoot.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +18,29 @@ import asyncpg
 
 from brain.server.errors import ResourceExhausted
 from brain.server.storage import quotas as sql
+from brain.server.storage.visibility import Visibility
+
+# The hidden usage is rounded up to 1/GRAIN_PARTS of the limit.
+GRAIN_PARTS = 32
 
 
-async def reserve_memories(conn: asyncpg.Connection, adding: int) -> None:
-    """Refuse a write that would take the tenant past its memory quota.
+def grain(limit: int) -> int:
+    """The unit the usage a caller cannot see is rounded up to: 1/32 of the limit, at
+    least 1."""
+    return max(1, -(-limit // GRAIN_PARTS))
+
+
+def exceeds(limit: int, used: int, visible: int, adding: int) -> bool:
+    """Whether adding ``adding`` to a tenant storing ``used`` (``visible`` of it seen by
+    the caller) passes ``limit``, the hidden rest rounded up to the limit's grain."""
+    hidden = max(used - visible, 0)
+    unit = grain(limit)
+    return visible + adding + -(-hidden // unit) * unit > limit
+
+
+async def reserve_memories(conn: asyncpg.Connection, vis: Visibility, adding: int) -> None:
+    """Refuse a write that would take the tenant past its memory quota (`exceeds`, with
+    what ``vis`` sees).
 
     Call it in the write's transaction, right before the insert: concurrent writers of
     the tenant then wait for each other, so together they never overshoot.
@@ -19,7 +50,10 @@ async def reserve_memories(conn: asyncpg.Connection, adding: int) -> None:
     if adding <= 0:
         return
     quota = await sql.reserve_memories(conn)
-    if quota is not None and quota.used + adding > quota.limit:
+    if quota is None:
+        return
+    visible = await sql.visible_memories(conn, vis)
+    if exceeds(quota.limit, quota.used, visible, adding):
         raise ResourceExhausted(
             f"quota memories exceeded: this tenant may store at most {quota.limit} "
             "memories; forget some or ask an operator to raise the quota "
@@ -28,7 +62,7 @@ async def reserve_memories(conn: asyncpg.Connection, adding: int) -> None:
 
 
 async def reserve_documents(
-    conn: asyncpg.Connection, tenant_id: str, adding: int, adding_bytes: int
+    conn: asyncpg.Connection, vis: Visibility, adding: int, adding_bytes: int
 ) -> None:
     """Refuse a put that would take the tenant past its document quotas: ``adding``
     documents (1 for a new one, 0 for a new version) and ``adding_bytes`` of content (the
@@ -37,18 +71,23 @@ async def reserve_documents(
     much the tenant stores."""
     if adding <= 0 and adding_bytes <= 0:
         return
-    quota = await sql.reserve_documents(conn, tenant_id)
+    quota = await sql.reserve_documents(conn, vis.tenant_id)
     if quota is None:
         return
+    documents, document_bytes = await sql.visible_documents(conn, vis)
     limit = quota.max_documents
-    if adding > 0 and limit is not None and quota.documents + adding > limit:
+    if adding > 0 and limit is not None and exceeds(limit, quota.documents, documents, adding):
         raise ResourceExhausted(
             f"quota documents exceeded: this tenant may store at most {limit} documents; "
             "delete some or ask an operator to raise the quota "
             "(brain-admin tenants set-quota --documents)"
         )
     limit = quota.max_document_bytes
-    if adding_bytes > 0 and limit is not None and quota.document_bytes + adding_bytes > limit:
+    if (
+        adding_bytes > 0
+        and limit is not None
+        and exceeds(limit, quota.document_bytes, document_bytes, adding_bytes)
+    ):
         raise ResourceExhausted(
             f"quota document bytes exceeded: this tenant may store at most {limit} bytes of "
             "documents; delete some or ask an operator to raise the quota "

@@ -187,7 +187,7 @@ class Review:
                 f"this key made {recent} proposals in the last hour; the limit is "
                 f"{self.limits.proposals_per_hour}"
             )
-        await quotas.reserve_memories(conn, adding=1)
+        await quotas.reserve_memories(conn, vis, adding=1)
         at = await sql.clock(conn)
         candidate = replace(
             new,

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 import asyncpg
 
 from brain.server.storage import setlocal
+from brain.server.storage.visibility import (
+    Params,
+    Visibility,
+    object_visibility,
+    visibility_predicate,
+)
 
 
 @dataclass(frozen=True)
@@ -50,3 +56,32 @@ async def reserve_documents(conn: asyncpg.Connection, tenant_id: str) -> Documen
         documents=row["documents"],
         document_bytes=row["document_bytes"],
     )
+
+
+async def visible_memories(conn: asyncpg.Connection, v: Visibility) -> int:
+    """What the memory quota counts (active and candidate current memories) among the rows
+    ``v`` may see."""
+    p = Params()
+    return int(
+        await conn.fetchval(
+            f"""SELECT count(*) FROM memories m
+                WHERE m.tenant_id = {p.add(v.tenant_id)}::uuid AND m.retired_at IS NULL
+                  AND m.status IN ('active', 'candidate') AND {visibility_predicate(v, p)}""",
+            *p.values,
+        )
+    )
+
+
+async def visible_documents(conn: asyncpg.Connection, v: Visibility) -> tuple[int, int]:
+    """What the document quotas count (current, undeleted documents and their bytes) among
+    the documents ``v`` may see."""
+    p = Params()
+    row = await conn.fetchrow(
+        f"""SELECT count(*) AS n, COALESCE(sum(d.size_bytes), 0)::bigint AS bytes
+            FROM documents d
+            WHERE d.tenant_id = {p.add(v.tenant_id)}::uuid AND d.retired_at IS NULL
+              AND d.status = 'active' AND {object_visibility(v, p, "d")}""",
+        *p.values,
+    )
+    assert row is not None  # an aggregate always answers one row
+    return int(row["n"]), int(row["bytes"])

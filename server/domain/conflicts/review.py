@@ -166,7 +166,7 @@ class ConflictReview:
             rows = await consolidation.active_rows(conn, vis, namespace)
             found = consolidation.clusters(rows, min_overlap)[:max_clusters]
             if not req.dry_run and found:
-                await quotas.reserve_memories(conn, adding=len(found))
+                await quotas.reserve_memories(conn, vis, adding=len(found))
             for cluster in found:
                 item = review_pb2.Consolidation(
                     source_ids=[str(s["memory_id"]) for s in cluster.sources],

@@ -263,7 +263,7 @@ class Knowledge:
             )
         await quotas.reserve_documents(
             conn,
-            caller.tenant_id,
+            vis,
             adding=1 if current is None else 0,
             adding_bytes=len(req.content.encode()) - (current["size_bytes"] if current else 0),
         )

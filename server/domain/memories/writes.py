@@ -281,7 +281,7 @@ class MemoryWrites(MemoryBase):
     ) -> asyncpg.Record:
         """Insert ``new`` and mark ``targets`` superseded by it, at one transaction time;
         the new memory's graph assertions take over from theirs."""
-        await quotas.reserve_memories(conn, adding=1 - len(targets))
+        await quotas.reserve_memories(conn, self.visibility(caller), adding=1 - len(targets))
         memory_id = cursors.uuid7()
         at = await sql.clock(conn)
         new = replace(new, supersedes=[t["memory_id"] for t in targets])
