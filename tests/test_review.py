@@ -13,6 +13,7 @@ from .helpers import Api, rpc_error
 FULL = "memories:read,memories:write,memories:propose,memories:review,memories:forget,audit:read"
 AGENT = "memories:read,memories:propose"
 REVIEWER = "memories:read,memories:review"
+CANDIDATE = common_pb2.MEMORY_STATUS_CANDIDATE
 
 
 async def propose(
@@ -226,6 +227,26 @@ async def test_candidate_cap_counts_candidates_the_proposer_cannot_see(
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     err = await rpc_error(propose(first, "fourth idea"))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_the_candidate_cap_counts_hidden_candidates_only_to_a_grain(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Proposing until refused used to count other proposers' hidden candidates exactly
+    (room = cap - own). With a cap of 33 (a grain of 2) and one hidden candidate, the 32nd
+    proposal is refused though the exact count would take it; the 31st lands (control), and
+    so does the other proposer's own (control)."""
+    tenant = unique("t")
+    mine = Api(channel, brain_server.mint_key(tenant, "agent:mine", permissions=AGENT))
+    other = Api(channel, brain_server.mint_key(tenant, "agent:other", permissions=AGENT))
+    brain_server.admin("namespaces", "set", "proj", "--tenant", tenant, "--max-pending", "33")
+    assert (await propose(other, "the other agent's idea")).status == CANDIDATE  # control
+    for i in range(31):
+        assert (await propose(mine, f"my idea number {i}")).status == CANDIDATE
+    assert len(await candidates(mine)) == 31  # mine sees only its own
+    err = await rpc_error(propose(mine, "my idea number 31"))  # exactly: 31 + 1 + 1 <= 33
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "proj" in (err.details() or "") and "at most 33" in (err.details() or "")
 
 
 async def test_proposals_per_key_per_hour(pg_cluster: PgCluster, loop_thread: LoopThread) -> None:

@@ -172,13 +172,15 @@ class Review:
         max_pending = policy["max_pending"] if policy else 1000
         if automatic:
             max_pending //= 2
-        if (
-            await review_sql.pending_in_namespace(conn, caller.tenant_id, new.namespace)
-            >= max_pending
-        ):
+        # The cap counts other proposers' candidates too, which the caller cannot see: like a
+        # quota (`quotas.exceeds`), those count rounded up to 1/32 of the cap, so proposing
+        # until refused does not count them exactly.
+        pending = await review_sql.pending_in_namespace(conn, caller.tenant_id, new.namespace)
+        seen = await review_sql.visible_pending_in_namespace(conn, vis, new.namespace)
+        if quotas.exceeds(max_pending, pending, seen, 1):
             raise ResourceExhausted(
-                f"namespace {new.namespace} already has {max_pending} candidates awaiting "
-                "review; review some before proposing more"
+                f"namespace {new.namespace} has no room for more candidates awaiting review "
+                f"(at most {max_pending}); review some before proposing more"
             )
         hour_ago = datetime.now(UTC) - timedelta(hours=1)
         recent = await review_sql.proposals_since(conn, caller.key.key_id, hour_ago)

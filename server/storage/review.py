@@ -29,6 +29,25 @@ async def pending_in_namespace(conn: asyncpg.Connection, tenant_id: str, namespa
     return value
 
 
+async def visible_pending_in_namespace(
+    conn: asyncpg.Connection, v: Visibility, namespace: str
+) -> int:
+    """The pending candidates of the namespace that ``v`` may see (its proposer's own, or
+    every one for a reviewer): the part of `pending_in_namespace` the caller could count."""
+    p = Params()
+    return int(
+        await conn.fetchval(
+            f"""SELECT count(*) FROM memories m
+                WHERE m.tenant_id = {p.add(v.tenant_id)}::uuid
+                  AND m.namespace = {p.add(namespace)} AND m.status = 'candidate'
+                  AND m.retired_at IS NULL
+                  AND (m.candidate_expires_at IS NULL OR m.candidate_expires_at > now())
+                  AND {visibility_predicate(v, p)}""",
+            *p.values,
+        )
+    )
+
+
 async def proposals_since(conn: asyncpg.Connection, key_id: str, since: datetime) -> int:
     """Proposals this key made since ``since``, reviewed or not (first versions persist),
     also those it can no longer see; only the transaction's own key may be counted
