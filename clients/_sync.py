@@ -54,6 +54,11 @@ from brain.v1 import (
     review_pb2_grpc,
 )
 
+# gRPC core's connectivity states as grpc.ChannelConnectivity (`_observe_now`).
+_CORE_CONNECTIVITY: dict[Any, grpc.ChannelConnectivity] = {
+    state.value[0]: state for state in grpc.ChannelConnectivity
+}
+
 # How long close() waits at most for gRPC's connectivity poller: it notices within one
 # poll (0.2 s), so this bound is reached only on a machine too busy to run the thread.
 _POLLER_WAIT_SECONDS = 2.0
@@ -134,6 +139,20 @@ class BrainClient(ConflictMethods, DocumentMethods, ClientBase):
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _observe_now(self) -> None:
+        """Record the channel's state as it is now, as the asyncio client does after a
+        failed attempt. The subscription's notices come on gRPC's polling thread and can
+        lag: a new client whose first call the server answered UNAVAILABLE (its database
+        down) still saw a channel never READY, took it for a server it cannot reach, and
+        raised instead of retrying (rule 4 of `_base`). The state is read from the
+        channel's core object, as gRPC's own poller reads it; without one, nothing."""
+        check = getattr(getattr(self._channel, "_channel", None), "check_connectivity_state", None)
+        if check is None:
+            return
+        state = _CORE_CONNECTIVITY.get(check(False))
+        if state is not None:
+            self._watch.observe(state)
+
     def _await_channel(self, deadline: float | None) -> None:
         """Wait for the channel to be READY as long as the restart rule allows (`_base`)."""
         wait = self._watch.wait_before_attempt(deadline)
@@ -167,6 +186,7 @@ class BrainClient(ConflictMethods, DocumentMethods, ClientBase):
                     request, timeout=self._attempt_timeout(deadline), metadata=self._metadata
                 )
             except grpc.RpcError as exc:
+                self._observe_now()
                 delay = self._retry_delay(exc, attempt, deadline, idempotent)
                 if delay is None:
                     raise failed(exc, method, request) from exc
@@ -210,6 +230,7 @@ class BrainClient(ConflictMethods, DocumentMethods, ClientBase):
                         yield item
                 return
             except grpc.RpcError as exc:
+                self._observe_now()
                 delay = self._retry_delay(exc, max(attempt, 1), deadline, idempotent=True)
                 if delay is None:
                     raise from_rpc_error(exc, method) from exc

@@ -110,6 +110,36 @@ async def test_a_document_refused_by_a_tombstone_fails_alone(
     assert readmitted.results[0].put.outcome == OK
 
 
+def test_a_new_clients_first_call_answered_unavailable_is_retried(
+    brain_server: BrainServer,
+) -> None:
+    """The server answers a new client's first call UNAVAILABLE (its database down): the
+    connection is up, so the sync client retries as RetryPolicy says and the call succeeds,
+    even when the channel's connectivity notices have not arrived (they come on gRPC's
+    thread and lagged under load; here none arrive at all). The call is retried once:
+    the injected failure was consumed, and the documents are stored (control)."""
+    if brain_server.running is None or brain_server.running.knowledge is None:
+        pytest.skip("replaces the in-process server's batch step")
+    knowledge = brain_server.running.knowledge
+    original, failures = knowledge.put_many, [Unavailable("the database is unavailable")]
+
+    async def once_unavailable(*args: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await original(*args)
+
+    key = brain_server.mint_key(unique("kb"), "writer", permissions=KB)
+    with BrainClient(brain_server.target, key, scope=Scope(namespace=unique("ns"))) as client:
+        client._channel.unsubscribe(client._watch.observe)  # no notices: the lagging case
+        knowledge.put_many = once_unavailable  # type: ignore[method-assign]
+        try:
+            results = client.put_documents("docs", [item("a.md", "# A\n\nfirst call\n")])
+        finally:
+            del knowledge.put_many
+        assert failures == [] and [r.put.outcome for r in results] == [OK]
+        assert [d.path for d in client.list_documents(collection="docs")] == ["a.md"]
+
+
 async def test_an_error_not_the_documents_own_fails_the_call_and_the_retry_completes_it(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
