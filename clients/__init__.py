@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         Unavailable,
         Unimplemented,
     )
+    from brain.v1.knowledge_pb2 import PutDocumentsItem
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -76,6 +77,7 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
+    "PutDocumentsItem",
     "RateLimited",
     "RetryPolicy",
     "Scope",
@@ -94,6 +96,7 @@ _HOME = {
     "Scope": "._requests",
     "graph_draft": "._requests",
     "time_travel": "._requests",
+    "PutDocumentsItem": "brain.v1.knowledge_pb2",  # one document of put_documents
 }
 
 

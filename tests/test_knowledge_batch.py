@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from brain.clients import BrainClient, Scope
+from brain.clients import BrainClient, PutDocumentsItem, Scope
 from brain.clients import ingest as ingest_module
 from brain.clients.errors import InvalidArgument, RateLimited
 from brain.clients.ingest import ingest
@@ -26,8 +26,9 @@ from .test_knowledge import KB, delete_call, found_paths, kb, list_docs, put
 OK = knowledge_pb2.PUT_OUTCOME_CREATED
 
 
-def item(path: str, content: str, **kw: object) -> knowledge_pb2.PutDocumentsItem:
-    return knowledge_pb2.PutDocumentsItem(path=path, content=content, **kw)  # type: ignore[arg-type]
+def item(path: str, content: str, **kw: object) -> PutDocumentsItem:
+    """One document of a batch, as client code imports it (`brain.clients`)."""
+    return PutDocumentsItem(path=path, content=content, **kw)  # type: ignore[arg-type]
 
 
 async def put_many(
