@@ -266,6 +266,7 @@ def pg_cluster(loop_thread: LoopThread) -> Iterator[PgCluster]:
         pepper_file = root / "pepper"
         pepper = secrets.token_bytes(32)
         pepper_file.write_bytes(pepper)
+        pepper_file.chmod(0o600)  # as an operator keeps it: the server warns otherwise
         yield PgCluster(pg=pg, pepper_file=pepper_file, pepper=pepper)
     finally:
         pg.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -52,8 +53,9 @@ def postgres_for(data_dir: Path) -> list[psutil.Process]:
 
 
 def test_embedded_server_serves_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """With no database URL the server starts its own PostgreSQL, mints a dev key once, serves,
-    and on SIGTERM drains, exits 0 and leaves no PostgreSQL running."""
+    """With no database URL the server starts its own PostgreSQL, mints a dev key once into its
+    file (logging the file, not the key), serves, and on SIGTERM drains, exits 0 and leaves no
+    PostgreSQL running; every line it wrote is JSON."""
     os.chmod(tmp_path, 0o755)
     data, port = tmp_path / "data", free_port()
     env = {**os.environ, "BRAIN_DATA_DIR": str(data), "BRAIN_DEV_KEY_FILE": str(tmp_path / "key"),
@@ -79,7 +81,11 @@ def test_embedded_server_serves_then_stops_cleanly_on_sigterm(tmp_path: Path) ->
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert proc.stderr is not None
-        assert proc.stderr.read().count(key) == 1  # the one-time banner; never in the logs
+        logged = proc.stderr.read()
+        assert key not in logged  # the log names the file that holds the key, never the key
+        assert str(tmp_path / "key") in logged
+        for line in logged.splitlines():  # every line is one JSON object (the default format)
+            assert isinstance(json.loads(line), dict), line
         deadline = time.monotonic() + 30
         while postgres_for(data) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -94,6 +100,7 @@ def test_startup_errors_are_one_clear_line(tmp_path: Path, pg_cluster: PgCluster
     """A bad URL, an unreachable database and a busy port each exit 2 with one line saying why."""
     pepper = tmp_path / "pepper"
     pepper.write_bytes(os.urandom(32))
+    pepper.chmod(0o600)
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()

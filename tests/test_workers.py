@@ -86,7 +86,10 @@ def test_two_workers_both_answer_and_all_drain_on_sigterm(tmp_path: Path) -> Non
         assert stopped >= {0, 1}  # every worker went through the graceful stop
         assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
         assert postgres_for(data) == []
-        assert log.read_text().count(key) == 1  # the dev key banner, once, from the parent
+        assert key not in log.read_text()  # the parent logs the dev key's file, not the key
+        assert [e.get("key_file") for e in events if e.get("tenant") == "local"] == [
+            str(tmp_path / "key")
+        ]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -130,6 +133,12 @@ def test_two_workers_are_one_server_for_metrics_and_the_rate_limit(tmp_path: Pat
             if {e.get("worker") for e in log_events(log) if e.get("event") == "serving"} == {0, 1}:
                 break
             time.sleep(0.1)
+        # Every worker's serving line, and the parent's, names the /metrics address.
+        started_lines = [
+            e for e in log_events(log) if e.get("event") in ("serving", "workers started")
+        ]
+        assert {e.get("worker") for e in started_lines} == {0, 1, None}
+        assert {e.get("metrics") for e in started_lines} == {f"127.0.0.1:{metrics_port}"}
         key = (tmp_path / "key").read_text().strip()
         codes: list[grpc.StatusCode] = []
 

@@ -22,6 +22,7 @@ from brain.server.storage import backup as store
 async def cmd_backup(ctx: Context) -> None:
     a = ctx.args
     out: Path = a.out
+    pepper = ctx.pepper  # a missing pepper is refused before anything is written
     tmp = out.with_name(out.name + ".tmp")
     rows = 0
     try:
@@ -31,7 +32,7 @@ async def cmd_backup(ctx: Context) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             async with ctx.connect() as conn:
-                async for line in store.backup(conn, ctx.pepper, a.tenant):
+                async for line in store.backup(conn, pepper, a.tenant):
                     f.write(line + "\n")
                     rows += 1
                     if rows % 10_000 == 0:
@@ -58,10 +59,11 @@ def _utf8_lines(f: BinaryIO) -> Iterator[str]:
 
 async def cmd_restore(ctx: Context) -> None:
     a = ctx.args
+    pepper = ctx.pepper  # a missing pepper is refused before anything is read or written
     try:
         with a.file.open("rb") as f:  # a CLI: nothing else runs on this loop
             async with ctx.connect() as conn, acting(conn):
-                done = await store.restore(conn, ctx.pepper, _utf8_lines(f))
+                done = await store.restore(conn, pepper, _utf8_lines(f))
     except OSError as exc:
         raise UsageError(f"cannot read {a.file}: {exc}") from exc
     except store.BackupError as exc:

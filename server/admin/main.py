@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+import asyncpg
+
 from brain.authz import CommandParser, add_version_argument
 from brain.server.admin import audit, backup, certs, conflicts, embeddings, keys
 from brain.server.admin.registry import Context, UsageError, undecodable_argument
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_version_argument(parser)
     parser.add_argument(
         "--database-url",
-        default=_env("ADMIN_DATABASE_URL") or _env("DATABASE_URL"),
+        default=None,  # from the environment in `database_url_of`, which names its source
         help="owner connection (BRAIN_ADMIN_DATABASE_URL, else BRAIN_DATABASE_URL); "
         "unset: the embedded PostgreSQL",
     )
@@ -55,9 +57,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def database_url_of(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The owner URL and where it came from (the flag or which variable), for errors."""
+    if args.database_url:
+        return args.database_url, "--database-url"
+    for name in ("ADMIN_DATABASE_URL", "DATABASE_URL"):
+        if _env(name):
+            return _env(name), f"BRAIN_{name}"
+    return None, "the embedded PostgreSQL"
+
+
+def database_error(exc: asyncpg.PostgresError | asyncpg.InterfaceError | OSError) -> str:
+    """One line for a database error no command translated itself."""
+    if isinstance(exc, asyncpg.InsufficientPrivilegeError):
+        return (
+            f"the database refused: {exc}; brain-admin works as the database owner "
+            "(BRAIN_ADMIN_DATABASE_URL or --database-url with the owner role, not the server's)"
+        )
+    if isinstance(exc, asyncpg.PostgresError):
+        return f"the database refused: {exc}"
+    if isinstance(exc, asyncpg.InterfaceError):
+        return f"the database connection failed: {exc}"
+    return f"cannot reach the database: {exc}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.database_url, args.database_url_source = database_url_of(args)
     undecodable = undecodable_argument(parser, args)
     if undecodable is not None:  # before anything is read or written
         chosen, message = undecodable
@@ -68,6 +95,10 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(args.fn(ctx))
     except (UsageError, store.AdminError, MigrationError, PepperError) as exc:
         print(f"brain-admin: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        # Whatever a command did not translate: one line, never a traceback.
+        print(f"brain-admin: error: {database_error(exc)}", file=sys.stderr)
         sys.exit(2)
     finally:
         if ctx._pg is not None:

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 
@@ -150,15 +151,22 @@ class Context:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.database_url: str | None = args.database_url
+        # Which flag or variable gave the URL, so that an error names what the user set.
+        self.database_url_source: str = getattr(args, "database_url_source", "--database-url")
         self.data_dir: Path = args.data_dir
         self._pg: embedded.EmbeddedPostgres | None = None
 
     @property
     def pepper(self) -> bytes:
-        return load_pepper(self.args.pepper_file, self.data_dir, create=self.database_url is None)
+        return load_pepper(self.args.pepper_file, self.data_dir, database_url=self.database_url)
 
     async def owner_dsn(self) -> str:
         if self.database_url is not None:
+            if urlsplit(self.database_url).scheme not in ("postgres", "postgresql"):
+                raise UsageError(
+                    f"{self.database_url_source} {logs.redact_dsn(self.database_url)!r} is not "
+                    "a postgresql:// URL"
+                )
             return self.database_url
         self._pg = embedded.start(self.data_dir / "pg")
         await prepare_embedded(self._pg)
@@ -169,7 +177,7 @@ class Context:
         dsn = await self.owner_dsn()
         try:
             conn = await asyncpg.connect(dsn)
-        except (OSError, asyncpg.PostgresError) as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise UsageError(f"cannot connect to {logs.redact_dsn(dsn)}: {exc}") from exc
         try:
             yield conn  # writes go in `acting(conn)`: their audit events name the admin

@@ -128,7 +128,8 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
         parts = urlsplit(dsn)
         if parts.scheme not in ("postgres", "postgresql"):
             raise StartupError(
-                f"BRAIN_DATABASE_URL {logs.redact_dsn(dsn)!r} is not a postgresql:// URL"
+                f"the database URL (--database-url or BRAIN_DATABASE_URL) "
+                f"{logs.redact_dsn(dsn)!r} is not a postgresql:// URL"
             )
     where = logs.redact_dsn(dsn)
     try:
@@ -148,7 +149,8 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
     replica = settings.read_database_url
     if replica is not None and urlsplit(replica).scheme not in ("postgres", "postgresql"):
         raise StartupError(
-            f"BRAIN_READ_DATABASE_URL {logs.redact_dsn(replica)!r} is not a postgresql:// URL"
+            "the read database URL (--read-database-url or BRAIN_READ_DATABASE_URL) "
+            f"{logs.redact_dsn(replica)!r} is not a postgresql:// URL"
         )
     try:
         db = await asyncio.wait_for(Database.connect(dsn, replica_dsn=replica), timeout=15)
@@ -192,7 +194,7 @@ async def start_server(settings: Settings) -> RunningServer:
     credentials = _server_credentials(settings)
     try:
         pepper = load_pepper(
-            settings.pepper_file, settings.data_dir, create=settings.database_url is None
+            settings.pepper_file, settings.data_dir, database_url=settings.database_url
         )
     except PepperError as exc:
         raise StartupError(str(exc)) from exc
@@ -375,9 +377,10 @@ async def _serve(
         tls=credentials is not None,
         mtls=settings.tls_client_ca is not None,
         database="embedded" if pg is not None else logs.redact_dsn(settings.database_url or ""),
-        metrics=f"{settings.metrics_listen} (port {metrics_server.port})"
-        if metrics_server
-        else None,
+        # host:port of /metrics, served here or (with --workers) by the parent process
+        metrics=metrics.address(settings.metrics_listen, metrics_server.port)
+        if metrics_server is not None and settings.metrics_listen
+        else settings.metrics_in_parent,
         tracing=tracing_on,
     )
     return RunningServer(

@@ -10,6 +10,7 @@ from pathlib import Path
 import platformdirs
 
 from brain.server.domain.validation import MAX_CANDIDATE_TTL
+from brain.server.runtime.cpus import usable_cpus
 
 
 def default_data_dir() -> Path:
@@ -83,9 +84,10 @@ class Settings:
     workers: int = 1
     reuse_port: bool = False
     # Set by the parent for its workers: the bucket file every worker's rate limit shares,
-    # and whether the parent serves /metrics from the values the workers write.
+    # and the host:port where the parent serves /metrics from the values the workers write
+    # (None: no metrics).
     rate_limit_file: Path | None = None
-    metrics_in_parent: bool = False
+    metrics_in_parent: str | None = None
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -102,8 +104,9 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         type=_positive_int,
-        default=_env("WORKERS", str(os.cpu_count() or 1)),
-        help="server processes sharing the port; default: the number of cores (BRAIN_WORKERS)",
+        default=_env("WORKERS") or str(usable_cpus()),
+        help="server processes sharing the port; default: the CPUs this process may use "
+        "(its CPU affinity, bounded by a cgroup CPU quota) (BRAIN_WORKERS)",
     )
     parser.add_argument(
         "--database-url",

@@ -1,24 +1,30 @@
-"""The local dev key that `make run` prints once, for trying the brain on one machine."""
+"""The local dev key that `make run` writes to ``.brain/dev-key``, for trying the brain on one
+machine.
+
+The key itself goes only into that file (mode 0600); the log, which may be shipped and kept,
+names the file, never the key (Configuration: logs never carry keys).
+"""
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import asyncpg
+import structlog
 
 from brain.authz import ALL_PERMISSIONS, Confinement
 from brain.server.storage import admin
 
 DEV_TENANT = "local"
 DEV_PRINCIPAL = "dev"
+_log = structlog.get_logger("brain.server")
 
 
 async def ensure_dev_key(owner_dsn: str, pepper: bytes, path: Path) -> None:
     """Mint a full-permission key for tenant ``local`` unless ``path`` already holds one."""
     if path.exists():
-        print(f"brain-server: dev key is in {path}", file=sys.stderr)
+        _log.info("dev key", tenant=DEV_TENANT, key_file=str(path))
         return
     conn = await asyncpg.connect(owner_dsn)
     try:
@@ -43,8 +49,8 @@ async def ensure_dev_key(owner_dsn: str, pepper: bytes, path: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(minted.key + "\n")
-    print(
-        f"\nbrain-server: minted a dev key for tenant '{DEV_TENANT}' (shown once, kept in {path}):"
-        f"\n\n    {minted.key}\n",
-        file=sys.stderr,
+    _log.info(
+        "minted a dev key; clients read it from the file (e.g. brain --key-file FILE)",
+        tenant=DEV_TENANT,
+        key_file=str(path),
     )

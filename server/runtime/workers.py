@@ -41,7 +41,7 @@ from brain.server.runtime import embedded, ports
 from brain.server.runtime.app import StartupError, run, serve_metrics
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
-from brain.server.runtime.pepper import PepperError, load_pepper
+from brain.server.runtime.pepper import PepperError, load_pepper, pepper_path
 from brain.server.telemetry import logs, metrics
 
 _log = structlog.get_logger("brain.workers")
@@ -166,33 +166,46 @@ def serve(settings: Settings) -> int:
     try:
         try:
             pepper = load_pepper(
-                settings.pepper_file, settings.data_dir, create=settings.database_url is None
+                settings.pepper_file, settings.data_dir, database_url=settings.database_url
             )
             reserved, listen = reserve_port(settings.listen)
         except (PepperError, OSError) as exc:
             raise StartupError(str(exc)) from exc
+        metrics_at = None
+        if settings.metrics_listen:  # workers started from here on write their values there
+            os.environ[metrics.MULTIPROCESS_ENV] = str(state.metrics_dir)
+            metrics_server = serve_metrics(
+                settings, reserved.getsockname()[1], str(state.metrics_dir)
+            )
+            if metrics_server is not None:
+                metrics_at = metrics.address(settings.metrics_listen, metrics_server.port)
         shared = replace(
             settings,
             listen=listen,
             reuse_port=True,
             rate_limit_file=state.rate_limits,
             metrics_listen=None,
-            metrics_in_parent=bool(settings.metrics_listen),
+            metrics_in_parent=metrics_at,
         )
-        if settings.metrics_listen:  # workers started from here on write their values there
-            os.environ[metrics.MULTIPROCESS_ENV] = str(state.metrics_dir)
-            metrics_server = serve_metrics(
-                settings, reserved.getsockname()[1], str(state.metrics_dir)
-            )
         if settings.database_url is None:
             pg = embedded.start(settings.data_dir / "pg")
             asyncio.run(_prepare(pg, pepper, settings))
-            shared = replace(shared, database_url=pg.app_dsn, dev_key_file=None)
+            # The workers get a database URL, so they are told the pepper file too.
+            pepper_file = pepper_path(settings.pepper_file, settings.data_dir, database_url=None)
+            shared = replace(
+                shared, database_url=pg.app_dsn, pepper_file=pepper_file, dev_key_file=None
+            )
         workers.settings = shared
         workers.spawn(0, wait=True)
         for index in range(1, settings.workers):
             workers.spawn(index, wait=False)
-        _log.info("workers started", workers=settings.workers, listen=listen, pid=os.getpid())
+        _log.info(
+            "workers started",
+            workers=settings.workers,
+            listen=listen,
+            pid=os.getpid(),
+            metrics=metrics_at,
+        )
         workers.supervise(pg, state.metrics_dir if metrics_server is not None else None)
         _log.info("shutting down workers", grace_seconds=settings.grace_seconds)
         return 0

@@ -8,6 +8,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
+_HANDLER_NAME = "brain-structured"
+
 
 class _CurrentStderr:
     """Whatever ``sys.stderr`` is when a line is written, not when logging was configured:
@@ -22,7 +24,11 @@ class _CurrentStderr:
 
 
 def configure(level: str = "info", fmt: str = "json", worker: int | None = None) -> None:
-    """Logs at ``level`` as JSON or console lines; a worker process tags each with its index."""
+    """Logs at ``level`` as JSON or console lines; a worker process tags each with its index.
+
+    Lines that libraries write through the standard ``logging`` module (asyncpg's pool,
+    grpc) go through the same processors and renderer, so with ``json`` every line on the
+    stream is one JSON object, a traceback included (in its ``exception`` field)."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     tag: list[structlog.types.Processor] = []
     if worker is not None:
@@ -37,19 +43,40 @@ def configure(level: str = "info", fmt: str = "json", worker: int | None = None)
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
     )
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        *tag,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    # JSON renders a traceback into one string field; the console renderer prints it whole.
+    exc_info: list[structlog.types.Processor] = (
+        [structlog.processors.format_exc_info] if fmt == "json" else []
+    )
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            *tag,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(_CurrentStderr())
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                *exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(old)  # configured again (a worker, a test): one handler, not two
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    logging.captureWarnings(True)  # Python warnings too, as log lines rather than raw text
 
 
 def redact_dsn(dsn: str) -> str:

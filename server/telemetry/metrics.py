@@ -191,6 +191,12 @@ def host_port(listen: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
+def address(listen: str, port: int) -> str:
+    """Where /metrics is served: ``listen`` with the port it got (``:0`` picks one)."""
+    host, _ = host_port(listen)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class RpcObserver:
     """The interceptor's hook: a trace span, a request count and a latency per call."""
 
