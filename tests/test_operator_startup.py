@@ -66,6 +66,15 @@ def test_the_pepper_file_is_logged_by_path_and_a_readable_one_is_warned_about(
 ) -> None:
     """Loading the pepper logs its path (never its bytes); a file readable by group or others
     is loaded with a warning naming it; a 0600 file raises no warning."""
+    before = structlog.get_config()  # another test may have configured a higher level
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    try:
+        pepper_logs(tmp_path)
+    finally:
+        structlog.configure(**before)
+
+
+def pepper_logs(tmp_path: Path) -> None:
     pepper = tmp_path / "pepper"
     pepper.write_bytes(b"p" * 32)
     pepper.chmod(0o644)

@@ -50,7 +50,7 @@ async def ensure_dev_key(owner_dsn: str, pepper: bytes, path: Path) -> None:
     with os.fdopen(fd, "w") as fh:
         fh.write(minted.key + "\n")
     _log.info(
-        "minted a dev key; clients read it from the file (e.g. brain --key-file FILE)",
+        "minted a dev key; clients read it from the file (BRAIN_API_KEY=$(cat FILE))",
         tenant=DEV_TENANT,
         key_file=str(path),
     )

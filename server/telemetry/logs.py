@@ -75,7 +75,9 @@ def configure(level: str = "info", fmt: str = "json", worker: int | None = None)
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(old)  # configured again (a worker, a test): one handler, not two
     root.addHandler(handler)
-    root.setLevel(numeric)
+    # Libraries' own INFO lines (an HTTP client's line per request, say) stay out at the
+    # default level; their warnings and errors come through, as JSON.
+    root.setLevel(max(numeric, logging.WARNING) if numeric > logging.DEBUG else numeric)
     logging.captureWarnings(True)  # Python warnings too, as log lines rather than raw text
 
 
