@@ -174,6 +174,9 @@ class AuthorizationInterceptor(Interceptor):
         # A unary call whose client set no deadline is answered UNAVAILABLE after this long
         # (a frozen database enforces no statement timeout; the call must not wait forever).
         self._max_call_seconds = max_call_seconds
+        # Set by the server as it stops: a call it then ends UNAVAILABLE (a Watch stream told
+        # to reconnect) is the drain working, logged at info and not counted as a fault.
+        self.draining = False
 
     async def intercept_service(
         self,
@@ -294,10 +297,13 @@ class AuthorizationInterceptor(Interceptor):
     def _done(
         self, method: str, caller: Caller | None, code: grpc.StatusCode, started: float
     ) -> None:
-        _log_call(method, caller, code, started)
+        fault = code in SERVER_FAULTS and not (
+            self.draining and code is grpc.StatusCode.UNAVAILABLE
+        )
+        _log_call(method, caller, code, started, fault)
         if self._observer is not None:
             seconds = time.perf_counter() - started
-            self._observer.call_done(method, code, seconds, code in SERVER_FAULTS)
+            self._observer.call_done(method, code, seconds, fault)
 
     async def _admit(
         self,
@@ -426,7 +432,9 @@ def _code_of(context: Ctx, default: grpc.StatusCode = grpc.StatusCode.OK) -> grp
     return default
 
 
-def _log_call(method: str, caller: Caller | None, code: grpc.StatusCode, started: float) -> None:
+def _log_call(
+    method: str, caller: Caller | None, code: grpc.StatusCode, started: float, fault: bool
+) -> None:
     fields: dict[str, Any] = {
         "method": method,
         "status": code.name,
@@ -439,7 +447,7 @@ def _log_call(method: str, caller: Caller | None, code: grpc.StatusCode, started
             key_id=caller.key.key_id,
             principal=caller.principal,
         )
-    if code in SERVER_FAULTS:
+    if fault:
         _log.warning("rpc failed", **fields)
     else:
         _log.info("rpc", **fields)

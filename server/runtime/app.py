@@ -89,6 +89,7 @@ class RunningServer:
     embedded_pg: embedded.EmbeddedPostgres | None = None
     metrics_server: metrics.MetricsServer | None = None
     tracing_on: bool = False
+    interceptor: AuthorizationInterceptor | None = None  # told when the drain begins
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def stop(self, grace: float = 10.0) -> None:
@@ -99,6 +100,8 @@ class RunningServer:
         await self.supervisor.stop()
         await self.health.enter_graceful_shutdown()
         metrics.SERVING.set(0)
+        if self.interceptor is not None:
+            self.interceptor.draining = True
         await close_feed(self.db)  # watch streams end now, not after the grace period
         await self.server.stop(grace)
         if self.filler is not None:
@@ -395,6 +398,7 @@ async def _serve(
         embedded_pg=pg,
         metrics_server=metrics_server,
         tracing_on=tracing_on,
+        interceptor=interceptor,
     )
 
 
