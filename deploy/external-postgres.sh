@@ -7,7 +7,7 @@
 #      package comes from trixie, 0.8.0 when this was written);
 #   3. a cluster initialised and run by the unprivileged `postgres` system user (PostgreSQL
 #      refuses to run as root), password (SCRAM) logins over TCP on 127.0.0.1;
-#   4. the roles and database exactly as README "Deployment" says.
+#   4. the roles and database exactly as docs/operations/deployment.md says.
 #
 # Usage (as root, on Debian 12):
 #   deploy/external-postgres.sh start DIR [PORT]   # idempotent; writes DIR/env (0600)
@@ -106,7 +106,8 @@ start() {
     local owner_pw server_pw
     owner_pw=$(secret brain_owner)
     server_pw=$(secret brain_server)
-    # README "Deployment", statement for statement (guarded so a second run changes nothing).
+    # docs/operations/deployment.md, statement for statement (guarded so a second run
+    # changes nothing).
     psql_super -d postgres -v owner_pw="$owner_pw" -v server_pw="$server_pw" <<'SQL'
 SELECT NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'brain_owner') AS need_owner,
        NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'brain_app') AS need_app,
@@ -127,7 +128,8 @@ CREATE DATABASE brain OWNER brain_owner;
 SQL
     psql_super -d brain -c "SET client_min_messages TO warning; CREATE EXTENSION IF NOT EXISTS vector"
     # Text match may then run before the row-level security policies, through the GIN
-    # indexes (README, Scaling); only a superuser may mark it.
+    # indexes (docs/concepts/retrieval.md, How search scales with the bucket); only a
+    # superuser may mark it.
     psql_super -d brain -c "ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF"
 
     local url=postgresql://%s:%s@127.0.0.1:$PORT/brain

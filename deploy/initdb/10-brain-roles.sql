@@ -1,7 +1,7 @@
 -- Roles and database for Shared Brain, run once by the postgres image's entrypoint on an
 -- empty data volume (as the superuser, through psql). Passwords come from the container
--- environment (psql >= 15 \getenv), so none is written here. Same shape as README
--- "Deployment": migrations run as brain_owner; brain-server logs in as brain_server, a
+-- environment (psql >= 15 \getenv), so none is written here. Same shape as
+-- docs/operations/deployment.md: migrations run as brain_owner; brain-server logs in as brain_server, a
 -- member of brain_app that owns nothing and cannot bypass row-level security.
 \set ON_ERROR_STOP on
 \getenv owner_password BRAIN_OWNER_PASSWORD
