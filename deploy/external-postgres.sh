@@ -9,6 +9,18 @@
 #      refuses to run as root), password (SCRAM) logins over TCP on 127.0.0.1;
 #   4. the roles and database exactly as docs/operations/deployment.md says.
 #
+# It changes the host it runs on, and is meant for a lab or test machine (make test-external,
+# make test-image run it), not for a database host you care about:
+#   - when any of postgresql-$PG_MAJOR, its server headers, dpkg-dev, gcc or make is missing,
+#     `apt-get update` and `apt-get install` of all of them: a PostgreSQL already installed
+#     is upgraded to Debian's newest point release (15.18 became 15.20 on one host);
+#   - it may add /etc/apt/sources.list.d/brain-deb-src.sources (deb-src lines for bookworm
+#     and trixie) and leaves it there, with apt's lists updated;
+#   - pgvector's source and build in /var/cache/brain-pgvector, and `make install` of it
+#     into that PostgreSQL's extension and library folders;
+#   - a `postgres` system user if there is none; the cluster, its passwords and DIR/env
+#     under DIR. `stop` stops the cluster only: it undoes none of the above.
+#
 # Usage (as root, on Debian 12):
 #   deploy/external-postgres.sh start DIR [PORT]   # idempotent; writes DIR/env (0600)
 #   deploy/external-postgres.sh stop DIR
