@@ -7,7 +7,19 @@
 #      package comes from trixie, 0.8.0 when this was written);
 #   3. a cluster initialised and run by the unprivileged `postgres` system user (PostgreSQL
 #      refuses to run as root), password (SCRAM) logins over TCP on 127.0.0.1;
-#   4. the roles and database exactly as README "Deployment" says.
+#   4. the roles and database exactly as docs/operations/deployment.md says.
+#
+# It changes the host it runs on, and is meant for a lab or test machine (make test-external,
+# make test-image run it), not for a database host you care about:
+#   - when any of postgresql-$PG_MAJOR, its server headers, dpkg-dev, gcc or make is missing,
+#     `apt-get update` and `apt-get install` of all of them: a PostgreSQL already installed
+#     is upgraded to Debian's newest point release (15.18 became 15.20 on one host);
+#   - it may add /etc/apt/sources.list.d/brain-deb-src.sources (deb-src lines for bookworm
+#     and trixie) and leaves it there, with apt's lists updated;
+#   - pgvector's source and build in /var/cache/brain-pgvector, and `make install` of it
+#     into that PostgreSQL's extension and library folders;
+#   - a `postgres` system user if there is none; the cluster, its passwords and DIR/env
+#     under DIR. `stop` stops the cluster only: it undoes none of the above.
 #
 # Usage (as root, on Debian 12):
 #   deploy/external-postgres.sh start DIR [PORT]   # idempotent; writes DIR/env (0600)
@@ -106,7 +118,8 @@ start() {
     local owner_pw server_pw
     owner_pw=$(secret brain_owner)
     server_pw=$(secret brain_server)
-    # README "Deployment", statement for statement (guarded so a second run changes nothing).
+    # docs/operations/deployment.md, statement for statement (guarded so a second run
+    # changes nothing).
     psql_super -d postgres -v owner_pw="$owner_pw" -v server_pw="$server_pw" <<'SQL'
 SELECT NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'brain_owner') AS need_owner,
        NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'brain_app') AS need_app,
@@ -127,7 +140,8 @@ CREATE DATABASE brain OWNER brain_owner;
 SQL
     psql_super -d brain -c "SET client_min_messages TO warning; CREATE EXTENSION IF NOT EXISTS vector"
     # Text match may then run before the row-level security policies, through the GIN
-    # indexes (README, Scaling); only a superuser may mark it.
+    # indexes (docs/concepts/retrieval.md, How search scales with the bucket); only a
+    # superuser may mark it.
     psql_super -d brain -c "ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF"
 
     local url=postgresql://%s:%s@127.0.0.1:$PORT/brain
