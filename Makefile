@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-## Serve on 127.0.0.1:50051 with an embedded PostgreSQL; prints a dev key once.
+## Serve on 127.0.0.1:50051 with an embedded PostgreSQL; writes a dev key to .brain/dev-key.
 run: $(STAMP)
 	BRAIN_DEV_KEY_FILE=$${BRAIN_DEV_KEY_FILE:-.brain/dev-key} $(BIN)/brain-server --log-format console
 

@@ -257,7 +257,8 @@ async def test_build_context_offers_the_token_budget_the_server_takes(
     key = brain_server.mint_key(unique("t"), "agent:b", user="bo", namespaces=(ns,))
     with BrainClient(brain_server.target, key, scope=Scope(user_id="bo", namespace=ns)) as c:
         c.save("Bo prefers short standups")
-        assert c.build_context("standups", token_budget=MAX_TOKEN_BUDGET).tokens_used > 0
+        built = c.build_context("standups", token_budget=MAX_TOKEN_BUDGET)
+        assert built.tokens_used > 0
         with pytest.raises(errors.InvalidArgument, match="token_budget"):
             c.build_context("standups", token_budget=MAX_TOKEN_BUDGET + 1)
     async with started(brain_env(brain_server.target, key), tmp_path / "err") as (session, _):
@@ -267,6 +268,12 @@ async def test_build_context_offers_the_token_budget_the_server_takes(
         assert f"at most {MAX_TOKEN_BUDGET}" in budget["description"]
         most = await call(session, "build_context", query="standups", token_budget=MAX_TOKEN_BUDGET)
         assert not most.is_error and "short standups" in text_of(most)
+        # An item's score is the server's ranking score, unclipped, and the schema says so
+        # (clipped to 0..1 and called a relevance, it read as one).
+        scores = [i["score"] for i in (most.structured_content or {})["items"]]
+        assert scores == [round(i.score, 4) for i in built.items]
+        score = tools["build_context"].output_schema["properties"]["items"]["items"]
+        assert "not a calibrated relevance" in score["properties"]["score"]["description"]
         over = await call(
             session, "build_context", query="standups", token_budget=MAX_TOKEN_BUDGET + 1
         )

@@ -254,7 +254,13 @@ async def _build_context(client: AsyncBrainClient, args: Mapping[str, Any]) -> T
     )
     items = []
     for i in response.items:
-        item: dict[str, Any] = {"id": i.id, "score": relevance(i.score), "tokens": i.tokens}
+        # The fused score as the server gave it (`_RANK_SCORE`): clipped to 0..1 it read as
+        # a relevance, which it is not.
+        item: dict[str, Any] = {
+            "id": i.id,
+            "score": round(max(i.score, 0.0), 4),
+            "tokens": i.tokens,
+        }
         if i.kind == memory_pb2.CONTEXT_ITEM_KIND_KNOWLEDGE:
             item.update(kind="knowledge", source=_source_json(i.source))
         else:

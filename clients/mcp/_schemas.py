@@ -104,6 +104,15 @@ _SCORE = {
     "match 0.2 and up).",
 }
 
+# build_context's items carry the server's fused ranking score (ContextItem.score), not a
+# relevance: it orders the block and is not comparable across queries (it may pass 1).
+_RANK_SCORE = {
+    "type": "number",
+    "minimum": 0,
+    "description": "The server's fused ranking score: orders the items of this block; not a "
+    "calibrated relevance, not comparable across queries, and it may exceed 1.",
+}
+
 
 def _output(properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(properties)}

@@ -43,6 +43,7 @@ from brain.clients.mcp._schemas import (
     _HISTORY_OUTPUT,
     _ID,
     _MEMORY_SCHEMA,
+    _RANK_SCORE,
     _READ_AT,
     _RELATION_SCHEMA,
     _SCORE,
@@ -372,7 +373,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                         "type": "object",
                         "properties": {
                             "id": {"type": "string"},
-                            "score": _SCORE,
+                            "score": _RANK_SCORE,
                             "tokens": {"type": "integer"},
                             "kind": {"type": "string", "description": "memory or knowledge"},
                             "source": _SOURCE_SCHEMA,
