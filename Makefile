@@ -34,8 +34,9 @@ dist: $(STAMP)
 	$(BIN)/python tests/dist.py
 
 ## The deployment path (root; minutes): Debian's PostgreSQL 15 + pgvector built from source,
-## the README's roles, migrate as the owner, brain-server over TLS as the confined role,
-## then the isolation, authorization and lifecycle tests against it. Not part of `make test`.
+## the roles of docs/operations/deployment.md, migrate as the owner, brain-server over TLS as the confined role,
+## then the isolation, authorization and lifecycle tests against it. Not part of `make test`;
+## it installs packages on the host (apt-get; see deploy/external-postgres.sh).
 test-external: $(STAMP)
 	VENV=$(abspath $(VENV)) tests/external.sh
 
