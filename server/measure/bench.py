@@ -44,6 +44,7 @@ from brain.server.measure.cpu import Watched
 from brain.server.measure.load import drive, start_echo_server
 from brain.server.measure.private import private_brain, worker_server
 from brain.server.measure.synthetic import fill, sentence, tenant_of, vocabulary
+from brain.server.runtime.cpus import usable_cpus
 from brain.server.telemetry import logs, metrics
 
 # search: hybrid with an embedder, else lexical; semantic: the query's vector alone (the
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ops", type=int, default=2000, help="at most this many calls per row")
     parser.add_argument("--seconds", type=float, default=10.0, help="at most this long per row")
     parser.add_argument(
-        "--workers", type=int, default=os.cpu_count() or 1,
+        "--workers", type=int, default=usable_cpus(),
         help="server processes (brain-server --workers); 1: the private in-process server",
     )  # fmt: skip
     parser.add_argument(

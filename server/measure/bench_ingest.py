@@ -37,6 +37,7 @@ from brain.server.measure.corpus_tree import build_tree
 from brain.server.measure.cpu import CpuMeter, Watched
 from brain.server.measure.knowledge_eval import private_key
 from brain.server.measure.private import private_brain, worker_server
+from brain.server.runtime.cpus import usable_cpus
 from brain.server.telemetry import logs
 
 COLLECTION = "bench"
@@ -83,7 +84,7 @@ async def run(
                 "bytes": tree.total_bytes, "files": tree.total_files, "by_kind_bytes": tree.bytes,
                 "by_kind_files": tree.files, "built_s": round(time.perf_counter() - began, 2),
             },
-            "embedder": embedder, "workers": workers, "jobs": jobs, "cores": os.cpu_count(),
+            "embedder": embedder, "workers": workers, "jobs": jobs, "cores": usable_cpus(),
         }  # fmt: skip
         async with private_brain(embedder) as brain:
             key = await private_key(brain.owner_dsn, brain.pepper)
@@ -203,7 +204,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--mb", type=float, default=20.0, help="size of the tree (default 20)")
     parser.add_argument("--embedder", choices=["local", "none"], default="local")
     parser.add_argument(
-        "--workers", type=int, default=os.cpu_count() or 1,
+        "--workers", type=int, default=usable_cpus(),
         help="server processes (brain-server --workers); 1: the private in-process server",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=8, help="brain ingest --jobs")
