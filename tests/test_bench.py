@@ -38,12 +38,14 @@ def test_throughput_bench_runs_and_reports_every_level() -> None:
 
 def test_brain_bench_runs_end_to_end_at_a_tiny_size() -> None:
     """`brain-bench` measures the echo ceiling, fills the bucket through SQL and reports
-    searches and saves at each concurrency with their ratio to the ceiling."""
+    searches and saves (also saves under a memory quota) at each concurrency with their
+    ratio to the ceiling."""
     done = subprocess.run(
         [
             sys.executable, "-m", "brain.server.measure.bench", "--rows", "60", "120",
             "--concurrency", "1", "2", "--ops", "6", "--seconds", "5",
             "--embedders", "none", "--workers", "1", "--json",
+            "--kinds", "search", "save", "save-under-quota",
         ],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -53,7 +55,10 @@ def test_brain_bench_runs_end_to_end_at_a_tiny_size() -> None:
     assert all(e["ok"] > 0 and e["errors"] == {} for e in results["echo"].values())
     runs = results["runs"]
     assert [(r["rows"], r["kind"], r["concurrency"]) for r in runs] == [
-        (rows, kind, c) for rows in (60, 120) for kind in ("search", "save") for c in (1, 2)
+        (rows, kind, c)
+        for rows in (60, 120)
+        for kind in ("search", "save", "save-under-quota")
+        for c in (1, 2)
     ]
     for r in runs:
         assert r["ok"] > 0 and r["errors"] == {}, r

@@ -38,6 +38,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+import asyncpg
+
 from brain.authz import CommandParser, add_version_argument
 from brain.server.domain.retrieval.embedders import Embedder
 from brain.server.measure.cpu import Watched
@@ -53,7 +55,10 @@ from brain.server.telemetry import logs, metrics
 # search-two-rounds: the same searches with the second retrieval round (two hops, off by
 # default) on, by names and by vector, on the same data (the in-process server only:
 # --workers 1).
-KINDS = ("search", "search-two-rounds", "semantic", "save", "get")
+# save-under-quota: the same saves in a tenant with a memory quota set (far above its rows),
+# so each also counts the tenant and the caller's visible rows (server/domain/quotas.py).
+KINDS = ("search", "search-two-rounds", "semantic", "save", "save-under-quota", "get")
+QUOTA_MEMORIES = 2**40
 SECOND_ROUND_NAMES, SECOND_ROUND_VECTOR = 3, 1.0
 DEFAULT_KINDS = ("search", "save")
 # Words of this rank and rarer are stored capitalised (names): about half the rows hold
@@ -86,7 +91,7 @@ async def run(
             address: str, key: str, kind: str, c: int, watched: dict[str, Watched]
         ) -> dict[str, Any]:
             print(f"  {kind} at concurrency {c}…", file=sys.stderr)
-            sent = "search" if kind == "search-two-rounds" else kind
+            sent = {"search-two-rounds": "search", "save-under-quota": "save"}.get(kind, kind)
             rounds = second_rounds(), second_rounds("hop_vector")
             measured: dict[str, Any] = await loop.run_in_executor(
                 pool, drive, address, key, sent, c, ops, next(streams), seconds, watched
@@ -141,6 +146,8 @@ async def run(
                                 hop_entities=SECOND_ROUND_NAMES,
                                 hop_vector_weight=SECOND_ROUND_VECTOR,
                             )
+                        quota = QUOTA_MEMORIES if kind == "save-under-quota" else None
+                        await memory_quota(brain.owner_dsn, tenant, quota)
                         for c in concurrencies:
                             measured = await load(address, bucket.api_key, kind, c, watched)
                             echo = results["echo"][c]["per_s"] or 1.0
@@ -152,6 +159,21 @@ async def run(
                             )  # fmt: skip
                         brain.memories.params = shipped
     return results
+
+
+async def memory_quota(owner_dsn: str, tenant: str, limit: int | None) -> None:
+    """Set (or, with None, lift) the bench tenant's memory quota."""
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        await conn.execute(
+            """INSERT INTO tenant_quotas (tenant_id, max_memories)
+               SELECT tenant_id, $2 FROM tenants WHERE name = $1
+               ON CONFLICT (tenant_id) DO UPDATE SET max_memories = EXCLUDED.max_memories""",
+            tenant,
+            limit,
+        )
+    finally:
+        await conn.close()
 
 
 async def embedding_cost(embedder: Embedder, seed: int) -> dict[str, float]:
