@@ -7,7 +7,11 @@ import json
 
 import grpc
 
+from brain.authz import Confinement, RequestScope
 from brain.server.domain import quotas
+from brain.server.storage import quotas as quota_sql
+from brain.server.storage.db import Database
+from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 from brain.v1 import common_pb2, knowledge_pb2, review_pb2
 
 from .conftest import BrainServer, fillers_held, unique
@@ -397,3 +401,68 @@ async def test_a_writer_cannot_measure_what_it_cannot_see_by_the_quota(
     second = await rpc_error(alice.save("alice's note number 62"))
     assert first.code() == second.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert first.details() == second.details()
+
+
+async def test_the_visible_count_is_the_memories_the_caller_sees(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The quota's exact part, read from the lexical statistics' cell counts plus the
+    candidates, equals a count of the rows the visibility predicate passes, for a confined
+    writer, a reviewer and an unconfined key, in a world of other users, the team, another
+    label, proposals, a forgotten and a superseded memory (and is not the tenant's count)."""
+    tenant, ns = unique("qvis"), "proj"
+    admin = Api(
+        channel,
+        brain_server.mint_key(
+            tenant, "admin", permissions=WRITER + ",memories:review", labels=("team", "hr")
+        ),
+    )
+    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER,
+                                               user="alice"), user_id="alice")  # fmt: skip
+    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=WRITER, user="bob"),
+              user_id="bob")  # fmt: skip
+    for i in range(3):
+        await alice.save(f"alice's note {i}")
+    gone = await alice.save("alice's note to forget")
+    await alice.forget(gone.memory.id)
+    old = await alice.save("alice's note to replace")
+    await alice.save("alice's replacement note", supersedes=[old.memory.id])
+    await bob.save("bob's note")
+    await admin.save("a team note", scope=admin.scope(user_id=""))
+    await admin.save("an hr note", scope=admin.scope(user_id=""), labels=["hr"])
+    for who in (alice, bob):
+        await who.review.ProposeMemory(
+            review_pb2.ProposeMemoryRequest(
+                scope=who.scope(), memory=common_pb2.MemoryDraft(content="an idea"), reason="r"
+            ),
+            metadata=who.md,
+        )
+    tenant_id = brain_server.sql("SELECT tenant_id FROM tenants WHERE name = $1", tenant)[0][0]
+    db = await Database.connect(brain_server.cluster.app_dsn)
+    try:
+        for confinement, scope, labels, principal, review in (
+            (Confinement(user_id="alice"), RequestScope(user_id="alice", namespace=ns),
+             {"team"}, "alice", False),
+            (Confinement(), RequestScope(namespace=ns), {"team", "hr"}, "admin", True),
+            (Confinement(), RequestScope(namespace=ns), {"team"}, "admin", False),
+        ):  # fmt: skip
+            vis = Visibility(
+                tenant_id=str(tenant_id), labels=frozenset(labels), confinement=confinement,
+                scope=scope, principal=principal, may_review=review,
+            )  # fmt: skip
+            async with db.tenant_tx(
+                str(tenant_id), labels=frozenset(labels), confinement=confinement,
+                may_review=review, principal=principal,
+            ) as conn:  # fmt: skip
+                p = Params()
+                slow = await conn.fetchval(
+                    f"""SELECT count(*) FROM memories m
+                        WHERE m.tenant_id = {p.add(str(tenant_id))}::uuid
+                          AND m.retired_at IS NULL AND m.status IN ('active', 'candidate')
+                          AND {visibility_predicate(vis, p)}""",
+                    *p.values,
+                )
+                assert await quota_sql.visible_memories(conn, vis) == slow > 0, principal
+    finally:
+        await db.close()
+    assert stored(brain_server, tenant) == 9  # 4 of alice, bob's, 2 team, 2 proposals

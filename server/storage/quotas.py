@@ -10,6 +10,7 @@ from brain.server.storage import setlocal
 from brain.server.storage.visibility import (
     Params,
     Visibility,
+    cell_predicate,
     object_visibility,
     visibility_predicate,
 )
@@ -60,13 +61,21 @@ async def reserve_documents(conn: asyncpg.Connection, tenant_id: str) -> Documen
 
 async def visible_memories(conn: asyncpg.Connection, v: Visibility) -> int:
     """What the memory quota counts (active and candidate current memories) among the rows
-    ``v`` may see."""
+    ``v`` may see: the active ones from the lexical statistics (each visibility cell's row
+    count, lexeme '' of migration 0010, kept exact in every write's transaction; a cell is
+    seen whole or not at all), which costs a read per cell instead of a scan of the
+    tenant's rows, and the candidates (few: the namespace cap bounds them) row by row."""
     p = Params()
+    tenant = f"{p.add(v.tenant_id)}::uuid"
     return int(
         await conn.fetchval(
-            f"""SELECT count(*) FROM memories m
-                WHERE m.tenant_id = {p.add(v.tenant_id)}::uuid AND m.retired_at IS NULL
-                  AND m.status IN ('active', 'candidate') AND {visibility_predicate(v, p)}""",
+            f"""SELECT (SELECT COALESCE(sum(t.df), 0) FROM lexical_terms t
+                        JOIN lexical_cells c USING (tenant_id, cell_id)
+                        WHERE t.tenant_id = {tenant} AND t.config = 'english'
+                          AND t.lexeme = '' AND {cell_predicate(v, p, "c")})
+                     + (SELECT count(*) FROM memories m
+                        WHERE m.tenant_id = {tenant} AND m.status = 'candidate'
+                          AND m.retired_at IS NULL AND {visibility_predicate(v, p)})""",
             *p.values,
         )
     )
