@@ -187,3 +187,52 @@ def test_brain_admin_database_errors_are_one_line(pg_cluster: PgCluster) -> None
         assert done.returncode == 2, done.stderr
         (line,) = error_lines(done.stderr)
         assert line.startswith("brain-admin: error:") and needle in line, line
+
+
+def test_a_password_is_never_echoed_whatever_form_the_database_url_takes() -> None:
+    """A password in the URL's user part, in its query (libpq takes ``?password=``) or in
+    a key=value connection string is replaced in what logs and errors show; the rest of
+    the URL stays readable (control). brain-admin's error for each form holds no secret."""
+    cases = {
+        "postgresql://u:S3CRET@127.0.0.1:1/x": "postgresql://u:***@127.0.0.1:1/x",
+        "postgresql://u@/brain?host=/tmp/pg&password=S3CRET": (
+            "postgresql://u@/brain?host=/tmp/pg&password=***"
+        ),
+        "postgres://u@h/db?sslmode=require&sslpassword=S3CRET": (
+            "postgres://u@h/db?sslmode=require&sslpassword=***"
+        ),
+        "host=/tmp/pg password=S3CRET dbname=x": "host=/tmp/pg password=*** dbname=x",
+        "host=h password='S3 CRET' dbname=x": "host=h password=*** dbname=x",
+        "postgresql://u@h/db": "postgresql://u@h/db",
+    }
+    for dsn, shown in cases.items():
+        assert logs.redact_dsn(dsn) == shown
+    env = without("BRAIN_DATABASE_URL", "BRAIN_ADMIN_DATABASE_URL")
+    for dsn in ("postgresql://u@127.0.0.1:1/x?password=S3CRET", "host=h password=S3CRET"):
+        done = run_module("brain.server.admin.main", "--database-url", dsn, "tenants", "list",
+                          env=env)  # fmt: skip
+        assert done.returncode == 2 and "S3CRET" not in done.stderr + done.stdout, done.stderr
+        assert error_lines(done.stderr), done.stderr  # it did say why (control)
+
+
+def test_brain_admin_output_cut_short_by_its_reader_is_no_database_error(
+    pg_cluster: PgCluster,
+) -> None:
+    """`brain-admin ... | head` can close the pipe before brain-admin is done: it stops
+    quietly (exit 1), never blaming the database ("cannot reach the database: Broken
+    pipe"); the same listing through an open pipe works (control)."""
+    args = ["--database-url", pg_cluster.owner_dsn, "tenants", "list", "--json"]
+    env = {**without("BRAIN_DATABASE_URL", "BRAIN_ADMIN_DATABASE_URL"), "PYTHONUNBUFFERED": "1"}
+    whole = run_module("brain.server.admin.main", *args, env=env)
+    assert whole.returncode == 0 and whole.stdout, whole.stderr
+    reader = subprocess.Popen(["true"], stdin=subprocess.PIPE)  # gone before any line
+    reader.wait(timeout=10)
+    assert reader.stdin is not None
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "brain.server.admin.main", *args], stdout=reader.stdin,
+            stderr=subprocess.PIPE, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        reader.stdin.close()
+    assert done.returncode == 1 and "database" not in done.stderr, done.stderr

@@ -466,3 +466,42 @@ async def test_the_visible_count_is_the_memories_the_caller_sees(
     finally:
         await db.close()
     assert stored(brain_server, tenant) == 9  # 4 of alice, bob's, 2 team, 2 proposals
+
+
+async def test_what_a_key_sees_counts_in_every_scope_it_may_ask_for(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The exact part of the check is what the key sees in any scope, not only the
+    request's. A key that sees everything is checked exactly from a namespace it never
+    wrote to (it was refused a grain early: rows of other namespaces read as hidden). And
+    alice's rows in another session are hers, not hidden: moving a known number of them
+    across the rounding read bob's hidden count exactly (an outside review's attack).
+    Controls: the saves up to the limit land."""
+    tenant = unique("qwide")
+    wide = Api(channel, brain_server.mint_key(tenant, "admin", permissions=WRITER))
+    for i in range(40):
+        await wide.save(f"a team note number {i}")
+    brain_server.admin("tenants", "set-quota", tenant, "--memories", "45")  # a grain of 2
+    fresh = wide.scope(namespace="fresh")
+    for i in range(5):  # exactly the 5 left, though proj's 40 are not in this scope
+        assert (await wide.save(f"a fresh note {i}", scope=fresh)).memory.id
+    refused = await rpc_error(wide.save("one too many", scope=fresh))
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    tenant = unique("qsess")
+    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER,
+                                               user="alice"), user_id="alice")  # fmt: skip
+    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=WRITER, user="bob"),
+              user_id="bob")  # fmt: skip
+    await bob.save("bob's hidden note")
+    s1, s2 = alice.scope(session_id="s1"), alice.scope(session_id="s2")
+    for i in range(31):
+        await alice.save(f"alice's note in s2 number {i}", scope=s2)
+    for i in range(30):
+        await alice.save(f"alice's note in s1 number {i}", scope=s1)
+    brain_server.admin("tenants", "set-quota", tenant, "--memories", "64")  # a grain of 2
+    assert (await alice.save("alice's note in s1 number 30", scope=s1)).memory.id  # 62 + 2
+    # Seen from s1 alone, s2's 31 would join bob's 1 as hidden (32, a whole number of
+    # grains) and this save would land: 31 + 1 + 32 = 64.
+    over = await rpc_error(alice.save("alice's note in s1 number 31", scope=s1))
+    assert over.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -96,6 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     except (UsageError, store.AdminError, MigrationError, PepperError) as exc:
         print(f"brain-admin: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:  # the reader went away (`| head`): nothing is wrong with us
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
         # Whatever a command did not translate: one line, never a traceback.
         print(f"brain-admin: error: {database_error(exc)}", file=sys.stderr)

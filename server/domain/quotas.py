@@ -4,18 +4,28 @@ A quota counts the whole tenant (a confined key must not undercount), so its ref
 something about rows the caller cannot see. Named exactly, that would be a measure of
 them: a writer growing its own rows until refused, and shrinking them again, reads off how
 much the rest of the tenant stores — to the byte, after every write of another user. So
-the check rounds the part the caller cannot see up to a *grain* of the limit (1/32 of it,
-`grain`): a write is refused when what the caller sees, plus what it adds, plus the hidden
-rest rounded up to the grain, passes the limit. A caller then learns the hidden usage only
-to the grain, and a key that sees the whole tenant is checked exactly. The price: a key
-that does not see everything may be refused up to one grain before the tenant is full.
+the check rounds the part the caller's key cannot see up to a *grain* of the limit (1/32
+of it, `grain`): a write is refused when what the key sees, plus what it adds, plus the
+hidden rest rounded up to the grain, passes the limit. What the key sees is counted in any
+scope it may ask for (`key_wide`), not only the request's: rows of its own in another
+session or namespace counted as hidden would let it move a known number of rows across
+the rounding and read the rest exactly. A caller then learns the hidden usage only to the
+grain, and a key that sees the whole tenant is checked exactly. The price: a key that
+does not see everything may be refused up to one grain before the tenant is full.
 Rounding up only ever refuses earlier, so concurrent writers still never overshoot.
+
+What it does not stop: two keys whose views differ, in one hand (the second writes rows
+the first cannot see, in known numbers), can still read what neither sees, to the row.
+Walls that must hide even how much is stored need a tenant each (quotas are per tenant).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncpg
 
+from brain.authz import RequestScope
 from brain.server.errors import ResourceExhausted
 from brain.server.storage import quotas as sql
 from brain.server.storage.visibility import Visibility
@@ -28,6 +38,12 @@ def grain(limit: int) -> int:
     """The unit the usage a caller cannot see is rounded up to: 1/32 of the limit, at
     least 1."""
     return max(1, -(-limit // GRAIN_PARTS))
+
+
+def key_wide(vis: Visibility, namespace: str = "") -> Visibility:
+    """What ``vis``'s key may see in any request scope (within ``namespace`` if given):
+    its confinement, labels and proposals, without the request's narrowing."""
+    return replace(vis, scope=RequestScope(namespace=namespace))
 
 
 def exceeds(limit: int, used: int, visible: int, adding: int) -> bool:
@@ -52,7 +68,7 @@ async def reserve_memories(conn: asyncpg.Connection, vis: Visibility, adding: in
     quota = await sql.reserve_memories(conn)
     if quota is None:
         return
-    visible = await sql.visible_memories(conn, vis)
+    visible = await sql.visible_memories(conn, key_wide(vis))
     if exceeds(quota.limit, quota.used, visible, adding):
         raise ResourceExhausted(
             f"quota memories exceeded: this tenant may store at most {quota.limit} "
@@ -74,7 +90,7 @@ async def reserve_documents(
     quota = await sql.reserve_documents(conn, vis.tenant_id)
     if quota is None:
         return
-    documents, document_bytes = await sql.visible_documents(conn, vis)
+    documents, document_bytes = await sql.visible_documents(conn, key_wide(vis))
     limit = quota.max_documents
     if adding > 0 and limit is not None and exceeds(limit, quota.documents, documents, adding):
         raise ResourceExhausted(

@@ -176,7 +176,9 @@ class Review:
         # quota (`quotas.exceeds`), those count rounded up to 1/32 of the cap, so proposing
         # until refused does not count them exactly.
         pending = await review_sql.pending_in_namespace(conn, caller.tenant_id, new.namespace)
-        seen = await review_sql.visible_pending_in_namespace(conn, vis, new.namespace)
+        seen = await review_sql.visible_pending_in_namespace(
+            conn, quotas.key_wide(vis, new.namespace), new.namespace
+        )
         if quotas.exceeds(max_pending, pending, seen, 1):
             raise ResourceExhausted(
                 f"namespace {new.namespace} has no room for more candidates awaiting review "

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         asyncio.run(run(settings))
     except StartupError as exc:
-        print(f"brain-server: error: {exc}", file=sys.stderr)
+        logs.fatal("brain-server", str(exc))
         sys.exit(2)
     except KeyboardInterrupt:
         pass

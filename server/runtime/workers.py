@@ -98,7 +98,7 @@ def _worker_main(settings: Settings, index: int, ready: Event) -> None:
     try:
         asyncio.run(run(settings, ready=ready.set))
     except StartupError as exc:
-        print(f"brain-server: error: {exc}", file=sys.stderr)
+        logs.fatal("brain-server", str(exc))
         sys.exit(2)
     except KeyboardInterrupt:
         pass
@@ -210,7 +210,7 @@ def serve(settings: Settings) -> int:
         _log.info("shutting down workers", grace_seconds=settings.grace_seconds)
         return 0
     except StartupError as exc:
-        print(f"brain-server: error: {exc}", file=sys.stderr)
+        logs.fatal("brain-server", str(exc))
         return 2
     except WorkerStartupError as exc:
         return exc.code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
@@ -81,13 +82,37 @@ def configure(level: str = "info", fmt: str = "json", worker: int | None = None)
     logging.captureWarnings(True)  # Python warnings too, as log lines rather than raw text
 
 
+def fatal(program: str, message: str) -> None:
+    """A process's last word, ``<program>: error: <message>``, as a log line on the log
+    stream: with JSON logs a pipeline reading the stream keeps the one line that says why
+    the process stopped, instead of a plain line it drops."""
+    structlog.get_logger(program).error(f"{program}: error: {message}")
+
+
 def redact_dsn(dsn: str) -> str:
-    """A database URL fit for logs and errors: the password replaced."""
+    """A database URL fit for logs and errors: every password replaced, whether in the
+    URL's user part (``user:pw@``), in its query (``?password=pw``, as libpq accepts it)
+    or in a ``key=value`` connection string (``host=h password=pw``)."""
+    if "://" not in dsn:  # a libpq key=value string, or anything else: never echo a secret
+        return _PASSWORD_SETTING.sub(r"\1***", dsn)
     try:
         parts = urlsplit(dsn)
     except ValueError:
         return "<unparseable database URL>"
     if parts.password:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return dsn
+        parts = parts._replace(netloc=netloc)
+    if parts.query:
+        query = "&".join(
+            f"{name}=***" if name.lower() in _SECRET_PARAMETERS else f"{name}{eq}{value}"
+            for name, eq, value in (item.partition("=") for item in parts.query.split("&"))
+        )
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
+
+
+# libpq parameters that carry a secret (a password, or a file's passphrase).
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+_PASSWORD_SETTING = re.compile(
+    r"((?:^|\s)(?:password|sslpassword)\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE
+)
