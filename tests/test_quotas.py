@@ -409,7 +409,8 @@ async def test_the_visible_count_is_the_memories_the_caller_sees(
     """The quota's exact part, read from the lexical statistics' cell counts plus the
     candidates, equals a count of the rows the visibility predicate passes, for a confined
     writer, a reviewer and an unconfined key, in a world of other users, the team, another
-    label, proposals, a forgotten and a superseded memory (and is not the tenant's count)."""
+    label, proposals, a forgotten and a superseded memory; the tenant's count, read the
+    same way, equals the scan's."""
     tenant, ns = unique("qvis"), "proj"
     admin = Api(
         channel,
@@ -466,6 +467,10 @@ async def test_the_visible_count_is_the_memories_the_caller_sees(
     finally:
         await db.close()
     assert stored(brain_server, tenant) == 9  # 4 of alice, bob's, 2 team, 2 proposals
+    # The tenant's count the quota reads (from the same cell counts, migration 0067) is the
+    # scan's, and so is what `tenants list` shows.
+    used = brain_server.sql("SELECT brain_memories_used($1::uuid) AS n", tenant_id)[0]["n"]
+    assert used == 9
 
 
 async def test_what_a_key_sees_counts_in_every_scope_it_may_ask_for(
