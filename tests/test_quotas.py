@@ -10,6 +10,7 @@ import grpc
 from brain.authz import Confinement, RequestScope
 from brain.server.domain import quotas
 from brain.server.storage import quotas as quota_sql
+from brain.server.storage import review as review_sql
 from brain.server.storage.db import Database
 from brain.server.storage.visibility import Params, Visibility, visibility_predicate
 from brain.v1 import common_pb2, knowledge_pb2, review_pb2
@@ -510,3 +511,45 @@ async def test_what_a_key_sees_counts_in_every_scope_it_may_ask_for(
     # grains) and this save would land: 31 + 1 + 32 = 64.
     over = await rpc_error(alice.save("alice's note in s1 number 31", scope=s1))
     assert over.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_a_memory_a_key_reopened_counts_as_seen_by_it(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Carol supersedes the admin's memory and forgets her successor: it comes back as the
+    admin's candidate, which carol cannot see (control: NOT_FOUND to her, a candidate to
+    the admin), yet it counts. Counted as hidden, each such move shifted a known row across
+    the quota's rounding and read the rest exactly (an outside review's lever); it counts
+    as seen by carol now, for the quota and for the namespace's pending cap."""
+    tenant = unique("qreopen")
+    admin = Api(channel, brain_server.mint_key(tenant, "admin", permissions=WRITER
+                                               + ",memories:review"))  # fmt: skip
+    carol = Api(channel, brain_server.mint_key(tenant, "carol", permissions=WRITER))
+    target = await admin.save("the staging database listens on port 5433")
+    await carol.save("carol's own note")
+    tenant_id = str(brain_server.sql("SELECT tenant_id FROM tenants WHERE name = $1", tenant)[0][0])
+    vis = Visibility(
+        tenant_id=tenant_id, labels=frozenset({"team"}), confinement=Confinement(),
+        scope=RequestScope(namespace="proj"), principal="carol", may_review=False,
+    )  # fmt: skip
+    db = await Database.connect(brain_server.cluster.app_dsn)
+
+    async def seen() -> tuple[int, int]:
+        async with db.tenant_tx(tenant_id, labels=frozenset({"team"}), principal="carol") as conn:
+            return (
+                await quota_sql.visible_memories(conn, vis),
+                await review_sql.visible_pending_in_namespace(conn, vis, "proj"),
+            )
+
+    try:
+        before = await seen()
+        successor = await carol.save("it listens on port 5434", supersedes=[target.memory.id])
+        await carol.forget(successor.memory.id)
+        reopened = await admin.get(target.memory.id)
+        assert reopened.status == common_pb2.MEMORY_STATUS_CANDIDATE  # control
+        missing = await rpc_error(carol.get(target.memory.id))
+        assert missing.code() == grpc.StatusCode.NOT_FOUND  # hidden from carol
+        assert await seen() == (before[0], before[1] + 1) == (2, 1)
+    finally:
+        await db.close()
+    assert stored(brain_server, tenant) == 2

@@ -61,10 +61,11 @@ async def reserve_documents(conn: asyncpg.Connection, tenant_id: str) -> Documen
 
 async def visible_memories(conn: asyncpg.Connection, v: Visibility) -> int:
     """What the memory quota counts (active and candidate current memories) among the rows
-    ``v`` may see: the active ones from the lexical statistics (each visibility cell's row
-    count, lexeme '' of migration 0010, kept exact in every write's transaction; a cell is
-    seen whole or not at all), which costs a read per cell instead of a scan of the
-    tenant's rows, and the candidates (few: the namespace cap bounds them) row by row."""
+    ``v`` may see or reopened (`reopened_by`): the active ones from the lexical
+    statistics (each visibility cell's row count, lexeme '' of migration 0010, kept exact
+    in every write's transaction; a cell is seen whole or not at all), which costs a read
+    per cell instead of a scan of the tenant's rows, and the candidates (few: the
+    namespace cap bounds them) row by row."""
     p = Params()
     tenant = f"{p.add(v.tenant_id)}::uuid"
     return int(
@@ -75,10 +76,26 @@ async def visible_memories(conn: asyncpg.Connection, v: Visibility) -> int:
                           AND t.lexeme = '' AND {cell_predicate(v, p, "c")})
                      + (SELECT count(*) FROM memories m
                         WHERE m.tenant_id = {tenant} AND m.status = 'candidate'
-                          AND m.retired_at IS NULL AND {visibility_predicate(v, p)})""",
+                          AND m.retired_at IS NULL AND {visibility_predicate(v, p)})
+                     + {reopened_by(v, p)}""",
             *p.values,
         )
     )
+
+
+def reopened_by(
+    v: Visibility, p: Params, namespace: str | None = None, unexpired: bool = False
+) -> str:
+    """How many candidates this principal made what they are and cannot see: memories it
+    reopened for review by forgetting the successor it had saved over another's memory
+    (their author's proposals again, hidden from a key that may not review). It knows of
+    them, so they count as seen: counted as hidden, they were a known number it could move
+    across the quota's rounding at will (migration 0067). A reviewer sees them already."""
+    if v.may_review:
+        return "0"
+    tenant, principal = p.add(v.tenant_id), p.add(v.principal)
+    where, fresh = p.add(namespace), p.add(unexpired)
+    return f"brain_candidates_reopened_by({tenant}::uuid, {principal}, {where}, {fresh})"
 
 
 async def visible_documents(conn: asyncpg.Connection, v: Visibility) -> tuple[int, int]:

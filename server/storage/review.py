@@ -7,6 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
+from brain.server.storage import quotas as quota_sql
 from brain.server.storage import setlocal
 from brain.server.storage.memories import NewMemory, memory_columns
 from brain.server.storage.visibility import Params, Visibility, visibility_predicate
@@ -33,16 +34,18 @@ async def visible_pending_in_namespace(
     conn: asyncpg.Connection, v: Visibility, namespace: str
 ) -> int:
     """The pending candidates of the namespace that ``v`` may see (its proposer's own, or
-    every one for a reviewer): the part of `pending_in_namespace` the caller could count."""
+    every one for a reviewer) or reopened (`quotas.reopened_by`): the part of
+    `pending_in_namespace` the caller knows of."""
     p = Params()
     return int(
         await conn.fetchval(
-            f"""SELECT count(*) FROM memories m
+            f"""SELECT (SELECT count(*) FROM memories m
                 WHERE m.tenant_id = {p.add(v.tenant_id)}::uuid
                   AND m.namespace = {p.add(namespace)} AND m.status = 'candidate'
                   AND m.retired_at IS NULL
                   AND (m.candidate_expires_at IS NULL OR m.candidate_expires_at > now())
-                  AND {visibility_predicate(v, p)}""",
+                  AND {visibility_predicate(v, p)})
+                 + {quota_sql.reopened_by(v, p, namespace, unexpired=True)}""",
             *p.values,
         )
     )
