@@ -33,6 +33,18 @@ def stored(brain_server: BrainServer, tenant: str) -> int:
     return int(rows[0]["n"])
 
 
+def confined_pair(
+    brain_server: BrainServer, channel: grpc.aio.Channel, tenant: str, permissions: str
+) -> tuple[Api, Api]:
+    """Keys of alice and of bob, each confined to their own user, in ``tenant``."""
+
+    def confined(name: str) -> Api:
+        key = brain_server.mint_key(tenant, name, permissions=permissions, user=name)
+        return Api(channel, key, user_id=name)
+
+    return confined("alice"), confined("bob")
+
+
 def set_quota(brain_server: BrainServer, tenant: str, memories: str) -> None:
     brain_server.sql(
         """INSERT INTO tenant_quotas (tenant_id, max_memories)
@@ -175,10 +187,7 @@ async def test_a_quota_refusal_counts_nothing_the_caller_cannot_see(
     (the message named the tenant's count, hidden memories included); the limit is named
     and her own save before the limit is stored (control)."""
     tenant = unique("quota")
-    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER,
-                                               user="alice"), user_id="alice")  # fmt: skip
-    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=WRITER, user="bob"),
-              user_id="bob")  # fmt: skip
+    alice, bob = confined_pair(brain_server, channel, tenant, WRITER)
     for i in range(3):
         await bob.save(f"bob's hidden note {i}")
     brain_server.admin("tenants", "set-quota", tenant, "--memories", "4")
@@ -265,10 +274,7 @@ async def test_a_document_quota_refusal_counts_nothing_the_caller_cannot_see(
     """A key confined to alice is refused with the same words however many documents other
     users stored (only the limit is named); her put under the limit lands (control)."""
     tenant = unique("dquota")
-    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=KB, user="alice"),
-                user_id="alice")  # fmt: skip
-    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=KB, user="bob"),
-              user_id="bob")  # fmt: skip
+    alice, bob = confined_pair(brain_server, channel, tenant, KB)
     for i in range(3):
         await put(bob, f"bob{i}.md", f"# Bob\n\nhidden {i}\n")
     brain_server.admin("tenants", "set-quota", tenant, "--documents", "4")
@@ -362,10 +368,7 @@ async def test_a_writer_cannot_measure_what_it_cannot_see_by_the_quota(
     grain's edge her put lands (control), and bob's own puts land (control). Memories
     alike: with bob's 1 or 2 hidden memories alice's saves stop at the same count."""
     tenant = unique("qgrain")
-    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=KB + ",memories:write",
-                                               user="alice"), user_id="alice")  # fmt: skip
-    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=KB + ",memories:write",
-                                             user="bob"), user_id="bob")  # fmt: skip
+    alice, bob = confined_pair(brain_server, channel, tenant, KB + ",memories:write")
     limit = 100_000
     edge = limit - quotas.grain(limit)  # what alice may hold while anything is hidden
     created = knowledge_pb2.PUT_OUTCOME_CREATED
@@ -419,10 +422,7 @@ async def test_the_visible_count_is_the_memories_the_caller_sees(
             tenant, "admin", permissions=WRITER + ",memories:review", labels=("team", "hr")
         ),
     )
-    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER,
-                                               user="alice"), user_id="alice")  # fmt: skip
-    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=WRITER, user="bob"),
-              user_id="bob")  # fmt: skip
+    alice, bob = confined_pair(brain_server, channel, tenant, WRITER)
     for i in range(3):
         await alice.save(f"alice's note {i}")
     gone = await alice.save("alice's note to forget")
@@ -495,10 +495,7 @@ async def test_what_a_key_sees_counts_in_every_scope_it_may_ask_for(
     assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
     tenant = unique("qsess")
-    alice = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER,
-                                               user="alice"), user_id="alice")  # fmt: skip
-    bob = Api(channel, brain_server.mint_key(tenant, "bob", permissions=WRITER, user="bob"),
-              user_id="bob")  # fmt: skip
+    alice, bob = confined_pair(brain_server, channel, tenant, WRITER)
     await bob.save("bob's hidden note")
     s1, s2 = alice.scope(session_id="s1"), alice.scope(session_id="s2")
     for i in range(31):
