@@ -376,23 +376,24 @@ async def test_a_writer_cannot_measure_what_it_cannot_see_by_the_quota(
     assert (await put(alice, "probe.md", sized(10))).outcome == created
     brain_server.admin("tenants", "set-quota", tenant, "--document-bytes", str(limit))
     answers = []
-    try:
-        for bob_bytes in (1000, 2000):
-            if bob_bytes != 1000:
-                grown = await put(bob, "payroll.md", sized(bob_bytes))
-                assert grown.outcome == knowledge_pb2.PUT_OUTCOME_UPDATED  # control
-            over = await rpc_error(put(alice, "probe.md", sized(edge + 1)))
-            assert over.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            at_edge = await put(alice, "probe.md", sized(edge))  # control: lands
-            assert at_edge.outcome == knowledge_pb2.PUT_OUTCOME_UPDATED
-            assert (await put(alice, "probe.md", sized(10))).outcome  # shrinking: always
-            answers.append(over.details())
-        assert answers[0] == answers[1]
-    finally:  # spare the session server's filler the probe's chunks
-        brain_server.admin("tenants", "set-quota", tenant, "--document-bytes", "none")
-        for api, path in ((alice, "probe.md"), (bob, "payroll.md")):
-            doc = (await put(api, path, sized(10))).document
-            await delete_call(api, doc.id)
+    with fillers_held():  # the probes' ~100 chunks each: never embedded for nothing
+        try:
+            for bob_bytes in (1000, 2000):
+                if bob_bytes != 1000:
+                    grown = await put(bob, "payroll.md", sized(bob_bytes))
+                    assert grown.outcome == knowledge_pb2.PUT_OUTCOME_UPDATED  # control
+                over = await rpc_error(put(alice, "probe.md", sized(edge + 1)))
+                assert over.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                at_edge = await put(alice, "probe.md", sized(edge))  # control: lands
+                assert at_edge.outcome == knowledge_pb2.PUT_OUTCOME_UPDATED
+                assert (await put(alice, "probe.md", sized(10))).outcome  # shrinking: always
+                answers.append(over.details())
+            assert answers[0] == answers[1]
+        finally:  # and gone before any filler runs again
+            brain_server.admin("tenants", "set-quota", tenant, "--document-bytes", "none")
+            for api, path in ((alice, "probe.md"), (bob, "payroll.md")):
+                doc = (await put(api, path, sized(10))).document
+                await delete_call(api, doc.id)
 
     memories = 64  # a grain of 2
     await bob.save("bob's hidden note 0")
