@@ -85,8 +85,9 @@ def configure(level: str = "info", fmt: str = "json", worker: int | None = None)
 def fatal(program: str, message: str) -> None:
     """A process's last word, ``<program>: error: <message>``, as a log line on the log
     stream: with JSON logs a pipeline reading the stream keeps the one line that says why
-    the process stopped, instead of a plain line it drops."""
-    structlog.get_logger(program).error(f"{program}: error: {message}")
+    the process stopped, instead of a plain line it drops. Logged as critical, the highest
+    level, so that no --log-level (critical included) hides it."""
+    structlog.get_logger(program).critical(f"{program}: error: {message}")
 
 
 def redact_dsn(dsn: str) -> str:
