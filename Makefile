@@ -21,9 +21,12 @@ run: $(STAMP)
 ## tests/test_installed.py waits for it (tests/dist.py --alongside). Each test module goes
 ## whole to one worker (its module fixtures are made once), the longest modules first
 ## (tests/conftest.py LONGEST_FIRST), so that the short ones fill the end evenly.
+## Bytecode is cached (into __pycache__, git-ignored) even where the environment sets
+## PYTHONDONTWRITEBYTECODE: the suite starts hundreds of Python processes, and each would
+## otherwise compile every module of the checkout again.
 TEST_WORKERS ?= 2
 test: $(STAMP) lint typecheck
-	$(BIN)/python tests/dist.py --alongside \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python tests/dist.py --alongside \
 	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=15
 

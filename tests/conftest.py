@@ -37,10 +37,16 @@ from brain.server.runtime.app import RunningServer, start_server
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
 from brain.server.storage import admin
+from brain.server.telemetry import logs
 
 from .zygote import run_module
 
 T = TypeVar("T")
+
+# Every worker logs as a server does at --log-level warning, from its first test: an
+# in-process server started by a module's own fixture would otherwise log each call through
+# structlog's unconfigured defaults (a console line rendered per call, for nobody).
+logs.configure("warning")
 
 
 class LoopThread:
@@ -330,8 +336,6 @@ def server_settings(cluster: PgCluster, **overrides: Any) -> Settings:
 @pytest.fixture(scope="session")
 def brain_server(pg_cluster: PgCluster, loop_thread: LoopThread) -> Iterator[BrainServer]:
     """A real brain-server on 127.0.0.1 (random port) backed by the session cluster."""
-    from brain.server.telemetry import logs
-
     logs.configure("warning")
     if EXTERNAL_TARGET:
         yield BrainServer(

@@ -1,7 +1,9 @@
 """What users install is what the tests run: the sdist and the wheel, each installed into a
 fresh venv outside the checkout by `make dist` (tests/dist.py), answer on every console
-script, hold every file of the source folders, import from the install, and pass the smoke
-run (tests/smoke.py) against a brain-server started from that install.
+script, hold every file of the source folders and import from the install. The two installs
+are shown to be the same product (files, console scripts, requirements, resolved versions),
+so the wheel's alone answers --help and passes the smoke run (tests/smoke.py) against a
+brain-server started from it.
 
 The venvs come from `.build/dist/installed.json`; without it these tests fail, saying to
 run `make test` (or `make dist` before pytest).
@@ -89,14 +91,19 @@ def run(install: Install, *command: str, cwd: Path) -> subprocess.CompletedProce
 
 @pytest.mark.parametrize("script", SCRIPTS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_console_script_answers_version_help_and_bad_flags(
-    kind: str, script: str, tmp_path: Path
-) -> None:
-    """--version prints `<script> <version>`, --help the usage, and an unknown flag one
-    error line with exit 2, never a traceback."""
+def test_every_console_script_answers_its_version(kind: str, script: str, tmp_path: Path) -> None:
+    """--version prints `<script> <version>`: the install's launcher reaches its code."""
     install = installed(kind)
     version = run(install, script, "--version", cwd=tmp_path)
     assert (version.returncode, version.stdout) == (0, f"{script} {VERSION}\n"), version.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_console_script_answers_help_and_bad_flags(script: str, tmp_path: Path) -> None:
+    """--help prints the usage, and an unknown flag one error line with exit 2, never a
+    traceback (from the wheel's install; the sdist's holds the same files,
+    test_the_sdist_installs_what_the_wheel_installs)."""
+    install = installed("wheel")
     helped = run(install, script, "--help", cwd=tmp_path)
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith(f"usage: {script} ") and "--version" in helped.stdout
@@ -160,6 +167,52 @@ def test_the_install_holds_every_file_of_the_source_folders(kind: str) -> None:
     assert stale == [], f"the installed {kind} differs from the checkout (run `make dist`): {stale}"
 
 
+def dist_info(install: Install) -> tuple[Path, dict[str, str]]:
+    """The install's shared-brain dist-info folder, and every installed distribution's
+    normalised name -> version (what the dependencies resolved to)."""
+    site = install.site_packages
+    versions: dict[str, str] = {}
+    ours: list[Path] = []
+    for folder in sorted(site.glob("*.dist-info")):
+        name, _, version = folder.name.removesuffix(".dist-info").rpartition("-")
+        versions[name.lower().replace("-", "_")] = version
+        if name.lower().replace("-", "_") == "shared_brain":
+            ours.append(folder)
+    assert len(ours) == 1, f"shared-brain's dist-info in {site}: {ours}"
+    return ours[0], versions
+
+
+def test_the_sdist_installs_what_the_wheel_installs() -> None:
+    """Built from the sdist or installed from the wheel, a user gets the same product: the
+    same files under brain/ byte for byte (the checkout's, by the test above), the same
+    console scripts and declared requirements, and the same versions of every dependency.
+    So the wheel's install alone answers --help and runs the smoke run."""
+    wheel, sdist = installed("wheel"), installed("sdist")
+
+    def tree(install: Install) -> dict[str, bytes]:
+        root = install.site_packages / "brain"
+        return {
+            path.relative_to(root).as_posix(): path.read_bytes()
+            for path in sorted(root.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts
+        }
+
+    wheel_tree, sdist_tree = tree(wheel), tree(sdist)
+    assert "server/runtime/main.py" in wheel_tree  # control: the tree is read
+    assert sorted(wheel_tree) == sorted(sdist_tree)
+    assert [f for f in wheel_tree if wheel_tree[f] != sdist_tree[f]] == []
+    (wheel_info, wheel_versions), (sdist_info, sdist_versions) = dist_info(wheel), dist_info(sdist)
+    for name in ("entry_points.txt",):
+        assert (wheel_info / name).read_text() == (sdist_info / name).read_text(), name
+
+    def requirements(info: Path) -> list[str]:
+        lines = (info / "METADATA").read_text().splitlines()
+        return sorted(line for line in lines if line.startswith("Requires-Dist:"))
+
+    assert requirements(wheel_info) and requirements(wheel_info) == requirements(sdist_info)
+    assert wheel_versions == sdist_versions
+
+
 # -- a brain-server from the install, and the smoke run against it --------------------------
 
 
@@ -192,13 +245,11 @@ def wait_serving(target: str, proc: subprocess.Popen[bytes], log: Path, seconds:
     raise AssertionError(f"brain-server not SERVING after {seconds} s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="module", params=KINDS)
-def installed_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[InstalledServer]:
-    """brain-server of one install as a user starts it: embedded PostgreSQL, the default
-    number of workers and embedder, a dev key in a file."""
-    install = installed(request.param)
+@pytest.fixture(scope="module")
+def installed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstalledServer]:
+    """brain-server of the wheel's install as a user starts it: embedded PostgreSQL, the
+    default number of workers and embedder, a dev key in a file."""
+    install = installed("wheel")
     folder = tmp_path_factory.mktemp(f"installed-{install.kind}")
     folder.chmod(0o755)  # as root, the embedded PostgreSQL runs as another user
     target, key_file, log = f"127.0.0.1:{free_port()}", folder / "dev-key", folder / "server.log"

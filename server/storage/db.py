@@ -92,6 +92,17 @@ class UnsafeRole(Exception):
     """The server's database role could read past row-level security."""
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """A pool's reset on release, which sends nothing: asyncpg has already rolled back a
+    transaction left open and dropped the listeners (``Connection._reset``). Its default
+    reset is one more round trip per checkout (``RESET ALL``, ``UNLISTEN *``, ``CLOSE
+    ALL``, advisory unlocks), and a request checks out twice (its key, its transaction).
+    Nothing the server runs on a pool connection outlives its transaction: every setting
+    is ``SET LOCAL`` (storage/setlocal.py), advisory locks are transaction locks, cursors
+    close at commit, and the change feed LISTENs on a connection of its own.
+    tests/test_pool_session.py holds the server to that."""
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
     await register_vector(conn)
@@ -126,13 +137,17 @@ class Database:
         cls, dsn: str, *, min_size: int = 1, max_size: int = 10, replica_dsn: str | None = None
     ) -> Database:
         pool = await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, init=_init_connection
+            dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
         )
         replica = None
         if replica_dsn is not None:
             try:
                 replica = await asyncpg.create_pool(
-                    replica_dsn, min_size=min_size, max_size=max_size, init=_init_connection
+                    replica_dsn,
+                    min_size=min_size,
+                    max_size=max_size,
+                    init=_init_connection,
+                    reset=_keep_session,
                 )
             except BaseException:
                 await pool.close()
