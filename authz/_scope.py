@@ -54,12 +54,16 @@ class NestedScope:
 
 
 class ScopeViolation(Exception):
-    """A request names a scope its key may not use. Carries the offending field."""
+    """A request names a scope its key may not use. Carries the offending field.
 
-    def __init__(self, field_name: str, message: str) -> None:
+    ``malformed``: the request contradicts itself (a filter naming another user, session or
+    namespace than its own scope), whatever the key: the caller's mistake, not a wall."""
+
+    def __init__(self, field_name: str, message: str, *, malformed: bool = False) -> None:
         super().__init__(message)
         self.field_name = field_name
         self.message = message
+        self.malformed = malformed
 
 
 def check_scope(
@@ -83,17 +87,23 @@ def check_scope(
     if nested is None:
         return
     if nested.user_id and scope.user_id and nested.user_id != scope.user_id:
-        raise ScopeViolation("filter.user_id", "filter.user_id must equal scope.user_id")
+        raise ScopeViolation(
+            "filter.user_id", "filter.user_id must equal scope.user_id", malformed=True
+        )
     if confinement.user_id is not None and nested.user_id:
         _check_field("filter.user_id", nested.user_id, {confinement.user_id}, True)
     if nested.session_id and scope.session_id and nested.session_id != scope.session_id:
-        raise ScopeViolation("filter.session_id", "filter.session_id must equal scope.session_id")
+        raise ScopeViolation(
+            "filter.session_id", "filter.session_id must equal scope.session_id", malformed=True
+        )
     if confinement.session_id is not None and nested.session_id:
         _check_field("filter.session_id", nested.session_id, {confinement.session_id}, True)
     for ns in nested.namespaces:
         if scope.namespace and ns != scope.namespace:
             raise ScopeViolation(
-                "filter.namespaces", "filter.namespaces must only repeat scope.namespace"
+                "filter.namespaces",
+                "filter.namespaces must only repeat scope.namespace",
+                malformed=True,
             )
         if confinement.namespaces:
             _check_field("filter.namespaces", ns, confinement.namespaces, True)

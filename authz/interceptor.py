@@ -225,7 +225,12 @@ class AuthorizationInterceptor(Interceptor):
         try:
             check_scope(key.confinement, scope, nested, required=cls is not MethodClass.ROWLESS)
         except ScopeViolation as exc:
-            raise _Denied(grpc.StatusCode.PERMISSION_DENIED, exc.message) from exc
+            code = (
+                grpc.StatusCode.INVALID_ARGUMENT
+                if exc.malformed
+                else grpc.StatusCode.PERMISSION_DENIED
+            )
+            raise _Denied(code, exc.message) from exc
         if self._rate_limiter is not None:
             wait = self._rate_limiter.acquire(key.key_id, call_cost(method, request))
             if wait > 0:

@@ -8,7 +8,8 @@ value), like ``brain-mcp``; no admin access. It
   files along the way exclude (read with ``pathspec``, git's own rules); binary files,
   files that are not UTF-8, empty ones, files over 1 MiB and files whose name is not
   UTF-8 or holds control characters are skipped, each named with its reason at the end
-  (control characters and undecodable bytes of a name shown as escapes);
+  (control characters and undecodable bytes of a name shown as escapes), and so are
+  symbolic links found in a folder (never followed) and links named that lead nowhere;
 - names each document by its path relative to the current folder (POSIX slashes); a
   PATH outside the current folder is refused, so no local absolute path is ever stored;
 - refuses an empty ``--collection`` (an empty filter lists every collection);
@@ -122,8 +123,8 @@ class Progress(Protocol):
 def walk(roots: Sequence[Path]) -> Iterator[Path]:
     """Every file under ``roots`` that git would not ignore, in a stable order."""
     for root in roots:
-        if root.is_file():
-            yield root
+        if root.is_file() or (root.is_symlink() and not root.exists()):
+            yield root  # a dangling or looping link named on the command line: skipped, named
             continue
         yield from _walk_dir(root, [])
 
@@ -134,7 +135,11 @@ def _walk_dir(folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) ->
         lines = ignore_file.read_text(errors="replace").splitlines()
         specs = [*specs, (folder, pathspec.GitIgnoreSpec.from_lines(lines))]
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name in ALWAYS_SKIPPED or entry.is_symlink():
+        if entry.name in ALWAYS_SKIPPED:
+            continue
+        if entry.is_symlink():  # never followed; named as skipped (read() says why)
+            if not _ignored(entry, False, specs):
+                yield entry
             continue
         is_dir = entry.is_dir()
         if _ignored(entry, is_dir, specs):
@@ -160,7 +165,9 @@ class OutsideFolder(ValueError):
 def document_path(path: Path, cwd: Path) -> str:
     """The document's name: its path relative to ``cwd`` (POSIX); ``OutsideFolder`` when it
     is not under ``cwd`` (a local absolute path is no name to share with a team)."""
-    absolute = path.resolve()
+    # A symbolic link keeps its own name (its folder resolved, not the link): a link loop
+    # or a dangling link is named, not followed.
+    absolute = path.parent.resolve() / path.name if path.is_symlink() else path.resolve()
     try:
         return absolute.relative_to(cwd.resolve()).as_posix()
     except ValueError:
@@ -224,6 +231,7 @@ def ingest(
         for d in client.list_documents(collection=collection, page_size=100)
         if same_bucket(d, scope) and d.collection == collection
     }
+    named = set(roots)
     files = [(path, document_path(path, cwd), _size(path)) for path in walk(roots)]
     seen = {name for _, name, _ in files}
     shown = progress(len(files), sum(size for *_, size in files)) if progress else None
@@ -234,6 +242,10 @@ def ingest(
         not sent: skipped, failed to read, or unchanged (its hash is the stored one's)."""
         if not name.isprintable():
             return "skipped", "its name is not UTF-8 or holds control characters"
+        if path.is_symlink() and (path not in named or not path.exists()):
+            # A link found in a folder is never followed; one named on the command line is
+            # read, unless it leads nowhere.
+            return "skipped", "a symbolic link, not followed"
         try:
             text = read_text(path)
         except Skipped as why:
@@ -458,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         check_api_key(config.api_key)
     except ValueError as exc:
         sys.exit(f"brain: BRAIN_API_KEY is not a usable key: {exc}")
-    missing = [str(p) for p in args.paths if not p.exists()]
+    missing = [str(p) for p in args.paths if not p.exists() and not p.is_symlink()]
     if missing:
         sys.exit(f"brain ingest: no such file or folder: {', '.join(missing)}")
     if not args.collection:

@@ -331,3 +331,49 @@ def test_restore_of_a_file_that_is_not_utf8_restores_nothing(
     done = restore(path)
     assert done.returncode == 0, done.stderr
     assert tenants() == [tenant]
+
+
+def test_a_data_dir_without_a_cluster_is_refused_not_created(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """With no database URL, brain-admin works on the cluster brain-server made in the data
+    directory. A directory without one (a mistyped --data-dir, a BRAIN_DATA_DIR the server
+    does not use) is named and refused: no cluster and no pepper appear there, so no key or
+    tenant lands in a database no server reads."""
+    tenant = unique("datadir")
+    missing = tmp_path / "typo"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("DATABASE_URL")}
+    for args in (
+        ("tenants", "list"),
+        ("tenants", "create", tenant),
+        ("keys", "create", "--tenant", tenant, "--principal", "agent:x"),
+    ):
+        done = run_module(
+            "brain.server.admin.main", "--data-dir", str(missing), *args, env=env, timeout=60
+        )
+        assert_refused(done, str(missing))
+        assert "no embedded PostgreSQL" in done.stderr
+        assert not missing.exists() or list(missing.iterdir()) == []  # no cluster, no pepper
+    # Control: the same commands on the database work.
+    brain_server.admin("tenants", "create", tenant)
+    assert tenant in brain_server.admin("tenants", "list").stdout
+
+
+def test_an_empty_permission_list_is_refused_not_read_as_the_default(
+    brain_server: BrainServer,
+) -> None:
+    """`--permissions ''` (a variable left empty in a script) minted a memories:read key as
+    if the flag were absent; it is refused by name, nothing minted. Without the flag the key
+    gets memories:read, as documented."""
+    tenant = unique("perms")
+    brain_server.admin("tenants", "create", tenant)
+    before = snapshot(brain_server, tenant)
+    for empty in ("", " ", ","):
+        done = brain_server.admin(
+            "keys", "create", "--tenant", tenant, "--principal", "p", "--permissions", empty,
+            check=False,
+        )  # fmt: skip
+        assert_refused(done, "--permissions")
+    assert snapshot(brain_server, tenant) == before
+    brain_server.admin("keys", "create", "--tenant", tenant, "--principal", "p")
+    assert [k["permissions"] for k in keys_of(brain_server, tenant)] == [["memories:read"]]

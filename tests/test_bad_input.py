@@ -62,6 +62,43 @@ async def test_out_of_range_timestamps_and_durations_name_the_field(
     assert proposed.candidate.status == common_pb2.MEMORY_STATUS_CANDIDATE
 
 
+async def test_the_instants_the_driver_reads_as_infinity_are_refused(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z are stored as -infinity and
+    infinity and read back without a time zone; a save that set one beside a similar memory
+    failed INTERNAL in conflict detection, and later similar saves with it. Both are
+    INVALID_ARGUMENT naming the field, nothing is saved, and the instants one microsecond
+    inside them are stored and compared as any other."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    peer = await api.save("The deploy window opens at 2pm on Friday")
+    for bad in (
+        Timestamp(seconds=-62_135_596_800),
+        Timestamp(seconds=-62_135_596_800, nanos=999),  # the same microsecond
+        Timestamp(seconds=253_402_300_799, nanos=999_999_000),
+        Timestamp(seconds=253_402_300_799, nanos=999_999_999),
+    ):
+        err = await rpc_error(api.save("The deploy window opens at 3pm on Friday", valid_from=bad))
+        assert_invalid(err, "memory.valid_from")
+    assert [m.id for m in await api.list_all()] == [peer.memory.id]  # nothing half-written
+
+    first = Timestamp(seconds=-62_135_596_800, nanos=1_000)
+    last = Timestamp(seconds=253_402_300_799, nanos=999_998_000)
+    early = await api.save("The deploy window opens at 3pm on Friday", valid_from=first)
+    assert (early.memory.valid_from.seconds, early.memory.valid_from.nanos) == (
+        -62_135_596_800,
+        1_000,
+    )
+    late = await api.save(
+        "The deploy window opens at 4pm on Friday", valid_from=first, valid_to=last
+    )
+    assert late.memory.valid_to.nanos == 999_998_000
+    again = await api.save(
+        "The deploy window opens at 5pm on Friday"
+    )  # the bucket still takes saves
+    assert len(await api.list_all()) == 4 and again.memory.id
+
+
 async def test_nul_bytes_in_scope_are_refused_on_every_rpc(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
@@ -216,3 +253,73 @@ async def test_a_long_bad_argument_is_still_invalid_argument_naming_its_field(
     assert [m.version for m in await api.history(saved.memory.id)] == [1]  # nothing changed
     updated = await api.update(saved.memory.id, ["importance"], importance=0.7)
     assert (updated.version, round(updated.importance, 2)) == (2, 0.7)
+
+
+async def test_a_filter_that_contradicts_its_scope_is_invalid_argument_for_any_key(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A filter naming another namespace or user than the request's scope contradicts the
+    request itself: INVALID_ARGUMENT naming the filter's field, for an unconfined key as for
+    a confined one (it was PERMISSION_DENIED, as if the key lacked a right); the filter that
+    repeats the scope lists the memory."""
+    tenant = unique("t")
+    unconfined = Api(channel, brain_server.mint_key(tenant, "admin", permissions=ALL))
+    confined = Api(
+        channel,
+        brain_server.mint_key(tenant, "alice", permissions=ALL, user="alice"),
+        user_id="alice",
+    )
+    saved = await confined.save("a memory the filters look for")
+    for api, bad in (
+        (unconfined, common_pb2.MemoryFilter(namespaces=["elsewhere"])),
+        (unconfined, common_pb2.MemoryFilter(namespaces=["bad ns!"])),
+        (confined, common_pb2.MemoryFilter(namespaces=["elsewhere"])),
+        (confined, common_pb2.MemoryFilter(user_id="bob")),
+    ):
+        err = await rpc_error(api.list_all(filter=bad))
+        field = "filter.user_id" if bad.user_id else "filter.namespaces"
+        assert_invalid(err, field)
+    # Control: the filter repeating the scope is read as any other.
+    same = common_pb2.MemoryFilter(namespaces=[confined.scope().namespace], user_id="alice")
+    assert [m.id for m in await confined.list_all(filter=same)] == [saved.memory.id]
+
+
+async def test_values_no_caller_means_are_refused_by_name(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A negative expected_version (ABORTED "retry" before), a review window under a second
+    ("must be positive" of a positive value), an empty metadata key (stored before) and a
+    filter of thousands of tags (accepted before) are INVALID_ARGUMENT naming the field and
+    change nothing; the same requests with sensible values succeed."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    saved = await api.save("a memory to update carefully")
+    err = await rpc_error(api.update(saved.memory.id, ["content"], -1, content="changed"))
+    assert_invalid(err, "expected_version")
+    err = await rpc_error(api.save("metadata with an empty key", metadata={"": "v"}))
+    assert_invalid(err, "memory.metadata key")
+    err = await rpc_error(
+        api.list_all(filter=common_pb2.MemoryFilter(tags=[f"t{i}" for i in range(10_000)]))
+    )
+    assert_invalid(err, "filter.tags")
+    propose = review_pb2.ProposeMemoryRequest(
+        scope=api.scope(),
+        memory=common_pb2.MemoryDraft(content="a proposal with a tiny review window"),
+        reason="checking the window",
+        review_within=Duration(nanos=500),
+    )
+    err = await rpc_error(api.review.ProposeMemory(propose, metadata=api.md))
+    assert_invalid(err, "review_within")
+    assert [m.id for m in await api.list_all()] == [saved.memory.id]  # nothing written
+    assert (await api.get(saved.memory.id)).version == 1
+
+    # Controls: the same requests with values that mean something.
+    assert (await api.update(saved.memory.id, ["content"], 1, content="changed")).version == 2
+    kept = await api.save("metadata with a key", metadata={"k": "v"}, tags=["t1"])
+    assert dict(kept.memory.metadata) == {"k": "v"}
+    many = common_pb2.MemoryFilter(tags=[f"t{i}" for i in range(64)])  # the cap: accepted
+    assert [m.id for m in await api.list_all(filter=many)] == []  # a memory holds every tag
+    tagged = common_pb2.MemoryFilter(tags=["t1"])
+    assert [m.id for m in await api.list_all(filter=tagged)] == [kept.memory.id]
+    propose.review_within.CopyFrom(Duration(seconds=1))
+    proposed = await api.review.ProposeMemory(propose, metadata=api.md)
+    assert proposed.candidate.status == common_pb2.MEMORY_STATUS_CANDIDATE

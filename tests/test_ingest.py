@@ -355,3 +355,42 @@ def test_a_file_name_that_is_not_text_is_skipped_and_named_escaped(
     assert "\x1b" not in done.stderr
     with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
         assert sorted(d.path for d in client.list_documents(collection="c")) == ["a.md", "z.md"]
+
+
+def test_symbolic_links_are_named_as_skipped_never_followed(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """Links in a folder (a loop, a dangling one, one to a file) were left out without a
+    word, and a looping link named on the command line was "no such file". Each is skipped
+    and named with its reason; a link named on the command line that leads to a file is
+    read; the folder's plain files are stored."""
+    key = brain_server.mint_key(unique("ing"), "dev", permissions=KB, namespaces=("proj",))
+    env = {**os.environ, "BRAIN_TARGET": brain_server.target, "BRAIN_API_KEY": key}
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "plain.md").write_text("# Plain\n\na plain file\n")
+    (tmp_path / "outside.md").write_text("# Outside\n\nreached through a link\n")
+    (docs / "loop-a.md").symlink_to(docs / "loop-b.md")
+    (docs / "loop-b.md").symlink_to(docs / "loop-a.md")
+    (docs / "dangling.md").symlink_to(tmp_path / "nowhere.md")
+    (docs / "to-file.md").symlink_to(tmp_path / "outside.md")
+    (tmp_path / "named.md").symlink_to(tmp_path / "outside.md")
+
+    def ingest(*paths: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "brain.clients.ingest", "ingest", *paths]
+        return subprocess.run(
+            [*command, "--collection", "c"], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    done = ingest("docs", "named.md")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "2 created, 0 updated, 0 unchanged, 0 deleted, 4 skipped, 0 failed" in done.stderr
+    for link in ("loop-a.md", "loop-b.md", "dangling.md", "to-file.md"):
+        assert f"skipped: docs/{link} (a symbolic link, not followed)" in done.stderr
+    done = ingest("docs/loop-a.md")  # a loop named: skipped and named, not "no such file"
+    assert done.returncode == 0, done.stderr
+    assert "skipped: docs/loop-a.md (a symbolic link, not followed)" in done.stderr
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        stored = {d.path for d in client.list_documents(collection="c")}
+    assert stored == {"docs/plain.md", "named.md"}

@@ -339,8 +339,12 @@ async def cmd_tombstones_readmit(ctx: Context) -> None:
 
 async def cmd_keys_create(ctx: Context) -> None:
     a = ctx.args
+    if a.permissions is not None and not a.permissions.replace(",", "").strip():
+        raise UsageError(
+            "--permissions names no permission; leave the flag out for memories:read only"
+        )
     try:
-        permissions = parse_permissions(a.permissions)
+        permissions = parse_permissions(a.permissions or "")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     confinement = _confinement(a)
@@ -464,7 +468,9 @@ def register(sub: Any) -> None:
         type=_principal,
         help=f"who acts: alice, agent:coder, ... (at most {MAX_TEXT_CHARS} characters)",
     )
-    p.add_argument("--permissions", default="", help="comma-separated; default memories:read only")
+    p.add_argument(
+        "--permissions", default=None, help="comma-separated; default memories:read only"
+    )
     p.add_argument("--user", help="confine to this user_id")
     p.add_argument("--namespace", action="append", help="confine to this namespace (repeatable)")
     p.add_argument("--session", help="confine to this session_id")

@@ -158,7 +158,20 @@ class Context:
 
     @property
     def pepper(self) -> bytes:
+        if self.database_url is None:
+            self.require_embedded_cluster()  # else a mistyped --data-dir gets a new pepper
         return load_pepper(self.args.pepper_file, self.data_dir, database_url=self.database_url)
+
+    def require_embedded_cluster(self) -> None:
+        """Refuse a data directory that holds no embedded cluster. brain-admin works on the
+        database brain-server made there; creating one (and its pepper) because a path was
+        mistyped would mint keys and tenants into a database no server reads."""
+        if not (self.data_dir / "pg" / "PG_VERSION").exists():
+            raise UsageError(
+                f"no embedded PostgreSQL in {self.data_dir} (it has no pg/PG_VERSION): "
+                f"start brain-server once with BRAIN_DATA_DIR={self.data_dir} to create it, "
+                "or give the database with --database-url"
+            )
 
     async def owner_dsn(self) -> str:
         if self.database_url is not None:
@@ -168,6 +181,7 @@ class Context:
                     "a postgresql:// URL"
                 )
             return self.database_url
+        self.require_embedded_cluster()
         self._pg = embedded.start(self.data_dir / "pg")
         await prepare_embedded(self._pg)
         return self._pg.owner_dsn

@@ -306,8 +306,8 @@ class Review:
         review_within = None
         if req.HasField("review_within"):
             review_within = req.review_within.ToTimedelta()
-            if review_within <= timedelta(0):
-                raise InvalidArgument("review_within", "must be positive")
+            if review_within < timedelta(seconds=1):  # ToTimedelta drops what is below 1 µs
+                raise InvalidArgument("review_within", "must be at least one second")
         idem = check.text("idempotency_key", req.idempotency_key, limit=128)
         async with m.tx(caller, timeout_ms=timeout_ms) as conn:
             replayed = await m.replay(conn, caller, idem, req)

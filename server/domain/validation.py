@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -16,6 +16,7 @@ from brain.server.errors import InvalidArgument
 
 MAX_CONTENT_BYTES = 32 * 1024
 MAX_TAGS = 32
+MAX_FILTER_VALUES = 64  # tags or kinds a filter may list
 MAX_METADATA_ENTRIES = 32
 MAX_METADATA_VALUE = 1024
 MAX_LABELS = 16
@@ -90,6 +91,14 @@ def names(field: str, values: Iterable[str], *, limit: int) -> list[str]:
     return out
 
 
+def capped(field: str, values: Sequence[str], limit: int = MAX_FILTER_VALUES) -> Sequence[str]:
+    """A filter's list of values, refused past ``limit`` (a save holds at most 32 tags; a
+    filter of thousands only costs the database)."""
+    if len(values) > limit:
+        raise InvalidArgument(field, f"at most {limit} values")
+    return values
+
+
 def tags(field: str, values: Iterable[str]) -> list[str]:
     out = sorted({text(field, v, limit=64).strip() for v in values} - {""})
     if len(out) > MAX_TAGS:
@@ -101,6 +110,8 @@ def metadata(field: str, values: dict[str, str]) -> dict[str, str]:
     if len(values) > MAX_METADATA_ENTRIES:
         raise InvalidArgument(field, f"at most {MAX_METADATA_ENTRIES} entries")
     for k, v in values.items():
+        if not k.strip():
+            raise InvalidArgument(f"{field} key", "must not be empty")
         text(f"{field} key", k, limit=64)
         text(f"{field}[{k}]", v, limit=MAX_METADATA_VALUE)
     return dict(values)
@@ -160,6 +171,14 @@ def _timestamp_in_range(name: str, ts: Message) -> None:
         raise InvalidArgument(name, "nanos must be between 0 and 999,999,999")
     if not MIN_TIMESTAMP_SECONDS <= seconds <= MAX_TIMESTAMP_SECONDS:
         raise InvalidArgument(name, "must be between years 1 and 9999")
+    # Stored to the microsecond, the first and the last instant of that range are the
+    # driver's spelling of -infinity and infinity (datetime.min and datetime.max), which
+    # read back without a time zone: a value no comparison can take.
+    micros = seconds * 1_000_000 + nanos // 1_000
+    if micros == MIN_TIMESTAMP_SECONDS * 1_000_000:
+        raise InvalidArgument(name, "must be after 0001-01-01T00:00:00Z")
+    if micros == MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999:
+        raise InvalidArgument(name, "must be before 9999-12-31T23:59:59.999999Z")
 
 
 def _duration_in_range(name: str, d: Message) -> None:

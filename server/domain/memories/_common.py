@@ -115,8 +115,10 @@ def row_filter(
         statuses.append(PROTO_TO_STATUS[s])
     return sql.RowFilter(
         statuses=statuses or list(default_statuses),
-        kinds=[check.text("filter.kinds", k, limit=64) for k in f.kinds],
-        tags=[check.text("filter.tags", t, limit=64) for t in f.tags],
+        kinds=[
+            check.text("filter.kinds", k, limit=64) for k in check.capped("filter.kinds", f.kinds)
+        ],
+        tags=[check.text("filter.tags", t, limit=64) for t in check.capped("filter.tags", f.tags)],
         labels=check.names("filter.labels", f.labels, limit=check.MAX_LABELS),
         namespaces=check.names("filter.namespaces", f.namespaces, limit=16),
         user_id=check.name("filter.user_id", f.user_id),

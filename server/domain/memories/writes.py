@@ -458,6 +458,8 @@ class MemoryWrites(MemoryBase):
             changes["valid_to"] = check.timestamp(patch.valid_to, patch.HasField("valid_to"))
         if "expires_at" in paths:
             changes["expires_at"] = check.timestamp(patch.expires_at, patch.HasField("expires_at"))
+        if req.expected_version < 0:
+            raise InvalidArgument("expected_version", "must not be negative (0: any version)")
         idem = check.text("idempotency_key", req.idempotency_key, limit=128)
         vis = self.visibility(caller)
         async with self.tx(caller, timeout_ms=timeout_ms) as conn:
