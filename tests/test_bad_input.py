@@ -9,7 +9,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from brain.v1 import audit_pb2, common_pb2, memory_pb2, review_pb2
+from brain.v1 import audit_pb2, common_pb2, identity_pb2, identity_pb2_grpc, memory_pb2, review_pb2
 
 from .conftest import BrainServer, unique
 from .helpers import Api, rpc_error
@@ -323,3 +323,22 @@ async def test_values_no_caller_means_are_refused_by_name(
     propose.review_within.CopyFrom(Duration(seconds=1))
     proposed = await api.review.ProposeMemory(propose, metadata=api.md)
     assert proposed.candidate.status == common_pb2.MEMORY_STATUS_CANDIDATE
+
+
+async def test_whoami_refuses_a_scope_no_other_call_would_take(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """WhoAmI answered OK for a malformed namespace that every other call refuses; a client
+    checking its scope at start learnt nothing. It is INVALID_ARGUMENT naming the field;
+    an empty scope and a well-formed one are answered."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    stub = identity_pb2_grpc.IdentityServiceStub(channel)
+    for field, scope in (
+        ("scope.namespace", common_pb2.Scope(namespace="bad ns!")),
+        ("scope.user_id", common_pb2.Scope(namespace="proj", user_id="-bad")),
+    ):
+        err = await rpc_error(stub.WhoAmI(identity_pb2.WhoAmIRequest(scope=scope), metadata=api.md))
+        assert_invalid(err, field)
+    for scope in (common_pb2.Scope(), common_pb2.Scope(namespace="proj", user_id="alice")):
+        answer = await stub.WhoAmI(identity_pb2.WhoAmIRequest(scope=scope), metadata=api.md)
+        assert answer.principal == "alice"
