@@ -288,15 +288,19 @@ async def test_values_no_caller_means_are_refused_by_name(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
     """A negative expected_version (ABORTED "retry" before), a review window under a second
-    ("must be positive" of a positive value), an empty metadata key (stored before) and a
-    filter of thousands of tags (accepted before) are INVALID_ARGUMENT naming the field and
-    change nothing; the same requests with sensible values succeed."""
+    ("must be positive" of a positive value), an empty metadata key (stored before), a
+    validity that ends where it starts (stored, valid at no instant) and a filter of
+    thousands of tags (accepted before) are INVALID_ARGUMENT naming the field and change
+    nothing; the same requests with sensible values succeed."""
     api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
     saved = await api.save("a memory to update carefully")
     err = await rpc_error(api.update(saved.memory.id, ["content"], -1, content="changed"))
     assert_invalid(err, "expected_version")
     err = await rpc_error(api.save("metadata with an empty key", metadata={"": "v"}))
     assert_invalid(err, "memory.metadata key")
+    moment = Timestamp(seconds=1_700_000_000)
+    err = await rpc_error(api.save("valid at no instant", valid_from=moment, valid_to=moment))
+    assert_invalid(err, "memory.valid_to")  # [from, to) with from == to holds nowhere
     err = await rpc_error(
         api.list_all(filter=common_pb2.MemoryFilter(tags=[f"t{i}" for i in range(10_000)]))
     )
@@ -314,7 +318,13 @@ async def test_values_no_caller_means_are_refused_by_name(
 
     # Controls: the same requests with values that mean something.
     assert (await api.update(saved.memory.id, ["content"], 1, content="changed")).version == 2
-    kept = await api.save("metadata with a key", metadata={"k": "v"}, tags=["t1"])
+    kept = await api.save(
+        "metadata with a key",
+        metadata={"k": "v"},
+        tags=["t1"],
+        valid_from=moment,
+        valid_to=Timestamp(seconds=4_000_000_000),  # valid now: listed by default
+    )
     assert dict(kept.memory.metadata) == {"k": "v"}
     many = common_pb2.MemoryFilter(tags=[f"t{i}" for i in range(64)])  # the cap: accepted
     assert [m.id for m in await api.list_all(filter=many)] == []  # a memory holds every tag

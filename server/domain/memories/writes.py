@@ -152,8 +152,8 @@ class MemoryWrites(MemoryBase):
         now = datetime.now(UTC)
         valid_from = check.timestamp(draft.valid_from, draft.HasField("valid_from")) or now
         valid_to = check.timestamp(draft.valid_to, draft.HasField("valid_to"))
-        if valid_to is not None and valid_to < valid_from:
-            raise InvalidArgument("memory.valid_to", "must not be before memory.valid_from")
+        if valid_to is not None and valid_to <= valid_from:  # [from, to): empty if equal
+            raise InvalidArgument("memory.valid_to", "must be after memory.valid_from")
         expires_at = check.timestamp(draft.expires_at, draft.HasField("expires_at"))
         if expires_at is not None and expires_at <= now:
             # (An update may set a past expiry: that hides a memory now, on purpose.)
@@ -484,8 +484,8 @@ class MemoryWrites(MemoryBase):
                 )
             valid_from = changes.get("valid_from", current["valid_from"])
             valid_to = changes.get("valid_to", current["valid_to"])
-            if valid_to is not None and valid_to < valid_from:
-                raise InvalidArgument("patch.valid_to", "must not be before valid_from")
+            if valid_to is not None and valid_to <= valid_from:
+                raise InvalidArgument("patch.valid_to", "must be after valid_from")
             if "fingerprint" in changes and changes["fingerprint"] != current["fingerprint"]:
                 await self.refuse_tombstoned(
                     conn, vis, "patch.content", current["namespace"], current["user_id"],
