@@ -179,6 +179,45 @@ async def test_an_update_is_proposed_never_applied_and_a_reviewer_decides(
     assert again.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
+async def test_the_author_of_the_newer_memory_cannot_approve_its_supersede(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """An agent proposes a new value without naming what it replaces; a reviewer approves
+    the proposal, and that write records the conflict. The proposer's principal, with a
+    review key of its own, could then approve the conflict and put its memory in place of
+    another's: a supersede no one else decided. It is refused; another reviewer may."""
+    tenant, ns = unique("cf"), unique("ns")
+    owner, carol = keys(brain_server, channel, tenant, ns)
+    proposer = Api(channel, brain_server.mint_key(tenant, "alice", permissions=WRITER), ns)
+    alice_reviews = Api(channel, brain_server.mint_key(tenant, "alice", permissions=REVIEWER), ns)
+    approver = Api(channel, brain_server.mint_key(tenant, "bob", permissions=REVIEWER), ns)
+    old = (await owner.save(OLD)).memory.id
+    proposed = await proposer.review.ProposeMemory(
+        review_pb2.ProposeMemoryRequest(
+            scope=proposer.scope(), memory=common_pb2.MemoryDraft(content=NEW),
+            reason="the port moved",
+        ),
+        metadata=proposer.md,
+    )  # fmt: skip
+    await approver.review.ReviewCandidate(
+        review_pb2.ReviewCandidateRequest(
+            scope=approver.scope(), id=proposed.candidate.id,
+            decision=review_pb2.REVIEW_DECISION_APPROVE, reason="the port did move",
+        ),
+        metadata=approver.md,
+    )  # fmt: skip
+    [found] = await list_conflicts(carol)
+    assert (found.older_id, found.newer_id) == (old, proposed.candidate.id)
+    assert found.detected_by == "bob"
+    with pytest.raises(grpc.aio.AioRpcError) as denied:
+        await resolve(alice_reviews, found.id, approve=True)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "author of its newer memory" in (denied.value.details() or "")
+    assert (await owner.get(old)).status == common_pb2.MEMORY_STATUS_ACTIVE  # nothing moved
+    decided = await resolve(carol, found.id, approve=True)  # control: another reviewer may
+    assert decided.older.status == common_pb2.MEMORY_STATUS_SUPERSEDED
+
+
 async def test_a_dismissed_pair_is_never_proposed_again(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:

@@ -293,3 +293,35 @@ async def test_build_context_shows_a_chunk_with_its_own_sections_neighbours(
             assert item.source.line_end >= source[nxt].line_end
     finally:
         server.stop()
+
+
+def test_a_neighbour_between_two_chosen_chunks_is_shown_and_counted_once() -> None:
+    """Chunks 0 and 2 chosen, chunk 1 the neighbour of both: it was shown beside each and
+    counted twice against the budget. The better chunk shows it; the other does not."""
+    from brain.server.domain.context import estimate_tokens, pack
+    from brain.server.domain.retrieval.lanes import FusedHit
+
+    first, middle, last = (chunk_row(n, (10 * n + 1, 10 * n + 9), f"part {n} " + "x" * 200)
+                           for n in range(3))  # fmt: skip
+    around = {"c0": [middle], "c2": [middle]}
+    built = pack(
+        [], 4000, [FusedHit(row=first, score=0.9), FusedHit(row=last, score=0.8)], around=around
+    )
+    assert [i.id for i in built.items] == ["c0", "c2"]
+    assert built.context.count("part 1") == 1
+    assert "part 1" in built.items[0].content and "part 1" not in built.items[1].content
+    header = built.context.split("\n")[0]
+    assert built.tokens_used == estimate_tokens(header) + sum(i.tokens for i in built.items)
+
+
+def test_the_token_estimate_counts_a_token_per_cjk_character() -> None:
+    """Four characters a token overshot the budget 2.6 times for Chinese and Japanese (MiniLM's
+    tokenizer reads an ideograph or kana a token); alphabetic text keeps four a token."""
+    from brain.server.domain.context import estimate_tokens
+
+    assert estimate_tokens("") == 0 and estimate_tokens("a") == 1
+    assert estimate_tokens("x" * 400) == 100
+    assert estimate_tokens("年终奖什么时候发") == 8
+    assert estimate_tokens("社員食堂のメニュー") == 9
+    assert estimate_tokens("회의는 오후 3시") == 5 + 2  # five Hangul, 5 other characters
+    assert estimate_tokens("deploy 年终奖") == 3 + 2  # 7 narrow -> 2, 3 wide

@@ -551,3 +551,22 @@ async def test_a_memory_a_key_reopened_counts_as_seen_by_it(
     finally:
         await db.close()
     assert stored(brain_server, tenant) == 2
+
+
+def test_a_limit_too_small_to_hide_anything_is_set_with_a_note(brain_server: BrainServer) -> None:
+    """A quota or pending cap of 32 or less rounds what a key cannot see to one row: a key
+    refused by it counts others' rows exactly. brain-admin sets it and says so on stderr
+    (the JSON on stdout unchanged); a larger limit is set without a word."""
+    tenant = unique("quota-grain")
+    brain_server.mint_key(tenant, "alice")
+    small = brain_server.admin("tenants", "set-quota", tenant, "--memories", "8", "--json")
+    assert json.loads(small.stdout)["quotas"]["memories"] == 8
+    assert "--memories 8 is 32 or less" in small.stderr and "one by one" in small.stderr
+    cap = brain_server.admin("namespaces", "set", "proj", "--tenant", tenant, "--max-pending", "5")
+    assert "--max-pending 5 is 32 or less" in cap.stderr
+    large = brain_server.admin("tenants", "set-quota", tenant, "--memories", "1000")
+    assert large.stderr == "" and "1000" in large.stdout
+    wide = brain_server.admin(
+        "namespaces", "set", "proj", "--tenant", tenant, "--max-pending", "50"
+    )
+    assert wide.stderr == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,6 +23,7 @@ from brain.server.admin.registry import (
     parse_duration,
     positive_duration,
 )
+from brain.server.domain import quotas
 from brain.server.domain.validation import MAX_CANDIDATE_TTL, MAX_TEXT_CHARS
 from brain.server.runtime.config import _env
 from brain.server.storage import admin as store
@@ -96,6 +98,19 @@ def _quota(text: str) -> int | None:
     return value
 
 
+def _note_fine_grain(flag: str, limit: int | None) -> None:
+    """Say on stderr when a limit is too small to hide anything: a key refused by it counts
+    the usage it cannot see rounded up to 1/32 of the limit, which under 33 is one."""
+    if limit is not None and 0 < limit <= quotas.GRAIN_PARTS:
+        print(
+            f"brain-admin: note: {flag} {limit} is {quotas.GRAIN_PARTS} or less, so a key "
+            "refused by it can count, one by one, what it cannot see (others' rows or "
+            "candidates); where that must stay hidden, set more or give them a tenant or "
+            "namespace of their own",
+            file=sys.stderr,
+        )
+
+
 async def cmd_tenants_set_quota(ctx: Context) -> None:
     args = ctx.args
     asked = {
@@ -107,6 +122,8 @@ async def cmd_tenants_set_quota(ctx: Context) -> None:
         raise UsageError("name at least one of --memories, --documents, --document-bytes")
     async with ctx.connect() as conn, acting(conn):
         tenant_id, limits = await store.set_quotas(conn, args.tenant, asked)
+    for name, value in asked.items():
+        _note_fine_grain(f"--{name.replace('_', '-')}", value)
     output(
         args,
         {"tenant_id": tenant_id, "name": args.tenant, "quotas": limits},
@@ -242,6 +259,7 @@ async def cmd_namespaces_set(ctx: Context) -> None:
             now,
         )
     assert row is not None
+    _note_fine_grain("--max-pending", a.max_pending)
     output(
         a,
         dict(row),

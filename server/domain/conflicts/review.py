@@ -120,6 +120,14 @@ class ConflictReview:
             if req.decision == review_pb2.REVIEW_DECISION_REJECT:
                 decided = await sql.decide(conn, row, "dismissed", caller.principal, at, reason)
             else:
+                if newer["created_by"] == caller.principal:
+                    # Applying it puts the caller's own memory in place of another's: the
+                    # change a proposal needs someone else to approve (it was approved, but
+                    # not as a supersede), so not decided by its author.
+                    raise PermissionDenied(
+                        "a conflict cannot be approved by the author of its newer memory; "
+                        "ask another reviewer"
+                    )
                 for which, memory in (("newer", newer), ("older", older)):
                     if memory["status"] != "active":
                         raise FailedPrecondition(
