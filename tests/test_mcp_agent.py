@@ -101,13 +101,26 @@ async def test_a_scope_that_does_not_fit_the_key_is_named_at_start(
     assert "refused BRAIN_API_KEY" in (tmp_path / "bad").read_text()
     assert unknown.is_error and text_of(unknown).startswith("UNAUTHENTICATED: ")
 
-    # Positive control: the same key with fitting settings works, and says nothing at start.
-    right = brain_env(brain_server.target, key, user="carol", namespace=ns1)
-    async with started(right, tmp_path / "right") as (session, init):
-        assert "MISCONFIGURED" not in (init.instructions or "")
-        ok = await call(session, "recall", query="anything")
-        assert not ok.is_error, text_of(ok)
-    assert "WARNING" not in (tmp_path / "right").read_text()
+    # A key free to use any namespace, with none set: saves were refused while recall read
+    # the whole tenant, and nothing said why.
+    free = brain_server.mint_key(tenant, "agent:free")
+    async with started(brain_env(brain_server.target, free), tmp_path / "free") as (
+        session,
+        init,
+    ):
+        unset = await call(session, "remember", content="a fact with no namespace to land in")
+    for where in (init.instructions or "", (tmp_path / "free").read_text(), text_of(unset)):
+        assert "BRAIN_NAMESPACE is unset, and this key may use any namespace" in where, where
+    assert unset.is_error
+
+    # Positive control: the same keys with fitting settings work, and say nothing at start.
+    for api_key, user, path in ((key, "carol", "right"), (free, "", "free-right")):
+        right = brain_env(brain_server.target, api_key, user=user, namespace=ns1)
+        async with started(right, tmp_path / path) as (session, init):
+            assert "MISCONFIGURED" not in (init.instructions or "")
+            ok = await call(session, "recall", query="anything")
+            assert not ok.is_error, text_of(ok)
+        assert "WARNING" not in (tmp_path / path).read_text()
 
 
 async def test_arguments_outside_the_schema_are_refused(
@@ -579,6 +592,8 @@ def test_capture_never_fails_the_agent(brain_server: BrainServer, tmp_path: Path
     path = transcript(tmp_path / "t.jsonl", ("user", "Remember that the on-call phone is red."))
     good = {"session_id": "s-3", "transcript_path": str(path)}
     down = f"127.0.0.1:{free_port()}"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
     cases = {
         "not json": (brain_env(brain_server.target, proposer), "{nope", "not JSON"),
         "no transcript": (brain_env(brain_server.target, proposer), "{}", "transcript_path"),
@@ -586,6 +601,16 @@ def test_capture_never_fails_the_agent(brain_server: BrainServer, tmp_path: Path
             brain_env(brain_server.target, proposer),
             json.dumps({"transcript_path": str(tmp_path / "gone.jsonl")}),
             "cannot read transcript",
+        ),
+        "a fifo": (  # opening it blocked until the host's timeout
+            brain_env(brain_server.target, proposer),
+            json.dumps({"transcript_path": str(fifo)}),
+            "not a regular file",
+        ),
+        "a device": (  # read whole, it never ended (or ran out of memory)
+            brain_env(brain_server.target, proposer),
+            json.dumps({"transcript_path": "/dev/zero"}),
+            "not a regular file",
         ),
         "server down": (brain_env(down, proposer), json.dumps(good), "UNAVAILABLE"),
         "wrong key": (
@@ -649,3 +674,33 @@ async def test_recall_says_when_the_floor_silenced_it(
     assert hit_ids(strong)[0] == memory_id and strong.structured_content["silenced"] is False
     assert strong.structured_content["ranking"] == "fused"
     assert len(hit_ids(shown)) == 5 and shown.structured_content["silenced"] is False
+
+
+def test_a_long_transcript_is_read_from_its_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The capture hook held a whole transcript in memory; it reads the last part only (8
+    MiB; here 2 KiB), whole lines of it: the latest turns, never half a line."""
+    from brain.clients.mcp import capture
+
+    monkeypatch.setattr(capture, "TRANSCRIPT_TAIL_BYTES", 2048)
+    turns = [("assistant", f"turn number {i} of a long session") for i in range(200)]
+    path = transcript(tmp_path / "long.jsonl", *turns, ("user", "Remember the vault is blue."))
+    read = capture.read_transcript(path)
+    assert read[-1] == ("user", "Remember the vault is blue.")
+    assert 10 < len(read) < 40 and read[0][1].startswith("turn number ")  # whole lines only
+    short = transcript(tmp_path / "short.jsonl", ("user", "Remember the door is green."))
+    assert capture.read_transcript(short) == [("user", "Remember the door is green.")]
+
+
+def test_a_whole_number_written_as_a_float_is_an_integer() -> None:
+    """JSON Schema's "integer" admits 5.0 (some hosts send every number as a float); it was
+    refused. 5.5, true and out-of-range values still are."""
+    from brain.clients.mcp._arguments import _integer
+    from brain.clients.mcp.tools import ToolInputError
+
+    assert _integer({"limit": 5.0}, "limit", low=1, high=50, default=10) == 5
+    assert _integer({}, "limit", low=1, high=50, default=10) == 10
+    for bad in (5.5, True, 0, 51.0, "5"):
+        with pytest.raises(ToolInputError, match="'limit' must be an integer between 1 and 50"):
+            _integer({"limit": bad}, "limit", low=1, high=50, default=10)

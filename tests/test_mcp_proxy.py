@@ -318,6 +318,15 @@ def test_hook_prints_context_for_the_prompt(brain_server: BrainServer) -> None:
     done = run_hook(brain_env(brain_server.target, key, "dora", ns), payload)
     assert done.returncode == 0
     assert marker in done.stdout
+    # A prompt past the server's 2,000-character query (a question, then a pasted log) got
+    # nothing, silently: it is sent as its beginning and end, and the context still comes.
+    pasted = f"Deploys through the {marker} pipeline? " + "pasted log line. " * 200
+    done = run_hook(
+        brain_env(brain_server.target, key, "dora", ns),
+        json.dumps({"prompt": pasted + f" Is it still the {marker} pipeline?"}),
+    )
+    assert done.returncode == 0
+    assert marker in done.stdout
 
 
 async def test_client_and_proxy_speak_mtls(

@@ -88,6 +88,8 @@ def _integer(args: Mapping[str, Any], name: str, *, low: int, high: int, default
     value = args.get(name)
     if value is None:
         return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON Schema's integer: 5.0 is 5
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ToolInputError(f"'{name}' must be an integer between {low} and {high}")
     return value

@@ -102,7 +102,10 @@ async def _recall(client: AsyncBrainClient, args: Mapping[str, Any]) -> ToolOutp
         )
     if not hits:
         return "No memories found.", structured
-    lines = [f"{len(hits)} memories, best first ({_ORDERS[ranking]}; score = relevance 0..1):"]
+    lines = [
+        f"{len(hits)} memories, best first ({_ORDERS[ranking]}; score = relevance 0..1, one "
+        "of the signals the order weighs, so scores need not fall down the list):"
+    ]
     for i, (h, shown) in enumerate(zip(response.hits, hits, strict=True), 1):
         extra = f", rerank {shown['rerank_score']:.3f}" if "rerank_score" in shown else ""
         lines.append(f"{i}. score {shown['score']:.2f}{extra} {_line(h.memory)}")
@@ -240,7 +243,10 @@ async def _search_knowledge(client: AsyncBrainClient, args: Mapping[str, Any]) -
         )
     if not hits:
         return "No documents found.", structured
-    lines = [f"{len(hits)} passages, best first ({_ORDERS[ranking]}; score = relevance 0..1):"]
+    lines = [
+        f"{len(hits)} passages, best first ({_ORDERS[ranking]}; score = relevance 0..1, one "
+        "of the signals the order weighs, so scores need not fall down the list):"
+    ]
     for i, (h, shown) in enumerate(zip(response.hits, hits, strict=True), 1):
         extra = f", rerank {shown['rerank_score']:.3f}" if "rerank_score" in shown else ""
         lines.append(f"{i}. score {shown['score']:.2f}{extra} {_cite(h.source)}\n{h.content}")

@@ -86,13 +86,27 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+# The transcript's last 8 MiB: a session's recent turns, whatever its length (a stop hook
+# must not hold a long session's whole history in memory).
+TRANSCRIPT_TAIL_BYTES = 8 * 2**20
+
+
 def read_transcript(path: Path) -> list[tuple[str, str]]:
-    """(role, text) of each user and assistant turn of a Claude Code JSONL transcript."""
+    """(role, text) of each user and assistant turn of a Claude Code JSONL transcript (of
+    its last `TRANSCRIPT_TAIL_BYTES`; a file that is not a regular file is refused)."""
     turns: list[tuple[str, str]] = []
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if path.exists() and not path.is_file():  # a FIFO or a device: blocks, or no end
+            raise CaptureError(f"transcript {path} is not a regular file")
+        with path.open("rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - TRANSCRIPT_TAIL_BYTES))
+            tail = fh.read(TRANSCRIPT_TAIL_BYTES)
     except OSError as exc:
         raise CaptureError(f"cannot read transcript {path}: {exc.strerror}") from exc
+    lines = tail.decode("utf-8", errors="replace").splitlines()
+    if size > TRANSCRIPT_TAIL_BYTES:
+        lines = lines[1:]  # the first line is cut
     for line in lines:
         try:
             entry = json.loads(line)

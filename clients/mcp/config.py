@@ -132,4 +132,13 @@ def resolve_scope(
         namespace=taken.get("namespace", config.namespace),
         session_id=taken.get("session_id", config.session_id),
     )
+    if not resolved.namespace and not allowed["namespace"]:
+        # A key free to use any namespace, and none set: every save would be refused
+        # (a memory lives in a namespace) while recall read the whole tenant. What an
+        # agent saves and what it recalls share one bucket, so one must be named.
+        problems.append(
+            "BRAIN_NAMESPACE is unset, and this key may use any namespace: set "
+            "BRAIN_NAMESPACE to the one this agent works in (saves need one, and recall "
+            "would otherwise read every namespace of the tenant)"
+        )
     return resolved, problems

@@ -35,6 +35,22 @@ def _hook_scope(config: ProxyConfig, timeout: float) -> tuple[ProxyConfig, list[
         return resolve_scope(config, probe.whoami())
 
 
+# What BuildContext takes: a query of at most 2,000 characters, a budget of at most 32,000
+# tokens (server/domain/validation.py, server/domain/context.py).
+MAX_QUERY_CHARS = 2000
+MAX_TOKEN_BUDGET = 32_000
+
+
+def query_of(prompt: str) -> str:
+    """The prompt as a query the server takes: a longer one (a question with a pasted log
+    or file) keeps its beginning and its end, where the question usually is."""
+    prompt = prompt.strip()
+    if len(prompt) <= MAX_QUERY_CHARS:
+        return prompt
+    half = (MAX_QUERY_CHARS - 3) // 2
+    return f"{prompt[:half]} … {prompt[-half:]}"
+
+
 def hook_recall(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
     """The context block for the hook payload's prompt; "" when there is nothing to add.
 
@@ -51,6 +67,8 @@ def hook_recall(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str:
         return ""
     if not isinstance(prompt, str) or not prompt.strip() or not config.api_key:
         return ""
+    prompt = query_of(prompt)
+    budget = min(max(budget, 0), MAX_TOKEN_BUDGET)  # the server refuses more
     deadline = time.monotonic() + timeout
     try:
         config, problems = _hook_scope(config, timeout)
