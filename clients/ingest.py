@@ -26,7 +26,10 @@ value), like ``brain-mcp``; no admin access. It
 - gives ``--labels`` to new documents only: a changed file's put keeps the labels its
   document has (someone may have restricted it since);
 - with ``--prune``, deletes (erases) the collection's documents under the walked paths
-  whose files are gone (each deletion leaves a tombstone, as every delete does);
+  whose files are gone (each deletion leaves a tombstone, as every delete does), unless
+  it would delete more documents than the run found (at least 10), or found none of them:
+  that is ingest run from another folder than the one the documents were named from, and
+  it deletes nothing and says so (exit status 1) unless ``--force-prune``;
 - fails a file whose content a deleted document of the collection had (the server keeps it
   out unnoticed) unless ``--readmit-tombstoned`` says to put such content back;
 - shows progress in bytes and files on a terminal (tqdm) and ends with one summary line;
@@ -81,6 +84,9 @@ class Report:
     failed: list[str] = field(default_factory=list)  # "path: reason"
     why_skipped: dict[str, str] = field(default_factory=dict)  # path -> reason
     sent_bytes: int = 0  # of the files put (created or updated)
+    # --prune held back (it looked like a mistake): how many it would have deleted, how many
+    # stored documents the run found, under which walked paths.
+    prune_held: tuple[int, int, list[str]] | None = None
 
     def summary(self) -> str:
         line = (
@@ -91,7 +97,17 @@ class Report:
         skipped = "".join(
             f"\n  skipped: {shown(p)} ({self.why_skipped.get(p, '')})" for p in self.skipped
         )
-        return line + skipped + "".join(f"\n  failed: {shown(f)}" for f in self.failed)
+        held = ""
+        if self.prune_held is not None:
+            doomed, matched, under = self.prune_held
+            held = (
+                f"\n  --prune deleted nothing: it would delete {doomed} of the documents under "
+                f"{', '.join(shown(p) for p in under)}, while this run found {matched} of the "
+                "stored ones. Documents are named by their path relative to the current "
+                "folder: is this the folder they were ingested from? Pass --force-prune to "
+                "delete them."
+            )
+        return line + skipped + "".join(f"\n  failed: {shown(f)}" for f in self.failed) + held
 
     def sort(self) -> None:
         """Puts finish in any order; the report lists paths in order."""
@@ -212,6 +228,7 @@ def ingest(
     collection: str,
     *,
     prune: bool = False,
+    force_prune: bool = False,
     labels: Iterable[str] = (),
     cwd: Path | None = None,
     jobs: int = DEFAULT_JOBS,
@@ -340,16 +357,21 @@ def ingest(
             running[future] = [(name, size) for _, name, size in group]
         for f in list(running):
             finish(f, running.pop(f))
-    if prune:
-        for name, doc in sorted(stored.items()):
-            if name in seen or not _under(name, prefixes):
-                continue
-            try:
-                client.delete_document(doc.id)
-            except BrainClientError as exc:
-                report.failed.append(f"{name}: {exc}")
-                continue
-            report.deleted.append(name)
+    doomed = [n for n in sorted(stored) if prune and n not in seen and _under(n, prefixes)]
+    matched = sum(1 for n in stored if n in seen)
+    if doomed and not force_prune and (not matched or len(doomed) > max(10, matched)):
+        # Documents are named relative to the current folder: run from another folder than
+        # the one ingested from, every stored document looks gone. Erasing them would also
+        # tombstone their content, so ingesting them back from the right folder is refused.
+        report.prune_held = (len(doomed), matched, list(prefixes))
+        doomed = []
+    for name in doomed:
+        try:
+            client.delete_document(stored[name].id)
+        except BrainClientError as exc:
+            report.failed.append(f"{name}: {exc}")
+            continue
+        report.deleted.append(name)
     report.sort()
     return report
 
@@ -446,6 +468,11 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument(
         "--prune", action="store_true", help="delete documents under PATH whose files are gone"
     )
+    ing.add_argument(
+        "--force-prune", action="store_true",
+        help="with --prune, delete even when it would delete more documents than this run "
+        "found (or it found none of them): by default that looks like the wrong folder",
+    )  # fmt: skip
     ing.add_argument("--labels", default="", help="comma-separated labels for new documents")
     ing.add_argument(
         "--readmit-tombstoned", action="store_true",
@@ -489,7 +516,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             config.target, config.api_key, timeout=60, **config.client_options()
         ) as client:
             report = ingest(
-                client, args.paths, args.collection, prune=args.prune, labels=labels,
+                client, args.paths, args.collection, prune=args.prune,
+                force_prune=args.force_prune, labels=labels,
                 jobs=args.jobs, progress=_Bar, readmit_tombstoned=args.readmit_tombstoned,
             )  # fmt: skip
     except (BrainClientError, OutsideFolder) as exc:
@@ -497,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except OSError as exc:  # a TLS file (BRAIN_TLS_CA, ...) or a .gitignore that cannot be read
         sys.exit(f"brain ingest: cannot read {exc.filename}: {exc.strerror}")
     print(f"brain ingest: collection {shown(args.collection)}: {report.summary()}", file=sys.stderr)
-    if report.failed:
+    if report.failed or report.prune_held is not None:
         sys.exit(1)
 
 

@@ -394,3 +394,48 @@ def test_symbolic_links_are_named_as_skipped_never_followed(
     with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
         stored = {d.path for d in client.list_documents(collection="c")}
     assert stored == {"docs/plain.md", "named.md"}
+
+
+def test_a_prune_from_the_wrong_folder_deletes_nothing_and_says_why(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """Documents are named relative to the current folder: `brain ingest . --prune` run
+    inside a subfolder saw every stored document as gone and erased the collection, whose
+    tombstones then refused the files back. A prune that would delete documents while the
+    run found none of the stored ones (or more than it found, past 10) deletes nothing,
+    says why and exits 1; --force-prune deletes; an ordinary prune deletes as before."""
+    key = brain_server.mint_key(unique("ing"), "dev", permissions=KB, namespaces=("proj",))
+    env = {**os.environ, "BRAIN_TARGET": brain_server.target, "BRAIN_API_KEY": key}
+    for folder in ("docs", "src"):
+        (tmp_path / folder).mkdir()
+        for i in range(3):
+            (tmp_path / folder / f"{folder}{i}.md").write_text(f"# {folder} {i}\n\ntext {i}\n")
+
+    def ingest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "brain.clients.ingest", "ingest", *args]
+        return subprocess.run(
+            [*command, "--collection", "c"], cwd=cwd, env=env, capture_output=True,
+            text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    def stored() -> set[str]:
+        with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+            return {d.path for d in client.list_documents(collection="c")}
+
+    assert ingest(tmp_path, "docs", "src").returncode == 0
+    everything = {f"{f}/{f}{i}.md" for f in ("docs", "src") for i in range(3)}
+    assert stored() == everything
+    wrong = ingest(tmp_path / "docs", ".", "--prune")
+    assert wrong.returncode == 1, wrong.stderr
+    assert "0 deleted" in wrong.stderr and "--prune deleted nothing" in wrong.stderr
+    assert "is this the folder they were ingested from" in wrong.stderr
+    assert everything <= stored()  # nothing erased (the subfolder's names were added)
+    # From the right folder, an ordinary prune deletes what is gone.
+    (tmp_path / "src" / "src2.md").unlink()
+    right = ingest(tmp_path, "docs", "src", "--prune")
+    assert right.returncode == 0 and "1 deleted" in right.stderr, right.stderr
+    assert "src/src2.md" not in stored()
+    # And --force-prune does what it is told.
+    forced = ingest(tmp_path / "docs", ".", "--prune", "--force-prune")
+    assert forced.returncode == 0, forced.stderr
+    assert stored() == {f"docs{i}.md" for i in range(3)}
