@@ -98,6 +98,23 @@ def test_python_by_top_level_definitions() -> None:
     assert [(c.heading_path, c.line_start, c.line_end) for c in broken] == [((), 1, 2)]
 
 
+def test_a_byte_order_mark_hides_no_heading_or_definition() -> None:
+    """A file saved with a UTF-8 BOM lost its first Markdown heading (and every heading path
+    under it) and its Python structure; it chunks as the same file without one, at the same
+    lines."""
+    markdown = "# Title\n\nintro\n\n## Section\n\nbody\n"
+    python = "import os\n\n\ndef alpha():\n    return 1\n\n\ndef beta():\n    return 2\n"
+    for text, fmt in ((markdown, "markdown"), (python, "python")):
+        plain = [(c.heading_path, c.line_start, c.line_end, c.content) for c in chunk(text, fmt)]
+        marked = chunk("\ufeff" + text, fmt)
+        assert [(c.heading_path, c.line_start, c.line_end, c.content) for c in marked] == plain
+    assert [c.heading_path for c in chunk(markdown, "markdown")] == [
+        ("Title",),
+        ("Title", "Section"),
+    ]
+    assert [c.heading_path for c in chunk(python, "python")][-2:] == [("alpha",), ("beta",)]
+
+
 def test_code_windows_overlap_and_text_packs_paragraphs() -> None:
     """Long code is cut into overlapping line windows; plain text into paragraph groups."""
     code = "\n".join(f"line {i};" for i in range(1, 101))

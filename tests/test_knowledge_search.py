@@ -204,6 +204,11 @@ def test_a_passage_shows_shared_lines_once_and_keeps_its_line_range() -> None:
     assert (shown.content, shown.line_start, shown.line_end) == ("a\nb\nc\nd\ne", 1, 5)
     cut = passage(chunk_row(1, (7, 7), "tail"), [chunk_row(0, (7, 7), "head")])
     assert (cut.content, cut.line_start, cut.line_end) == ("head\ntail", 7, 7)
+    # Paragraphs a blank line apart (lines 1, 3 and 5-6): the cited lines 1-6, blanks kept.
+    apart = passage(
+        chunk_row(1, (3, 3), "two"), [chunk_row(0, (1, 1), "one"), chunk_row(2, (5, 6), "x\ny")]
+    )
+    assert (apart.content, apart.line_start, apart.line_end) == ("one\n\ntwo\n\nx\ny", 1, 6)
 
 
 def test_neighbours_use_only_the_budget_chosen_hits_left() -> None:

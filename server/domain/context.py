@@ -94,13 +94,18 @@ Neighbours = Mapping[Any, Sequence[Any]]
 
 def passage(hit: Any, around: Sequence[Any] = ()) -> Passage:
     """The hit's text with its neighbours, in line order; lines two chunks share (code
-    windows overlap) are shown once. Chunks that cover the same line with different text
-    (a long line cut at characters) are joined whole."""
+    windows overlap) are shown once, and the blank lines between two chunks are kept.
+    Chunks that cover the same line with different text (a long line cut at characters)
+    are joined whole."""
     rows = sorted([hit, *around], key=lambda r: (r["line_start"], r["line_end"], r["chunk_no"]))
     lines: list[str] = []
     end = 0  # the last line shown
     for row in rows:
         text = row["content"].split("\n")
+        if lines and row["line_start"] > end + 1:
+            # The blank lines between two chunks belong to neither: without them the
+            # passage would not be the lines it cites, and paragraphs would run together.
+            lines += [""] * (row["line_start"] - end - 1)
         shared = min(max(0, end - row["line_start"] + 1), len(text))
         if shared and lines[-shared:] == text[:shared]:
             text = text[shared:]

@@ -86,7 +86,9 @@ def chunk(
 ) -> list[Chunk]:
     """The chunks of ``text`` under the rule ``fmt`` (one of FORMATS), each within
     ``measure`` (default: ``max_chars`` characters); ``TooComplex`` when the document has
-    more lines, headings or chunks than the limits allow."""
+    more lines, headings or chunks than the limits allow. A leading byte-order mark is no
+    part of the first line: it hid a first heading and a module's structure."""
+    text = text.removeprefix("\ufeff")  # on line 1, before any newline: line numbers hold
     lines = text.splitlines()
     if len(lines) > MAX_LINES:
         raise TooComplex(f"has {len(lines)} lines; the limit is {MAX_LINES} per document")
