@@ -29,7 +29,7 @@ value), like ``brain-mcp``; no admin access. It
   whose files are gone (each deletion leaves a tombstone, as every delete does), unless
   it would delete more documents than the run found (at least 10), or found none of them:
   that is ingest run from another folder than the one the documents were named from, and
-  it deletes nothing and says so (exit status 1) unless ``--force-prune``;
+  it puts and deletes nothing and says so (exit status 1) unless ``--force-prune``;
 - fails a file whose content a deleted document of the collection had (the server keeps it
   out unnoticed) unless ``--readmit-tombstoned`` says to put such content back;
 - shows progress in bytes and files on a terminal (tqdm) and ends with one summary line;
@@ -101,11 +101,11 @@ class Report:
         if self.prune_held is not None:
             doomed, matched, under = self.prune_held
             held = (
-                f"\n  --prune deleted nothing: it would delete {doomed} of the documents under "
-                f"{', '.join(shown(p) for p in under)}, while this run found {matched} of the "
-                "stored ones. Documents are named by their path relative to the current "
-                "folder: is this the folder they were ingested from? Pass --force-prune to "
-                "delete them."
+                f"\n  nothing was put or deleted: --prune would delete {doomed} of the "
+                f"documents under {', '.join(shown(p) for p in under)}, while this run found "
+                f"{matched} of the stored ones. Documents are named by their path relative to "
+                "the current folder: is this the folder they were ingested from? Pass "
+                "--force-prune to put and delete anyway."
             )
         return line + skipped + "".join(f"\n  failed: {shown(f)}" for f in self.failed) + held
 
@@ -251,6 +251,16 @@ def ingest(
     named = set(roots)
     files = [(path, document_path(path, cwd), _size(path)) for path in walk(roots)]
     seen = {name for _, name, _ in files}
+    doomed = [n for n in sorted(stored) if n not in seen and _under(n, prefixes)] if prune else []
+    matched = sum(1 for n in stored if n in seen)
+    if doomed and not force_prune and (not matched or len(doomed) > max(10, matched)):
+        # Documents are named relative to the current folder: run from another folder than
+        # the one ingested from, every stored document looks gone (and every file new).
+        # Erasing them would also tombstone their content, so ingesting them back from the
+        # right folder would be refused; putting the files would add copies under the
+        # wrong names. Decided before anything is sent: nothing is put or deleted.
+        report.prune_held = (len(doomed), matched, list(prefixes))
+        return report
     shown = progress(len(files), sum(size for *_, size in files)) if progress else None
     labels = tuple(labels)
 
@@ -357,14 +367,6 @@ def ingest(
             running[future] = [(name, size) for _, name, size in group]
         for f in list(running):
             finish(f, running.pop(f))
-    doomed = [n for n in sorted(stored) if prune and n not in seen and _under(n, prefixes)]
-    matched = sum(1 for n in stored if n in seen)
-    if doomed and not force_prune and (not matched or len(doomed) > max(10, matched)):
-        # Documents are named relative to the current folder: run from another folder than
-        # the one ingested from, every stored document looks gone. Erasing them would also
-        # tombstone their content, so ingesting them back from the right folder is refused.
-        report.prune_held = (len(doomed), matched, list(prefixes))
-        doomed = []
     for name in doomed:
         try:
             client.delete_document(stored[name].id)
