@@ -57,6 +57,10 @@ class Embeddings(JsonEndpoint):
         self.texts: list[str] = []
         self.lock = threading.Lock()
         self.refuse = ""
+        # Every text gets one vector (each as close as can be), but a text holding
+        # ``apart`` gets one of its own, 0.71 to the others' and 1 to its kind.
+        self.alike = False
+        self.apart = ""
 
     def answer(self, body: Any) -> tuple[int, Any] | None:
         if not self.gate.is_set():
@@ -68,8 +72,14 @@ class Embeddings(JsonEndpoint):
             return 400, {"error": "input rejected"}
         with self.lock:
             self.texts.extend(body["input"])
-        data = [{"index": i, "embedding": toy_vector(t)} for i, t in enumerate(body["input"])]
+        data = [
+            {"index": i, "embedding": toy_vector(self.alikeness(t) if self.alike else t)}
+            for i, t in enumerate(body["input"])
+        ]
         return 200, {"data": data, "model": body["model"]}
+
+    def alikeness(self, text: str) -> str:
+        return "alike apart" if self.apart and self.apart in text else "alike"
 
 
 @asynccontextmanager

@@ -24,8 +24,9 @@ import argparse
 import asyncio
 import json
 import secrets
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,9 +266,11 @@ async def in_context(stub: Any, scope: common_pb2.Scope, md: Any, q: Question) -
 async def run_knowledge(
     address: str, api_key: str, root: Path, documents: list[str], questions: list[Question],
     semantic: bool = True, asked: Callable[[Question], None] | None = None,
+    embedded_then: Callable[[], Awaitable[None]] | None = None,
 ) -> KnowledgeResult:  # fmt: skip
-    """Put the documents, wait for their vectors (``semantic``), ask every question, score
-    by evidence phrase; ``asked`` is called after each question (brain-eval --folds)."""
+    """Put the documents, wait for their vectors (``semantic``; then ``embedded_then``),
+    ask every question, score by evidence phrase; ``asked`` is called after each question
+    (brain-eval --folds)."""
     md = (("authorization", f"Bearer {api_key}"),)
     scope = common_pb2.Scope(namespace="knowledge-eval")
     async with grpc.aio.insecure_channel(address) as channel:
@@ -276,6 +279,8 @@ async def run_knowledge(
         chunks = await put_documents(stub, scope, md, root, documents)
         if semantic:
             await embedded(stub, scope, md)
+            if embedded_then is not None:
+                await embedded_then()
         parts: dict[str, PartResult] = {}
         lanes: dict[str, int] = {}
         search_ms: list[float] = []
@@ -289,6 +294,29 @@ async def run_knowledge(
             lanes[name] = lanes.get(name, 0) + 1
             parts.setdefault(q.part, PartResult()).add(answer)
     return KnowledgeResult(len(questions), len(documents), chunks, parts, lanes, search_ms)
+
+
+async def vectors_withdrawn(owner_dsn: str, filler: Any, share: float) -> int:
+    """Stop ``filler`` and take the vectors (and token vectors) from ``share`` of the eval
+    collection's chunks, chosen by a hash of path and chunk number (the same ones in every
+    run): the state a search meets while the filler is still embedding a bulk ingest.
+    Returns how many chunks lost their vectors."""
+    if filler is not None:
+        await filler.stop()
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        done = await conn.execute(
+            """UPDATE document_chunks SET embedding = NULL, embedding_model = NULL,
+                      token_vectors = NULL
+               WHERE collection = $1
+                 AND (hashtext(path || ':' || chunk_no::text)::bigint + 2147483648)
+                     % 1000 < $2""",
+            COLLECTION,
+            round(share * 1000),
+        )
+    finally:
+        await conn.close()
+    return int(done.split()[-1])
 
 
 async def private_key(owner_dsn: str, pepper: bytes) -> str:
@@ -384,6 +412,15 @@ def add_parser(commands: Any) -> None:
         "the server's --knowledge-late-rerank (default on, as the server's; --folds "
         "scores the fitted order, before it)",
     )
+    p.add_argument(
+        "--awaiting-vectors",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="once every chunk is embedded, stop the filler and take the vectors from this "
+        "share (0..1) of the chunks (the same ones each run) before asking: search while "
+        "the backfill of a bulk ingest is still running (default 0)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object, not a table")
 
 
@@ -437,6 +474,9 @@ async def run(args: argparse.Namespace) -> Evaluated:
     qa = load(args.data)
     root = args.root or qa.root
     semantic = args.embedder != "none"
+    share = float(getattr(args, "awaiting_vectors", 0.0))
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"--awaiting-vectors must be within 0..1, not {share}")
     async with private_brain(args.embedder) as brain:
         key = await private_key(brain.owner_dsn, brain.pepper)
         assert isinstance(brain.memories.knowledge, ChunkSearch)
@@ -449,8 +489,14 @@ async def run(args: argparse.Namespace) -> Evaluated:
         capture = None
         if args.folds:
             capture = Capture(brain.memories.knowledge, qa.questions)
+
+        async def withdraw() -> None:
+            if share:
+                taken = await vectors_withdrawn(brain.owner_dsn, brain.filler, share)
+                print(f"vectors taken from {taken} chunks (awaiting the filler)", file=sys.stderr)
+
         result = await run_knowledge(
-            brain.address, key, root, qa.documents, qa.questions, semantic, capture
+            brain.address, key, root, qa.documents, qa.questions, semantic, capture, withdraw
         )
     if capture is None:
         return Evaluated(result, hybrid=semantic)

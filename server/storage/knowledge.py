@@ -28,10 +28,11 @@ DOCUMENT_COLUMNS = """d.tenant_id, d.document_id, d.version, d.namespace, d.user
 
 
 def chunk_columns(v: Visibility, p: Params) -> str:
-    """What a knowledge hit shows (``importance`` is neutral, so only recency boosts)."""
+    """What a knowledge hit shows (``importance`` is neutral, so only recency boosts), and
+    the model of its vector (NULL: not embedded yet), which ranking reads."""
     return """m.tenant_id, m.chunk_id, m.document_id, m.version, m.chunk_no, m.namespace,
         m.user_id, m.session_id, m.collection, m.path, m.labels, m.content, m.heading_path,
-        m.line_start, m.line_end, m.recorded_at, 0.5::real AS importance"""
+        m.line_start, m.line_end, m.recorded_at, 0.5::real AS importance, m.embedding_model"""
 
 
 @dataclass(frozen=True, slots=True)

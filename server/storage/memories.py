@@ -29,7 +29,11 @@ MEMORY_COLUMNS = f"{_ROW_COLUMNS}, m.supersedes, m.superseded_by"
 
 # What ranking reads of every search candidate: its key, and what fusion's features and
 # boosts use. The columns shown (`memory_columns`) are read for the returned hits only.
-RANKING_NAMES = ("tenant_id", "memory_id", "version", "valid_from", "importance", "recorded_at")
+# (``embedding_model``: whether the row has a vector the semantic lane compares.)
+RANKING_NAMES = (
+    "tenant_id", "memory_id", "version", "valid_from", "importance", "recorded_at",
+    "embedding_model",
+)  # fmt: skip
 
 
 def ranking_of(alias: str) -> str:

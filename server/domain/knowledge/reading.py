@@ -152,5 +152,6 @@ async def reweigh(
         return unread
     rows = feature_rows([h.lanes("document_id") for h in hits], corpus_size or len(hits))
     for hit, probability in zip(hits, model.probabilities(rows), strict=True):
-        hit.relevance = float(probability)
+        if not hit.vectorless:  # (no cosine of its own: it keeps the lexical relevance)
+            hit.relevance = float(probability)
     return model

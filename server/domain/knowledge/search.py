@@ -280,7 +280,7 @@ class ChunkSearch:
         relevance = params.hybrid_model if semantic else params.lexical_model
         fused = retrieval.fuse(
             lexical, semantic, None, params, exact=exact, corpus=CHUNKS,
-            corpus_size=size, model=relevance,
+            corpus_size=size, model=relevance, vectors=m.embedding_model,
         )  # fmt: skip
         reads = self.reading_models.get(m.embedder.name) if semantic else None
         if reads is not None and asked is not None:
@@ -291,10 +291,14 @@ class ChunkSearch:
             self.observer(fused, size)
         # As memory search: the search answers only when its best hit reaches the floor;
         # weaker hits of an answered query still come, ranked lower.
-        floor = min_relevance
-        if floor is None:
-            floor = relevance.floor if size >= params.floor_min_rows else 0.0
-        if fused and max(h.relevance for h in fused) < floor:
+        # (A chunk whose vector has not landed yet has the lexical model's relevance, so
+        # its floor: `fuse`.)
+        floor = vectorless = min_relevance
+        if floor is None or vectorless is None:
+            small = size < params.floor_min_rows
+            floor = 0.0 if small else relevance.floor
+            vectorless = 0.0 if small else params.lexical_model.floor
+        if fused and not retrieval.reaches(fused, floor, vectorless):
             return Found([], lanes, below_floor=min(limit, len(fused)))
         return Found(fused[: max(limit, depth or 0)], lanes, query_tokens=query_tokens)
 

@@ -294,9 +294,11 @@ class MemoryReads(MemoryBase):
                 )
                 ids = {h.row["memory_id"] for hits in (*found[:3], found.graph) for h in hits}
                 named = await hops.naming(conn, vis, query, t, ids, self.params)
+                vectors = self.embedding_model
                 fused = retrieval.fuse(
                     found.lexical, found.semantic, None, self.params, exact=found.exact,
                     graph=found.graph, named=named, corpus_size=found.rows, model=relevance,
+                    vectors=vectors,
                 )  # fmt: skip
                 # The search answers only when its best hit reaches the floor: weaker hits of
                 # an answered query still come (ranked lower), but a query that matched
@@ -307,12 +309,17 @@ class MemoryReads(MemoryBase):
                     if min_relevance is not None
                     else self.default_floor(relevance, found.rows)
                 )
+                vectorless = (  # a memory whose vector has not landed yet: `fuse`
+                    min_relevance
+                    if min_relevance is not None
+                    else self.default_floor(self.params.lexical_model, found.rows)
+                )
                 # A memory asserting an entity the query names matched a content word
                 # (the graph lane), and under the default floor a memory as close to the
                 # query as the embedder's answer similarity: neither is silenced.
                 if (
                     fused
-                    and max(h.relevance for h in fused) < floor
+                    and not retrieval.reaches(fused, floor, vectorless)
                     and not any(h.graph_rank for h in fused)
                     and not (min_relevance is None and similar_enough(relevance, found))
                 ):
@@ -335,7 +342,7 @@ class MemoryReads(MemoryBase):
                             found.lexical, found.semantic, None, self.params,
                             exact=found.exact, graph=found.graph, hop=again.names,
                             again=again.vector, named=named, corpus_size=found.rows,
-                            model=relevance,
+                            model=relevance, vectors=vectors,
                         )  # fmt: skip
                 if self.observer is not None:
                     self.observer(fused, found.rows)

@@ -201,6 +201,9 @@ class FusedHit:
     relevance: float = 0.0  # the relevance model's probability (see `relevance`)
     rerank_score: float = 0.0  # set when a reranker ordered the hit
     reading: float = 0.0  # knowledge: the best cosine to one of its sentences (0: not read)
+    # The semantic lane ran, but the row has no vector of its model yet (the backfill has
+    # not reached it): its relevance and order are the lexical model's (see `fuse`).
+    vectorless: bool = False
 
     def lanes(self, session: str = "valid_from") -> LaneView:
         """The lanes' view of the hit; ``session`` names the column that groups hits."""
@@ -502,10 +505,13 @@ def fuse(
     again: Sequence[LaneHit] = (),
     corpus_size: int = 0,
     model: RelevanceModel | None = None,
+    vectors: str | None = None,
 ) -> list[FusedHit]:
     """Combine the lanes into one ranking (see the module docstring); ``limit`` None
     keeps every candidate. Each hit's relevance comes from ``model`` (by default the
-    hybrid model when the semantic lane found anything, else the lexical one)."""
+    hybrid model when the semantic lane found anything, else the lexical one); with
+    ``vectors``, the embedding model the semantic lane compared, a hit without a vector
+    of it gets the lexical model's relevance and order, and is marked ``vectorless``."""
     now = now or datetime.now(UTC)
     fused: dict[Any, FusedHit] = {}
     lanes = (
@@ -542,14 +548,32 @@ def fuse(
     features = feature_rows(
         [item.lanes(corpus.session) for item in items], corpus_size or len(items)
     )
-    order = 1.0 / (1.0 + np.exp(-model.order_scores(features)))  # 0..1, same order
-    for item, probability, learned in zip(items, model.probabilities(features), order, strict=True):
+    probabilities, scores = model.probabilities(features), model.order_scores(features)
+    if semantic and vectors is not None and items:
+        # A row the semantic lane could not see (no vector of its model yet) has no cosine
+        # to weigh: the hybrid model would read the missing one as "unrelated" and bury or
+        # silence it. The lexical model, fitted without cosines, weighs what it has.
+        blind = np.array([item.row["embedding_model"] != vectors for item in items])
+        if blind.any():
+            words_only = params.lexical_model
+            probabilities = np.where(blind, words_only.probabilities(features), probabilities)
+            scores = np.where(blind, words_only.order_scores(features), scores)
+            for item, unseen in zip(items, blind, strict=True):
+                item.vectorless = bool(unseen)
+    order = 1.0 / (1.0 + np.exp(-scores))  # 0..1, same order
+    for item, probability, learned in zip(items, probabilities, order, strict=True):
         item.relevance = float(probability)
         if params.fusion == "learned":
             item.score = float(learned)
         item.score += boost(item.row, params, now)
     ranked = sorted(items, key=lambda h: (-h.score, *corpus.tie(h.row)))
     return ranked if limit is None else ranked[:limit]
+
+
+def reaches(hits: Sequence[FusedHit], floor: float, vectorless_floor: float) -> bool:
+    """Whether some hit reaches its model's floor: ``floor``, or ``vectorless_floor`` for a
+    hit `fuse` scored with the lexical model (``vectorless``)."""
+    return any(h.relevance >= (vectorless_floor if h.vectorless else floor) for h in hits)
 
 
 async def shown(conn: asyncpg.Connection, v: Visibility, hits: list[FusedHit]) -> list[FusedHit]:
