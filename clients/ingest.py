@@ -24,12 +24,21 @@ value), like ``brain-mcp``; no admin access. It
   file, so the report names the file; the key's rate limit (each file counts) is waited
   out, up to 10 minutes a call;
 - gives ``--labels`` to new documents only: a changed file's put keeps the labels its
-  document has (someone may have restricted it since);
+  document has (someone may have restricted it since), and the report says how many
+  stored documents kept other labels; ``--relabel`` sets ``--labels`` on those too (their
+  content is sent again, and an unchanged one keeps its version);
+- names a path at which the bucket holds several documents (keys with disjoint labels
+  each put one there): a put updates the oldest, the others keep their text;
 - with ``--prune``, deletes (erases) the collection's documents under the walked paths
-  whose files are gone (each deletion leaves a tombstone, as every delete does), unless
-  it would delete more documents than the run found (at least 10), or found none of them:
-  that is ingest run from another folder than the one the documents were named from, and
-  it puts and deletes nothing and says so (exit status 1) unless ``--force-prune``;
+  whose files are gone, every one at such a path (each deletion leaves a tombstone, as
+  every delete does), unless
+  - it would delete more documents than the run found (at least 10), or found none of
+    them: that is ingest run from another folder than the one the documents were named
+    from, and it puts and deletes nothing and says so (exit status 1) unless
+    ``--force-prune``;
+  - a file failed to store: a renamed file refused by a full quota would lose its old
+    document, and that document's tombstone would then refuse the file; nothing is
+    deleted, and the report says so;
 - fails a file whose content a deleted document of the collection had (the server keeps it
   out unnoticed) unless ``--readmit-tombstoned`` says to put such content back;
 - shows progress in bytes and files on a terminal (tqdm) and ends with one summary line;
@@ -87,16 +96,38 @@ class Report:
     # --prune held back (it looked like a mistake): how many it would have deleted, how many
     # stored documents the run found, under which walked paths.
     prune_held: tuple[int, int, list[str]] | None = None
+    relabelled: list[str] = field(default_factory=list)  # unchanged, given --labels
+    labels_kept: int = 0  # stored documents whose labels differ from --labels (no --relabel)
+    shared_paths: dict[str, int] = field(default_factory=dict)  # path -> documents there
+    kept_for_failures: int = 0  # documents --prune kept because files failed to store
 
     def summary(self) -> str:
+        relabelled = f", {len(self.relabelled)} relabelled" if self.relabelled else ""
         line = (
             f"{len(self.created)} created, {len(self.updated)} updated, "
-            f"{len(self.unchanged)} unchanged, {len(self.deleted)} deleted, "
+            f"{len(self.unchanged)} unchanged{relabelled}, {len(self.deleted)} deleted, "
             f"{len(self.skipped)} skipped, {len(self.failed)} failed"
         )
         skipped = "".join(
             f"\n  skipped: {shown(p)} ({self.why_skipped.get(p, '')})" for p in self.skipped
         )
+        if self.labels_kept:
+            skipped += (
+                f"\n  labels kept: {self.labels_kept} stored document(s) have other labels "
+                "than --labels, which ingest gives new documents only; add --relabel to set them"
+            )
+        for path, n in sorted(self.shared_paths.items()):
+            skipped += (
+                f"\n  shared path: {shown(path)}: {n} documents of this bucket have it (put by "
+                "keys with different labels); ingest updates the oldest, the others keep "
+                "their text (delete or relabel them to keep one)"
+            )
+        if self.kept_for_failures:
+            skipped += (
+                f"\n  not pruned: {self.kept_for_failures} document(s) whose files are gone "
+                "were kept, because files failed to store (a rename refused by a quota would "
+                "lose the document); run again once they store"
+            )
         held = ""
         if self.prune_held is not None:
             doomed, matched, under = self.prune_held
@@ -111,7 +142,9 @@ class Report:
 
     def sort(self) -> None:
         """Puts finish in any order; the report lists paths in order."""
-        for names in (self.created, self.updated, self.unchanged, self.skipped, self.failed):
+        for names in (
+            self.created, self.updated, self.unchanged, self.relabelled, self.skipped, self.failed,
+        ):  # fmt: skip
             names.sort()
 
 
@@ -230,6 +263,7 @@ def ingest(
     prune: bool = False,
     force_prune: bool = False,
     labels: Iterable[str] = (),
+    relabel: bool = False,
     cwd: Path | None = None,
     jobs: int = DEFAULT_JOBS,
     progress: Callable[[int, int], Progress] | None = None,
@@ -243,16 +277,21 @@ def ingest(
     prefixes = [document_path(r, cwd) for r in roots]  # refuses a root outside cwd first
     report = Report()
     scope = client.scope
-    stored = {
-        d.path: d
-        for d in client.list_documents(collection=collection, page_size=100)
-        if same_bucket(d, scope) and d.collection == collection
-    }
+    # Path -> the bucket's documents there, oldest first (the one a put updates); several
+    # when keys with disjoint labels each put one at the path.
+    at_path: dict[str, list[knowledge_pb2.Document]] = {}
+    for d in client.list_documents(collection=collection, page_size=100):
+        if same_bucket(d, scope) and d.collection == collection:
+            at_path.setdefault(d.path, []).append(d)
+    for docs in at_path.values():
+        docs.sort(key=lambda d: d.id)  # ids are UUIDv7: by time, as the server picks
+    stored = {path: docs[0] for path, docs in at_path.items()}
     named = set(roots)
     files = [(path, document_path(path, cwd), _size(path)) for path in walk(roots)]
     seen = {name for _, name, _ in files}
     doomed = [n for n in sorted(stored) if n not in seen and _under(n, prefixes)] if prune else []
     matched = sum(1 for n in stored if n in seen)
+    report.shared_paths = {n: len(at_path[n]) for n in seen if len(at_path.get(n, ())) > 1}
     if doomed and not force_prune and (not matched or len(doomed) > max(10, matched)):
         # Documents are named relative to the current folder: run from another folder than
         # the one ingested from, every stored document looks gone (and every file new).
@@ -280,13 +319,20 @@ def ingest(
         except OSError as exc:
             return "failed", exc.strerror or str(exc)
         known = stored.get(name)
-        if known is not None and known.content_hash == hashlib.sha256(text.encode()).hexdigest():
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if known is not None and known.content_hash == digest and not relabeling(known):
             return "unchanged", ""
         return text
 
+    def relabeling(doc: knowledge_pb2.Document) -> bool:
+        """Whether this run sets --labels on a stored document that has others."""
+        return relabel and bool(labels) and set(doc.labels) != set(labels)
+
     def labels_of(name: str) -> tuple[str, ...]:
-        # Labels are for new documents: a re-put without them keeps the document's.
-        return () if name in stored else labels
+        # Labels are for new documents: a re-put without them keeps the document's, unless
+        # --relabel.
+        known = stored.get(name)
+        return labels if known is None or relabeling(known) else ()
 
     def item(name: str, text: str) -> knowledge_pb2.PutDocumentsItem:
         return knowledge_pb2.PutDocumentsItem(
@@ -305,7 +351,14 @@ def ingest(
             )  # fmt: skip
         except BrainClientError as exc:
             return "failed", str(exc), 0
-        return _outcome(done), "", len(text.encode())
+        return outcome(done, name), "", len(text.encode())
+
+    def outcome(done: knowledge_pb2.PutDocumentResponse, name: str) -> str:
+        """The report's list for a put: an unchanged file sent for its labels alone is
+        "relabelled"."""
+        said = _outcome(done)
+        known = stored.get(name)
+        return "relabelled" if said == "unchanged" and known and relabeling(known) else said
 
     old_server: list[bool] = []  # set once the server answers PutDocuments UNIMPLEMENTED
 
@@ -340,7 +393,7 @@ def ingest(
                 failed = f"{answers[n].error_code}: {answers[n].error_message}"
                 results[i] = ("failed", failed, 0)
             else:
-                results[i] = (_outcome(answers[n].put), "", len(text.encode()))
+                results[i] = (outcome(answers[n].put, name), "", len(text.encode()))
         return [r for r in results if r is not None]
 
     def record(outcome: str, detail: str, sent: int, name: str, size: int) -> None:
@@ -367,13 +420,21 @@ def ingest(
             running[future] = [(name, size) for _, name, size in group]
         for f in list(running):
             finish(f, running.pop(f))
+    if labels and not relabel:
+        report.labels_kept = sum(
+            1 for n in seen if n in stored and set(stored[n].labels) != set(labels)
+        )
+    if report.failed and doomed:
+        report.kept_for_failures = sum(len(at_path[n]) for n in doomed)
+        doomed = []
     for name in doomed:
-        try:
-            client.delete_document(stored[name].id)
-        except BrainClientError as exc:
-            report.failed.append(f"{name}: {exc}")
-            continue
-        report.deleted.append(name)
+        for doc in at_path[name]:
+            try:
+                client.delete_document(doc.id)
+            except BrainClientError as exc:
+                report.failed.append(f"{name}: {exc}")
+                continue
+            report.deleted.append(name)
     report.sort()
     return report
 
@@ -477,6 +538,11 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     ing.add_argument("--labels", default="", help="comma-separated labels for new documents")
     ing.add_argument(
+        "--relabel", action="store_true",
+        help="with --labels, set them on the stored documents of the files walked too "
+        "(a key removes only labels it holds)",
+    )  # fmt: skip
+    ing.add_argument(
         "--readmit-tombstoned", action="store_true",
         help="put back files whose content a deleted document of the collection had",
     )  # fmt: skip
@@ -505,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.collection:
         sys.exit("brain ingest: --collection must name a collection; it is empty")
     labels = [x.strip() for x in args.labels.split(",") if x.strip()]
+    if args.relabel and not labels:
+        sys.exit("brain ingest: --relabel sets the labels of --labels; name them")
     if not 1 <= args.jobs <= 64:
         sys.exit("brain ingest: --jobs must be between 1 and 64")
     try:
@@ -519,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ) as client:
             report = ingest(
                 client, args.paths, args.collection, prune=args.prune,
-                force_prune=args.force_prune, labels=labels,
+                force_prune=args.force_prune, labels=labels, relabel=args.relabel,
                 jobs=args.jobs, progress=_Bar, readmit_tombstoned=args.readmit_tombstoned,
             )  # fmt: skip
     except (BrainClientError, OutsideFolder) as exc:

@@ -442,3 +442,101 @@ def test_a_prune_from_the_wrong_folder_deletes_nothing_and_says_why(
     forced = ingest(tmp_path / "docs", ".", "--prune", "--force-prune")
     assert forced.returncode == 0, forced.stderr
     assert stored() == {f"docs{i}.md" for i in range(3)}
+
+
+def test_a_prune_keeps_the_gone_files_documents_when_a_put_failed(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """A file renamed while the tenant is at its document quota: the put of the new name is
+    refused, and the prune used to erase the old name's document anyway, whose tombstone
+    then refused the file for good. Now nothing is deleted while a file failed, the report
+    says so, and once the quota allows, the same run renames it (control)."""
+    tenant = unique("ingq")
+    key = brain_server.mint_key(tenant, "dev", permissions=KB, namespaces=("proj",))
+    for i in range(3):
+        (tmp_path / f"d{i}.md").write_text(f"# Doc {i}\n\ntext {i}\n")
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        assert len(ingest(client, [tmp_path], "q", cwd=tmp_path).created) == 3
+        brain_server.admin("tenants", "set-quota", tenant, "--documents", "3")
+        (tmp_path / "d2.md").rename(tmp_path / "d3.md")
+        held = ingest(client, [tmp_path], "q", cwd=tmp_path, prune=True)
+        assert [f.split(":")[0] for f in held.failed] == ["d3.md"], held.failed
+        assert "RESOURCE_EXHAUSTED" in held.failed[0] and held.deleted == []
+        assert held.kept_for_failures == 1
+        assert "not pruned: 1 document(s) whose files are gone were kept" in held.summary()
+        paths = {d.path for d in client.list_documents(collection="q")}
+        assert paths == {"d0.md", "d1.md", "d2.md"}
+        brain_server.admin("tenants", "set-quota", tenant, "--documents", "4")
+        done = ingest(client, [tmp_path], "q", cwd=tmp_path, prune=True)
+        assert (done.created, done.deleted, done.failed) == (["d3.md"], ["d2.md"], [])
+        assert "not pruned" not in done.summary()
+        assert {d.path for d in client.list_documents(collection="q")} == {
+            "d0.md", "d1.md", "d3.md",
+        }  # fmt: skip
+
+
+def test_a_path_two_documents_share_is_named_and_pruned_whole(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """Keys with disjoint labels each put a document at one path of one bucket; a key
+    holding both labels sees both. Its ingest names the shared path (a put updates the
+    oldest only), and its prune erases every document at a gone path in one run (it took
+    one per run). The other paths are not named (control)."""
+    tenant = unique("ingl")
+    hr = brain_server.mint_key(tenant, "hr", permissions=KB, namespaces=("proj",), labels=("hr",))
+    team = brain_server.mint_key(tenant, "team", permissions=KB, namespaces=("proj",))
+    both = brain_server.mint_key(
+        tenant, "both", permissions=KB, namespaces=("proj",), labels=("team", "hr")
+    )
+    scope = Scope(namespace="proj")
+    (tmp_path / "policy.md").write_text("# Policy\n\nBands are reviewed yearly.\n")
+    (tmp_path / "other.md").write_text("# Other\n\nnothing shared\n")
+    for key in (hr, team):
+        with BrainClient(brain_server.target, key, scope=scope) as client:
+            assert ingest(client, [tmp_path / "policy.md"], "lab", cwd=tmp_path).created == [
+                "policy.md"
+            ]
+    with BrainClient(brain_server.target, both, scope=scope) as client:
+        listed = [d.path for d in client.list_documents(collection="lab")]
+        assert listed == ["policy.md", "policy.md"]
+        (tmp_path / "policy.md").write_text("# Policy\n\nBands are reviewed twice a year.\n")
+        run = ingest(client, [tmp_path], "lab", cwd=tmp_path)
+        assert (run.updated, run.created) == (["policy.md"], ["other.md"])
+        assert run.shared_paths == {"policy.md": 2}
+        assert "shared path: policy.md: 2 documents of this bucket have it" in run.summary()
+        (tmp_path / "policy.md").unlink()
+        pruned = ingest(client, [tmp_path], "lab", cwd=tmp_path, prune=True)
+        assert pruned.deleted == ["policy.md", "policy.md"] and pruned.shared_paths == {}
+        assert [d.path for d in client.list_documents(collection="lab")] == ["other.md"]
+
+
+def test_labels_of_stored_documents_are_kept_unless_relabel_says_so(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """--labels names the labels of new documents; a stored document that has others keeps
+    them, and the report says how many did; --relabel sets them (an unchanged file keeps its
+    version), after which the labels' readers see it and the others no longer do."""
+    tenant = unique("ingr")
+    both = brain_server.mint_key(
+        tenant, "both", permissions=KB, namespaces=("proj",), labels=("team", "hr")
+    )
+    team = brain_server.mint_key(tenant, "team", permissions=KB, namespaces=("proj",))
+    scope = Scope(namespace="proj")
+    (tmp_path / "bands.md").write_text("# Bands\n\nSalary bands by level.\n")
+    with BrainClient(brain_server.target, both, scope=scope) as client:
+        first = ingest(client, [tmp_path], "lab", cwd=tmp_path)
+        assert first.created == ["bands.md"]
+        with BrainClient(brain_server.target, team, scope=scope) as reader:
+            assert [d.path for d in reader.list_documents(collection="lab")] == ["bands.md"]
+        kept = ingest(client, [tmp_path], "lab", cwd=tmp_path, labels=["hr"])
+        assert (kept.unchanged, kept.labels_kept, kept.relabelled) == (["bands.md"], 1, [])
+        assert "labels kept: 1 stored document(s) have other labels" in kept.summary()
+        moved = ingest(client, [tmp_path], "lab", cwd=tmp_path, labels=["hr"], relabel=True)
+        assert (moved.relabelled, moved.unchanged, moved.labels_kept) == (["bands.md"], [], 0)
+        assert "1 relabelled" in moved.summary()
+        [doc] = list(client.list_documents(collection="lab"))
+        assert (list(doc.labels), doc.version) == (["hr"], 1)
+        with BrainClient(brain_server.target, team, scope=scope) as reader:
+            assert list(reader.list_documents(collection="lab")) == []
+        again = ingest(client, [tmp_path], "lab", cwd=tmp_path, labels=["hr"], relabel=True)
+        assert (again.unchanged, again.relabelled) == (["bands.md"], [])
