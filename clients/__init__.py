@@ -36,12 +36,19 @@ The package is the one public face: `_requests` builds every request message onc
 clients, `_base` holds what they share (TLS, retries, deadlines), `_sync` and `_async` the two
 clients. Names load on first use, so ``python -m brain.clients.codegen`` works even while the
 generated ``brain.v1`` modules are being rewritten.
+
+Importing the package before gRPC sets ``GRPC_VERBOSITY`` to ``ERROR`` unless it is set:
+gRPC's C core otherwise writes its own notes (each failed TLS handshake, twice) to the
+stderr of `brain`, `brain-mcp` and the hooks, ahead of the one line that says what failed.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 if TYPE_CHECKING:
     from brain.clients._async import AsyncBrainClient

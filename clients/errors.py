@@ -167,11 +167,45 @@ def _retry_after_seconds(metadata: Iterable[Any] | None) -> float | None:
     return None
 
 
+# gRPC's words for a TLS mistake -> what to do about it (deploy/TLS.md, "When it fails").
+_TLS_HINTS = (
+    (
+        "WRONG_VERSION_NUMBER",
+        "the server does not speak TLS on this port: drop the CA (BRAIN_TLS_CA, --tls-ca, "
+        "root_certificates) or start brain-server with --tls-cert and --tls-key",
+    ),
+    (
+        "CERTIFICATE_VERIFY_FAILED",
+        "the server's certificate is not signed by the CA this client trusts (BRAIN_TLS_CA), "
+        "or its file lacks the intermediates",
+    ),
+    (
+        "Hostname Verification Check failed",
+        "the name dialled is not in the server's certificate: dial a name it holds",
+    ),
+    (
+        "Socket closed",
+        "if the server speaks TLS, give this client its CA (BRAIN_TLS_CA, --tls-ca, "
+        "root_certificates)",
+    ),
+)
+
+
+def _tls_hint(message: str) -> str:
+    """A hint for an UNAVAILABLE whose details name a TLS mistake, else nothing."""
+    for words, hint in _TLS_HINTS:
+        if words in message:
+            return f" (hint: {hint})"
+    return ""
+
+
 def from_rpc_error(exc: grpc.RpcError, method: str = "") -> BrainClientError:
     """Translate a sync or asyncio gRPC error into the matching `BrainClientError`."""
     code = rpc_status(exc)
     details = getattr(exc, "details", None)
     message = (details() if callable(details) else None) or str(code.name).lower()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        message += _tls_hint(message)
     cls = _CLASS_OF.get(code, BrainClientError)
     if cls is RateLimited:
         return RateLimited(message, code=code, method=method, retry_after=retry_after(exc))

@@ -19,6 +19,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
 
 from brain.clients import BrainClient, Scope, errors
 
@@ -259,6 +260,12 @@ async def test_whoami_failure_at_start_is_retried_lazily(
                     break
                 await asyncio.sleep(0.1)
             assert any(isinstance(n, types.ToolListChangedNotification) for n in notifications)
+            # A host that ignores the notice and calls a tool the key may not use is told
+            # why, not that the tool does not exist (a name no tool has still is).
+            with pytest.raises(MCPError, match="'remember' is not available to this API key"):
+                await session.call_tool("remember", {"content": "x"})
+            with pytest.raises(MCPError, match="unknown tool 'no_such_tool'"):
+                await session.call_tool("no_such_tool", {})
         finally:
             await asyncio.to_thread(server.stop)
 

@@ -17,10 +17,13 @@ from typing import Any
 import grpc
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from brain.clients import BrainClient
+from brain.clients.errors import BrainClientError
 from brain.server.admin.certs import DevCerts, generate_dev_certs
-from brain.server.runtime.app import StartupError, start_server
+from brain.server.runtime.app import StartupError, check_tls_files, start_server
 from brain.v1 import identity_pb2, identity_pb2_grpc
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
@@ -154,6 +157,38 @@ def test_tls_plaintext_client_fails(tls_server: BrainServer, dev_certs: DevCerts
     assert _who_am_i(tls_server.target, _credentials(ca=dev_certs), key).principal == "alice"
 
 
+def test_the_clients_say_what_a_tls_mistake_means(
+    tls_server: BrainServer, brain_server: BrainServer, dev_certs: DevCerts,
+    other_certs: DevCerts,
+) -> None:  # fmt: skip
+    """gRPC reports TLS mistakes as UNAVAILABLE with its own words; the clients' error adds
+    what to do: a plaintext client to TLS, a TLS client to plaintext, an untrusted CA.
+    The right CA reaches the server (control)."""
+    _, key = _key(tls_server)
+    _, plain_key = _key(brain_server)
+
+    def said(target: str, key: str, ca: Path | None) -> str:
+        with (
+            BrainClient(target, key, root_certificates=ca, timeout=10) as client,
+            pytest.raises(BrainClientError) as info,
+        ):
+            client.whoami()
+        assert info.value.code == grpc.StatusCode.UNAVAILABLE
+        return str(info.value)
+
+    assert "hint: if the server speaks TLS, give this client its CA" in said(
+        tls_server.target, key, None
+    )
+    assert "hint: the server does not speak TLS on this port" in said(
+        brain_server.target, plain_key, dev_certs.ca_cert
+    )
+    assert "hint: the server's certificate is not signed by the CA" in said(
+        tls_server.target, key, other_certs.ca_cert
+    )
+    with BrainClient(tls_server.target, key, root_certificates=dev_certs.ca_cert) as client:
+        assert client.whoami().principal == "alice"
+
+
 def test_tls_client_not_trusting_the_ca_fails(
     tls_server: BrainServer, other_certs: DevCerts, dev_certs: DevCerts
 ) -> None:
@@ -204,6 +239,35 @@ def test_tls_half_configured_refuses_to_start(
     ]:
         with pytest.raises(StartupError, match=message):
             loop_thread.run(start_server(server_settings(pg_cluster, **overrides)))
+
+
+def test_tls_files_grpc_would_refuse_are_named_at_start(
+    dev_certs: DevCerts, other_certs: DevCerts, tmp_path: Path
+) -> None:
+    """gRPC refuses a certificate that is not PEM, a key of another certificate, or a key
+    given as the certificate by failing to create the port, which brain-server reported as
+    an address in use. Each is named by its flag before anything starts; the right pair
+    passes (control)."""
+    read = Path.read_bytes
+    garbage = b"not a certificate\n"
+    encrypted = serialization.load_pem_private_key(read(dev_certs.server_key), None)
+    locked = encrypted.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
+    cert, key, ca = read(dev_certs.server_cert), read(dev_certs.server_key), read(dev_certs.ca_cert)
+    check_tls_files(cert, key, ca)  # control: the pair brain-admin certs dev wrote
+    for files, message in [
+        ((cert, read(other_certs.server_key), None), "--tls-key is not the private key of"),
+        ((key, key, None), "--tls-cert is not a PEM certificate"),
+        ((garbage, key, None), "--tls-cert is not a PEM certificate"),
+        ((cert, cert, None), "--tls-key is not a PEM private key"),
+        ((cert, locked, None), "--tls-key is encrypted with a password"),
+        ((cert, key, garbage), "--tls-client-ca is not a PEM certificate"),
+    ]:
+        with pytest.raises(StartupError, match=message):
+            check_tls_files(*files)
 
 
 # -- mTLS ----------------------------------------------------------------------------------

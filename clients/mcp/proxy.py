@@ -241,6 +241,13 @@ class BrainProxy:
                 is_error, (text, structured) = await self.call(params.name, params.arguments or {})
             except KeyError:
                 await tools_narrowed(ctx, known_before)
+                if params.name in TOOLS_BY_NAME:  # a tool the key's permissions leave out
+                    raise MCPError(
+                        types.INVALID_PARAMS,
+                        f"tool {params.name!r} is not available to this API key (its "
+                        "permissions do not include the call); the tool list was narrowed "
+                        "to what it may call (tools/list_changed)",
+                    ) from None
                 raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}") from None
             await tools_narrowed(ctx, known_before)
             return types.CallToolResult(

@@ -7,12 +7,15 @@ import contextlib
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 import asyncpg
 import grpc
 import structlog
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import _async as health_aio  # the asyncio servicer; health.aio is this
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -174,7 +177,7 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
     return db, pg
 
 
-def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     if settings.tls_cert is None and settings.tls_key is None:
         if settings.tls_client_ca is not None:
             raise StartupError("--tls-client-ca needs --tls-cert and --tls-key")
@@ -187,14 +190,56 @@ def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
     except OSError as exc:
         raise StartupError(f"cannot read TLS file: {exc}") from exc
+    check_tls_files(cert, key, ca)
     return grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
     )
 
 
+def check_tls_files(cert: bytes, key: bytes, ca: bytes | None) -> None:
+    """A `StartupError` naming the flag whose file gRPC would refuse: gRPC says only that it
+    could not create the port, which reads as an address in use. An expired certificate
+    is logged (a certificate being rotated must not stop a restart)."""
+    try:
+        chain = x509.load_pem_x509_certificates(cert)
+    except ValueError:
+        raise StartupError(
+            "--tls-cert is not a PEM certificate (it should hold -----BEGIN CERTIFICATE-----)"
+        ) from None
+    try:
+        private = serialization.load_pem_private_key(key, password=None)
+    except TypeError:  # encrypted: gRPC takes no password
+        raise StartupError(
+            "--tls-key is encrypted with a password; brain-server needs the key unencrypted "
+            "(readable by its user only)"
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise StartupError(
+            "--tls-key is not a PEM private key (it should hold -----BEGIN ... PRIVATE KEY-----)"
+        ) from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if chain[0].public_key().public_bytes(*spki) != private.public_key().public_bytes(*spki):
+        raise StartupError(
+            "--tls-key is not the private key of --tls-cert's certificate (the first one in "
+            "the file); pass the key the certificate was issued for"
+        )
+    if ca is not None:
+        try:
+            x509.load_pem_x509_certificates(ca)
+        except ValueError:
+            raise StartupError("--tls-client-ca is not a PEM certificate (a CA bundle)") from None
+    now = datetime.now(UTC)
+    if not chain[0].not_valid_before_utc <= now <= chain[0].not_valid_after_utc:
+        _log.warning(
+            "the TLS certificate is not valid now: clients will refuse it",
+            not_before=chain[0].not_valid_before_utc.isoformat(),
+            not_after=chain[0].not_valid_after_utc.isoformat(),
+        )
+
+
 async def start_server(settings: Settings) -> RunningServer:
     """Open the database, build the gRPC server and start serving."""
-    credentials = _server_credentials(settings)
+    credentials = server_credentials(settings)
     try:
         pepper = load_pepper(
             settings.pepper_file, settings.data_dir, database_url=settings.database_url

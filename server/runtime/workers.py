@@ -38,7 +38,7 @@ import structlog
 
 from brain.authz import SharedRateLimiter
 from brain.server.runtime import embedded, ports
-from brain.server.runtime.app import StartupError, run, serve_metrics
+from brain.server.runtime.app import StartupError, run, serve_metrics, server_credentials
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
 from brain.server.runtime.pepper import PepperError, load_pepper, pepper_path
@@ -164,6 +164,7 @@ def serve(settings: Settings) -> int:
     state = SharedState()
     metrics_server = None
     try:
+        server_credentials(settings)  # a TLS file gRPC would refuse stops us before the database
         try:
             pepper = load_pepper(
                 settings.pepper_file, settings.data_dir, database_url=settings.database_url
