@@ -269,3 +269,34 @@ async def test_brain_admin_lists_document_tombstones_and_readmits_one(
         doc.id,
     )
     assert [r["fingerprint"] for r in remaining] != [lifted]
+
+
+async def test_a_moved_files_old_document_leaves_no_tombstone_for_what_moved(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A rename as `brain ingest --prune` makes it: the content put at the new path, then
+    the old path's document deleted. That deletion rejects no content, so the file can
+    move back (a tombstone refused it). Deleting the last document holding a content still
+    leaves one (control), and a copy the deleting key cannot see does not count: its
+    content is tombstoned as if the copy were not there."""
+    tenant = unique("tombmv")
+    api = Api(channel, brain_server.mint_key(tenant, "w", permissions=KB))
+    old = (await put(api, "a.md", HANDBOOK)).document
+    new = (await put(api, "b.md", HANDBOOK)).document
+    await delete_call(api, old.id)
+    assert tombstones(brain_server, old.id) == []
+    back = await put(api, "a.md", HANDBOOK)
+    assert back.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
+    await delete_call(api, new.id)
+    assert tombstones(brain_server, new.id) == []
+    await delete_call(api, back.document.id)  # the last one holding it
+    assert len(tombstones(brain_server, back.document.id)) == 1
+    err = await rpc_error(put(api, "c.md", HANDBOOK))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    hr = Api(channel, brain_server.mint_key(tenant, "h", permissions=KB, labels=("hr",)))
+    hidden = (await put(hr, "secret.md", REVISED)).document
+    mine = (await put(api, "mine.md", REVISED)).document
+    assert [d.path for d in await list_docs(api)] == ["mine.md"]  # hr's copy is not in view
+    await delete_call(api, mine.id)
+    assert len(tombstones(brain_server, mine.id)) == 1
+    assert [d.id for d in await list_docs(hr)] == [hidden.id]  # (and it is still there)

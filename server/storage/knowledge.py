@@ -108,6 +108,28 @@ async def find_at_path(
     )
 
 
+async def held_elsewhere(
+    conn: asyncpg.Connection, v: Visibility, tenant_id: Any, bucket: Sequence[str],
+    document_id: uuid.UUID, digests: Sequence[bytes],
+) -> set[bytes]:  # fmt: skip
+    """Those of ``digests`` (SHA-256 of a content) that another current, active document of
+    the bucket's collection (``bucket``: namespace, user, session, collection) holds now,
+    among the documents ``v`` may see: a file moved to another path, whose old document's
+    deletion rejects no content."""
+    if not digests:
+        return set()
+    p = Params(tenant_id, *bucket, document_id, list(digests))
+    rows = await conn.fetch(
+        f"""SELECT DISTINCT d.content_hash FROM documents d
+            WHERE d.tenant_id = $1 AND d.namespace = $2 AND d.user_id = $3
+              AND d.session_id = $4 AND d.collection = $5 AND d.document_id <> $6
+              AND d.content_hash = ANY($7::bytea[]) AND d.retired_at IS NULL
+              AND d.status = 'active' AND {object_visibility(v, p, "d")}""",
+        *p.values,
+    )
+    return {bytes(r["content_hash"]) for r in rows}
+
+
 async def insert_version(
     conn: asyncpg.Connection,
     tenant_id: str,

@@ -528,15 +528,22 @@ class Knowledge:
                 )
             if current["status"] == "deleted":  # deleting twice is a no-op
                 return knowledge_pb2.DeleteDocumentResponse(id=req.id, version=current["version"])
-            # Each content the document ever had stays out of its collection (tombstones).
+            # Each content the document ever had stays out of its collection (tombstones),
+            # but one another document of the collection holds now (the file was moved to
+            # another path, as `brain ingest --prune` sees a rename) was not rejected.
+            where = (current["namespace"], current["user_id"], current["session_id"],
+                     current["collection"])  # fmt: skip
             texts = await tombstones.contents(conn, current["tenant_id"], doc_id)
+            digests = {text: hashlib.sha256(text.encode()).digest() for text in texts}
+            held = await sql.held_elsewhere(
+                conn, vis, current["tenant_id"], where, doc_id, list(set(digests.values()))
+            )
             loop, pepper = asyncio.get_running_loop(), self.memories.pepper
             fingerprints = [
                 await loop.run_in_executor(_chunkers, content_fingerprint, pepper, text)
                 for text in texts
+                if digests[text] not in held
             ]
-            where = (current["namespace"], current["user_id"], current["session_id"],
-                     current["collection"])  # fmt: skip
             await tombstones.lock_contents(conn, current["tenant_id"], where, fingerprints)
             await sql.erase(conn, current["tenant_id"], doc_id)
             at = await sql.clock(conn)
