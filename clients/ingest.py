@@ -70,6 +70,7 @@ from brain.v1 import common_pb2, knowledge_pb2
 
 MAX_FILE_BYTES = 1024 * 1024
 DEFAULT_JOBS = 8  # PutDocuments calls in flight at once
+DEFAULT_TIMEOUT = 60.0  # seconds: each call's deadline (--timeout)
 # Files per PutDocuments call, and their bytes: one round trip for many small files, well
 # inside the server's default message size (4 MiB) with a file of the largest size (1 MiB).
 BATCH_FILES = 16
@@ -550,6 +551,11 @@ def _parser() -> argparse.ArgumentParser:
         "--jobs", type=int, default=DEFAULT_JOBS,
         help=f"puts in flight at once (default {DEFAULT_JOBS})",
     )  # fmt: skip
+    ing.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+        help=f"deadline of each call, retries included (default {DEFAULT_TIMEOUT:g}); a "
+        "slow server or a large batch of files may need more",
+    )  # fmt: skip
     return p
 
 
@@ -575,6 +581,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit("brain ingest: --relabel sets the labels of --labels; name them")
     if not 1 <= args.jobs <= 64:
         sys.exit("brain ingest: --jobs must be between 1 and 64")
+    if not 1 <= args.timeout <= 3600:  # (NaN fails both)
+        sys.exit("brain ingest: --timeout must be between 1 and 3600 seconds")
     try:
         with BrainClient(
             config.target, config.api_key, **{**config.client_options(), "scope": None}
@@ -583,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if problems:
             sys.exit("brain: the configuration does not fit the API key: " + "; ".join(problems))
         with BrainClient(
-            config.target, config.api_key, timeout=60, **config.client_options()
+            config.target, config.api_key, timeout=args.timeout, **config.client_options()
         ) as client:
             report = ingest(
                 client, args.paths, args.collection, prune=args.prune,

@@ -540,3 +540,29 @@ def test_labels_of_stored_documents_are_kept_unless_relabel_says_so(
             assert list(reader.list_documents(collection="lab")) == []
         again = ingest(client, [tmp_path], "lab", cwd=tmp_path, labels=["hr"], relabel=True)
         assert (again.unchanged, again.relabelled) == (["bands.md"], [])
+
+
+def test_the_deadline_of_each_call_is_set_by_timeout(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """--timeout sets each call's deadline (it was 60 s, fixed); a value outside 1..3600
+    seconds, or not a number, is refused by name before anything is sent; a sound one
+    ingests (control)."""
+    (tmp_path / "a.md").write_text("# A\n\nalpha\n")
+    key = brain_server.mint_key(unique("ingt"), "dev", permissions=KB, namespaces=("proj",))
+    env = {**os.environ, "BRAIN_TARGET": brain_server.target, "BRAIN_API_KEY": key}
+    command = [sys.executable, "-m", "brain.clients.ingest", "ingest", ".", "--collection", "t"]
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+
+    for bad in ("0", "nan", "99999"):
+        refused = run("--timeout", bad)
+        assert refused.returncode != 0 and "--timeout must be between" in refused.stderr
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        assert list(client.list_documents(collection="t")) == []
+    done = run("--timeout", "5")
+    assert done.returncode == 0 and "1 created" in done.stderr, done.stderr
