@@ -59,16 +59,22 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 import grpc
-import pathspec
 from tqdm import tqdm
 
 from brain.authz import CommandParser, add_version_argument
 from brain.clients import BrainClient
 from brain.clients._base import check_api_key
+from brain.clients._tree import (
+    OutsideFolder,
+    Skipped,
+    document_path,
+    read_text,
+    size_of,
+    walk,
+)
 from brain.clients.errors import BrainClientError, RateLimited
 from brain.v1 import common_pb2, knowledge_pb2
 
-MAX_FILE_BYTES = 1024 * 1024
 DEFAULT_JOBS = 8  # PutDocuments calls in flight at once
 DEFAULT_TIMEOUT = 60.0  # seconds: each call's deadline (--timeout)
 # Files per PutDocuments call, and their bytes: one round trip for many small files, well
@@ -81,7 +87,6 @@ RATE_LIMIT_WAIT = 600.0  # seconds one call may wait for the key's rate limit in
 # (authentication, the server unreachable after retries) fails the call's files alike.
 ONE_FILES_FAULT = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED})
 T = TypeVar("T")
-ALWAYS_SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "node_modules"})
 
 
 @dataclass
@@ -170,63 +175,6 @@ class Progress(Protocol):
     def advance(self, nbytes: int) -> None: ...
 
 
-def walk(roots: Sequence[Path]) -> Iterator[Path]:
-    """Every file under ``roots`` that git would not ignore, in a stable order."""
-    for root in roots:
-        if root.is_file() or (root.is_symlink() and not root.exists()):
-            yield root  # a dangling or looping link named on the command line: skipped, named
-            continue
-        yield from _walk_dir(root, [])
-
-
-def _walk_dir(folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> Iterator[Path]:
-    ignore_file = folder / ".gitignore"
-    if ignore_file.is_file():
-        lines = ignore_file.read_text(errors="replace").splitlines()
-        specs = [*specs, (folder, pathspec.GitIgnoreSpec.from_lines(lines))]
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name in ALWAYS_SKIPPED:
-            continue
-        if entry.is_symlink():  # never followed; named as skipped (read() says why)
-            if not _ignored(entry, False, specs):
-                yield entry
-            continue
-        is_dir = entry.is_dir()
-        if _ignored(entry, is_dir, specs):
-            continue
-        if is_dir:
-            yield from _walk_dir(entry, specs)
-        elif entry.is_file():
-            yield entry
-
-
-def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> bool:
-    for base, spec in specs:
-        relative = path.relative_to(base).as_posix() + ("/" if is_dir else "")
-        if spec.match_file(relative):
-            return True
-    return False
-
-
-class OutsideFolder(ValueError):
-    """A PATH outside the folder documents are named relative to."""
-
-
-def document_path(path: Path, cwd: Path) -> str:
-    """The document's name: its path relative to ``cwd`` (POSIX); ``OutsideFolder`` when it
-    is not under ``cwd`` (a local absolute path is no name to share with a team)."""
-    # A symbolic link keeps its own name (its folder resolved, not the link): a link loop
-    # or a dangling link is named, not followed.
-    absolute = path.parent.resolve() / path.name if path.is_symlink() else path.resolve()
-    try:
-        return absolute.relative_to(cwd.resolve()).as_posix()
-    except ValueError:
-        raise OutsideFolder(
-            f"{path} is outside the current folder {cwd}; run brain ingest from a folder "
-            "that contains it (documents are named by their path relative to it)"
-        ) from None
-
-
 def same_bucket(doc: knowledge_pb2.Document, scope: common_pb2.Scope) -> bool:
     """Whether a listed document lives in exactly the bucket ``scope`` writes to."""
     return (doc.scope.namespace, doc.scope.user_id, doc.scope.session_id) == (
@@ -234,26 +182,6 @@ def same_bucket(doc: knowledge_pb2.Document, scope: common_pb2.Scope) -> bool:
         scope.user_id,
         scope.session_id,
     )
-
-
-class Skipped(ValueError):
-    """A file ingest does not send; the message says why."""
-
-
-def read_text(path: Path) -> str:
-    """The file as text; ``Skipped`` when it is binary, not UTF-8, empty or over 1 MiB."""
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise Skipped("over 1 MiB")
-    data = path.read_bytes()
-    if b"\x00" in data:
-        raise Skipped("binary")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Skipped("not UTF-8") from None
-    if not text.strip():
-        raise Skipped("empty")
-    return text
 
 
 def ingest(
@@ -288,7 +216,7 @@ def ingest(
         docs.sort(key=lambda d: d.id)  # ids are UUIDv7: by time, as the server picks
     stored = {path: docs[0] for path, docs in at_path.items()}
     named = set(roots)
-    files = [(path, document_path(path, cwd), _size(path)) for path in walk(roots)]
+    files = [(path, document_path(path, cwd), size_of(path)) for path in walk(roots)]
     seen = {name for _, name, _ in files}
     doomed = [n for n in sorted(stored) if n not in seen and _under(n, prefixes)] if prune else []
     matched = sum(1 for n in stored if n in seen)
@@ -477,13 +405,6 @@ def _outcome(done: knowledge_pb2.PutDocumentResponse) -> str:
         knowledge_pb2.PUT_OUTCOME_CREATED: "created",
         knowledge_pb2.PUT_OUTCOME_UPDATED: "updated",
     }.get(done.outcome, "unchanged")
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _under(name: str, prefixes: Sequence[str]) -> bool:

@@ -104,7 +104,9 @@ PRELUDE = textwrap.dedent(
         # pg_ctl cannot start the cluster (a start with 4 GB under the 2.5 GB limit).
         try:
             embedded.start(data)
-        except subprocess.CalledProcessError:
+        except embedded.StartFailed as exc:  # one line, naming the log
+            assert isinstance(exc.__cause__, subprocess.CalledProcessError), exc.__cause__
+            assert "its log is" in str(exc) and chr(10) not in str(exc), str(exc)
             return
         raise AssertionError("started with 4 GB under a 2.5 GB limit?")
 

@@ -199,6 +199,34 @@ def test_killed_postmaster_is_unavailable_not_serving_then_heals(outage: Outage)
     assert outage.get(after).content == "written after the outage"
 
 
+def test_a_postmaster_killed_while_starting_is_started_again(outage: Outage) -> None:
+    """A postmaster killed while it starts leaves a ``postmaster.pid`` cut short (7 of its
+    8 lines). The wheel fails on such a file, so every restart failed and the server stayed
+    down until someone deleted it by hand; the supervisor now removes the dead
+    postmaster's file and starts PostgreSQL again, and the server serves."""
+    pg = outage.running.embedded_pg
+    assert pg is not None
+    before = outage.save("written before the cut-short start").memory.id
+    outage.running.supervisor.hold_restarts = True
+    old_pid = pg.postmaster_pid()
+    assert old_pid is not None
+    pidfile = pg.data_dir / "postmaster.pid"
+    lines = pidfile.read_text().splitlines()
+    assert len(lines) == 8  # the whole file of a running postmaster (control)
+    os.kill(old_pid, signal.SIGKILL)
+    eventually(lambda: not psutil.pid_exists(old_pid))
+    pidfile.write_text("\n".join(lines[:7]) + "\n")  # as a start killed before "ready"
+    eventually(lambda: outage.status() == NOT_SERVING)
+    outage.running.supervisor.hold_restarts = False
+    try:
+        eventually(lambda: outage.status() == SERVING)
+    except AssertionError:
+        print("PostgreSQL log:", (pg.data_dir / "log").read_text()[-3000:])
+        raise
+    assert pg.postmaster_pid() not in (None, old_pid)
+    assert outage.get(before).content == "written before the cut-short start"
+
+
 def test_disk_full_is_resource_exhausted_with_a_clear_message(outage: Outage) -> None:
     """A write the database refuses with SQLSTATE 53100 (disk full) is RESOURCE_EXHAUSTED
     saying so; reads keep working and writes succeed once space is back."""

@@ -182,7 +182,10 @@ class Context:
                 )
             return self.database_url
         self.require_embedded_cluster()
-        self._pg = embedded.start(self.data_dir / "pg")
+        try:
+            self._pg = embedded.start(self.data_dir / "pg")
+        except embedded.StartFailed as exc:
+            raise UsageError(str(exc)) from exc
         await prepare_embedded(self._pg)
         return self._pg.owner_dsn
 

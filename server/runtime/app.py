@@ -126,7 +126,10 @@ async def open_database(settings: Settings) -> tuple[Database, embedded.Embedded
     """Connect as the app role: embedded (started and migrated here) or BRAIN_DATABASE_URL."""
     pg = None
     if settings.database_url is None:
-        pg = embedded.start(settings.data_dir / "pg")
+        try:
+            pg = embedded.start(settings.data_dir / "pg")
+        except embedded.StartFailed as exc:
+            raise StartupError(str(exc)) from exc
         await prepare_embedded(pg)
         dsn = pg.app_dsn
     else:

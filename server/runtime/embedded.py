@@ -170,6 +170,7 @@ class EmbeddedPostgres:
         )
         with _wheel_lock(self.handle):
             _drop_stale_socket_locks(self.data_dir)
+            _drop_stale_postmaster_pid(self.data_dir)
             _falling_back(self.data_dir, self.handle.ensure_postgres_running)
         restarted = self.is_running()
         _log.info("embedded PostgreSQL restarted", pid=self.postmaster_pid(), ok=restarted)
@@ -328,6 +329,24 @@ def _postmaster_pid(data_dir: Path) -> int | None:
         return None
 
 
+def _drop_stale_postmaster_pid(data_dir: Path) -> bool:
+    """Remove ``postmaster.pid`` when the postmaster it names is dead (and reaped); True if
+    it did. PostgreSQL replaces a dead postmaster's file itself, but the wheel reads it
+    first and fails on one cut short: a postmaster killed while starting leaves fewer
+    lines than the wheel asserts, and every restart then failed until someone deleted the
+    file by hand. A live or unreaped pid, or a first line that is no pid, is left alone."""
+    pid = _postmaster_pid(data_dir)
+    if pid is None or _alive(pid) or _unreaped(pid):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        (data_dir / "postmaster.pid").unlink()
+        _log.warning(
+            "removed the postmaster.pid of a PostgreSQL that died", pid=pid, data_dir=str(data_dir)
+        )
+        return True
+    return False
+
+
 def _alive(pid: int) -> bool:
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
@@ -380,8 +399,13 @@ def drop_dead_handles(data_dir: Path, server_class: Any = None) -> list[int]:
         return stale
 
 
+class StartFailed(RuntimeError):
+    """The embedded cluster did not start; the message is one line, naming its log."""
+
+
 def start(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
-    """Start (initdb on first use) the private cluster in ``data_dir``.
+    """Start (initdb on first use) the private cluster in ``data_dir``; `StartFailed` (one
+    line, naming the cluster's log) when it cannot, whatever the wheel raised.
 
     Its memory is then sized (`EmbeddedPostgres.size_memory`). If the postmaster cannot
     start with a ``shared_buffers`` set here before (a machine that shrank, a container
@@ -389,9 +413,22 @@ def start(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
     own value is left in place and the start fails.
     """
     data_dir = data_dir.expanduser().resolve()
+    try:
+        return _start(data_dir, delete_on_stop)
+    except Exception as exc:
+        said = " ".join(str(exc).split()) or "no message"
+        raise StartFailed(
+            f"the embedded PostgreSQL in {data_dir} did not start ({type(exc).__name__}: "
+            f"{said}); its log is {data_dir / 'log'}"
+        ) from exc
+
+
+def _start(data_dir: Path, delete_on_stop: bool) -> EmbeddedPostgres:
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     mode = "delete" if delete_on_stop else "stop"
     created = not (data_dir / "PG_VERSION").exists()
+    if not created:
+        _drop_stale_postmaster_pid(data_dir)
     handle = _falling_back(data_dir, lambda: _get_server(data_dir, mode), fresh=True)
     if created:  # initdb just ran: nothing in it is an earlier release's (see SIZE_MARK)
         (data_dir / SIZE_MARK).write_text("")

@@ -139,8 +139,13 @@ class Workers:
                         metrics.worker_gone(proc.pid, str(metrics_dir))
                     self.spawn(index, wait=False)
             if pg is not None:
-                with contextlib.suppress(Exception):  # the workers report the outage
+                try:  # (the workers report the outage itself to their callers)
                     pg.restart_if_dead()
+                except Exception as exc:
+                    _log.warning(
+                        "embedded PostgreSQL did not restart yet",
+                        error=" ".join(str(exc).split()) or type(exc).__name__,
+                    )
 
     def stop(self) -> None:
         """SIGTERM every worker (each drains within the grace period), then wait for them."""
@@ -189,7 +194,10 @@ def serve(settings: Settings) -> int:
             metrics_in_parent=metrics_at,
         )
         if settings.database_url is None:
-            pg = embedded.start(settings.data_dir / "pg")
+            try:
+                pg = embedded.start(settings.data_dir / "pg")
+            except embedded.StartFailed as exc:
+                raise StartupError(str(exc)) from exc
             asyncio.run(_prepare(pg, pepper, settings))
             # The workers get a database URL, so they are told the pepper file too.
             pepper_file = pepper_path(settings.pepper_file, settings.data_dir, database_url=None)
