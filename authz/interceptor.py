@@ -236,10 +236,11 @@ class AuthorizationInterceptor(Interceptor):
             if wait > 0:
                 if self._observer is not None:
                     self._observer.rate_limited(key.key_id)
+                ms = int(wait * 1000) + 1  # the trailer's value, and the message's
                 raise _Denied(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"rate limit exceeded for this key; retry after {wait:.2f}s",
-                    (("retry-after-ms", str(int(wait * 1000) + 1)),),
+                    f"rate limit exceeded for this key; retry after {ms} ms",
+                    (("retry-after-ms", str(ms)),),
                 )
         return Caller(
             key=key,
@@ -347,6 +348,9 @@ class AuthorizationInterceptor(Interceptor):
                     response = await behavior(request, context)
                     code = _code_of(context)
                     return response
+                except asyncio.CancelledError:  # the client cancelled, or its deadline passed
+                    code = _code_of(context, _ended_by_client(context))
+                    raise
                 except BaseException:
                     code = _code_of(context, grpc.StatusCode.UNKNOWN)
                     raise
@@ -393,7 +397,7 @@ class AuthorizationInterceptor(Interceptor):
                         yield item
                     code = _code_of(context)
                 except BaseException:
-                    code = _code_of(context, grpc.StatusCode.CANCELLED)
+                    code = _code_of(context, _ended_by_client(context))
                     raise
                 finally:
                     _unbind(bound)
@@ -426,6 +430,16 @@ def _unbind(bound: tuple[Token[Caller | None], Mapping[str, Token[Any]]]) -> Non
         # A stream the client cancelled is closed from another context (its generator is
         # finalised elsewhere): nothing of this call is bound there, so nothing to undo.
         pass
+
+
+def _ended_by_client(context: Ctx) -> grpc.StatusCode:
+    """How a call the client ended is recorded: DEADLINE_EXCEEDED once its deadline has
+    passed, else CANCELLED. Neither is a server fault (a short deadline or a Ctrl-C must
+    not page anyone); a call stuck on the server shows in latency and in "rpc abandoned"."""
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+    return grpc.StatusCode.CANCELLED
 
 
 def _code_of(context: Ctx, default: grpc.StatusCode = grpc.StatusCode.OK) -> grpc.StatusCode:

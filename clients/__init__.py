@@ -21,7 +21,7 @@ Conventions shared by `BrainClient` and `AsyncBrainClient`:
   only for idempotent calls — reads, forget (forgetting twice is a no-op), and writes that carry
   an `idempotency_key` — with exponential backoff and jitter (`RetryPolicy`). Export and watch
   resume from the last cursor they delivered.
-- **Restarts**: for `restart_window` seconds (default 6) after a working connection is lost,
+- **Restarts**: for `restart_window` seconds (default 15) after a working connection is lost,
   a call waits for the server to come back, within its deadline, before sending anything;
   outside that window a server that cannot be reached fails a call within a second. The exact
   rule is in `brain.clients._base`.
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         InvalidArgument,
         NotFound,
         PermissionDenied,
+        QuotaExceeded,
         RateLimited,
         Unauthenticated,
         Unavailable,
@@ -85,6 +86,7 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "PutDocumentsItem",
+    "QuotaExceeded",
     "RateLimited",
     "RetryPolicy",
     "Scope",

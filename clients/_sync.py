@@ -231,6 +231,8 @@ class BrainClient(ConflictMethods, DocumentMethods, ClientBase):
                 return
             except grpc.RpcError as exc:
                 self._observe_now()
+                if attempt == 0:  # it had delivered items: resume within a window from now
+                    self._watch.stream_lost()
                 delay = self._retry_delay(exc, max(attempt, 1), deadline, idempotent=True)
                 if delay is None:
                     raise from_rpc_error(exc, method) from exc

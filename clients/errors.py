@@ -11,7 +11,9 @@ code the server answered with; the server's message is kept verbatim::
      ├── FailedPrecondition          FAILED_PRECONDITION (e.g. a tombstone holds the value)
      ├── AlreadyExists               ALREADY_EXISTS (idempotency key reused with another body)
      ├── Conflict                    ABORTED (e.g. expected_version is stale)
-     ├── RateLimited                 RESOURCE_EXHAUSTED; `retry_after` in seconds when known
+     ├── RateLimited                 RESOURCE_EXHAUSTED of the key's rate limit; `retry_after`
+     ├── QuotaExceeded               RESOURCE_EXHAUSTED without a retry-after: a quota, a cap
+     │                               or a full disk (waiting will not help)
      ├── Unavailable                 UNAVAILABLE (server down or unreachable; retried first)
      ├── DeadlineExceeded            DEADLINE_EXCEEDED
      └── Unimplemented               UNIMPLEMENTED
@@ -111,6 +113,12 @@ class RateLimited(BrainClientError):
         self.retry_after = retry_after
 
 
+class QuotaExceeded(BrainClientError):
+    """RESOURCE_EXHAUSTED that waiting does not lift: a tenant quota, a pending cap, a full
+    disk (no retry-after). Not a `RateLimited`, so code that backs off and retries on one
+    does not retry this forever; the message names the limit and how to raise it."""
+
+
 class Unavailable(BrainClientError):
     """The server could not be reached (down, restarting, or a network failure)."""
 
@@ -208,5 +216,8 @@ def from_rpc_error(exc: grpc.RpcError, method: str = "") -> BrainClientError:
         message += _tls_hint(message)
     cls = _CLASS_OF.get(code, BrainClientError)
     if cls is RateLimited:
-        return RateLimited(message, code=code, method=method, retry_after=retry_after(exc))
+        wait = retry_after(exc)
+        if wait is None:
+            return QuotaExceeded(message, code=code, method=method)
+        return RateLimited(message, code=code, method=method, retry_after=wait)
     return cls(message, code=code, method=method)

@@ -173,6 +173,76 @@ def test_rate_limited_carries_retry_after(pg_cluster: PgCluster, loop_thread: Lo
         server.stop()
 
 
+def test_a_short_rate_limit_wait_is_waited_out_even_by_a_write(
+    pg_cluster: PgCluster, loop_thread: LoopThread
+) -> None:
+    """A call the key's rate limit refuses did not run. When the server's retry-after is
+    short (at most `RetryPolicy.rate_limit_wait`, 1 s) the client waits and sends it again,
+    a write without an idempotency key too (stored once); with rate_limit_wait=0 it raises
+    RateLimited, as a long wait does (test_rate_limited_carries_retry_after)."""
+    server = BrainServer(
+        cluster=pg_cluster,
+        loop=loop_thread,
+        settings=server_settings(pg_cluster, rate_limit=20.0, rate_burst=1),
+    )
+    server.start()
+    try:
+        key = server.mint_key(unique("t"), "brisk", namespaces=("n",))
+        log = StatusLog()
+        scope = Scope(namespace="n")
+        with BrainClient(server.target, key, scope=scope, interceptors=[log]) as client:
+            client.whoami()
+            saved = client.save("one write, sent twice", idempotency_key="")
+            codes = list(log.codes)
+            assert codes == [grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             grpc.StatusCode.OK], codes  # fmt: skip
+            stored = [m for m in client.list() if m.content == "one write, sent twice"]
+            assert [m.id for m in stored] == [saved.memory.id]
+        eager = RetryPolicy(rate_limit_wait=0)
+        with BrainClient(server.target, key, scope=scope, retry=eager) as client:
+            client.whoami()
+            with pytest.raises(errors.RateLimited) as limited:
+                client.whoami()
+            assert limited.value.retry_after is not None
+            assert "retry after" in limited.value.message and " ms" in limited.value.message
+    finally:
+        server.stop()
+
+
+def test_a_quota_is_quota_exceeded_not_rate_limited(brain_server: BrainServer) -> None:
+    """A RESOURCE_EXHAUSTED without a retry-after (a tenant quota) is QuotaExceeded, which
+    code that backs off on RateLimited does not retry forever; the save under the quota
+    passes (control)."""
+    tenant = unique("q")
+    key = brain_server.mint_key(tenant, "agent", namespaces=("n",))
+    brain_server.admin("tenants", "set-quota", tenant, "--memories", "1")
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="n")) as client:
+        client.save("the one the quota allows")
+        with pytest.raises(errors.QuotaExceeded) as refused:
+            client.save("one too many")
+    assert not isinstance(refused.value, errors.RateLimited)
+    assert refused.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "quota memories exceeded" in refused.value.message
+
+
+def test_a_stream_that_was_delivering_opens_its_own_restart_window() -> None:
+    """A stream's consumer can meet its failure after the window the lost connection opened
+    has passed; `stream_lost` opens one from that moment, unless the channel is READY."""
+    from brain.clients._base import ConnectionWatch
+
+    watch = ConnectionWatch(restart_window=0.2)
+    watch.observe(grpc.ChannelConnectivity.READY)
+    watch.observe(grpc.ChannelConnectivity.TRANSIENT_FAILURE)
+    assert watch.window_end() is not None  # the connection's own window
+    time.sleep(0.3)
+    assert watch.window_end() is None  # passed while the consumer read what it had
+    watch.stream_lost()
+    assert watch.window_end() is not None
+    watch.observe(grpc.ChannelConnectivity.READY)
+    watch.stream_lost()  # a READY channel: nothing to wait for
+    assert watch.window_end() is None
+
+
 def test_unreachable_server_is_unavailable_at_once() -> None:
     """A never-reached closed port raises Unavailable after one attempt, not max_attempts."""
     # (It used to take max_attempts tries; the restart rule in brain.clients._base replaced

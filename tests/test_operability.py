@@ -6,9 +6,11 @@ import asyncio
 import http.server
 import socket
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -21,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from brain.server.runtime.app import StartupError, start_server
 from brain.server.telemetry import logs, tracing
+from brain.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 from .helpers import Api, rpc_error
@@ -366,3 +369,65 @@ async def test_a_statement_timeout_is_counted_and_reported_as_a_deadline(
         assert metrics.STATEMENT_TIMEOUTS._value.get() == before + 1
     finally:
         await db.close()
+
+
+def test_a_call_the_client_ends_is_cancelled_or_past_its_deadline_not_a_fault(
+    brain_server: BrainServer,
+) -> None:
+    """A save the client cancels while the server works on it, and one whose deadline
+    passes there, were counted UNKNOWN, a server fault the error-ratio alert pages on. They
+    are CANCELLED and DEADLINE_EXCEEDED, neither logged as "rpc failed"; a save that
+    finishes is OK (control)."""
+    from brain.server.telemetry import metrics
+
+    running = brain_server.running
+    assert running is not None
+    method = "/brain.v1.MemoryService/SaveMemory"
+
+    def count(code: str) -> float:
+        return metrics.RPC_REQUESTS.labels(method, code)._value.get()  # type: ignore[no-any-return]
+
+    key = brain_server.mint_key(unique("cancel"), "agent", namespaces=("n",))
+    md = (("authorization", f"Bearer {key}"),)
+    request = memory_pb2.SaveMemoryRequest(
+        scope=common_pb2.Scope(namespace="n"), memory=common_pb2.MemoryDraft(content="x")
+    )
+    entered = threading.Event()
+    original = running.memories.save
+
+    async def held(*args: Any) -> Any:
+        entered.set()
+        await asyncio.sleep(30)  # until the client gives up on it
+        return await original(*args)
+
+    before = {code: count(code) for code in ("OK", "CANCELLED", "DEADLINE_EXCEEDED", "UNKNOWN")}
+    running.memories.save = held  # type: ignore[method-assign]
+    try:
+        with grpc.insecure_channel(brain_server.target) as channel:
+            stub = memory_pb2_grpc.MemoryServiceStub(channel)
+            with structlog.testing.capture_logs() as logs:
+                future = stub.SaveMemory.future(request, metadata=md, timeout=30)
+                assert entered.wait(20)
+                future.cancel()
+                entered.clear()
+                with pytest.raises(grpc.RpcError) as late:
+                    stub.SaveMemory(request, metadata=md, timeout=1.0)
+                assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                assert entered.is_set()  # it reached the server before its deadline
+
+                def counted() -> bool:
+                    return count("CANCELLED") > before["CANCELLED"] and (
+                        count("DEADLINE_EXCEEDED") > before["DEADLINE_EXCEEDED"]
+                    )
+
+                deadline = time.monotonic() + 20
+                while not counted():
+                    assert time.monotonic() < deadline, "the ended calls were not counted"
+                    time.sleep(0.05)
+            running.memories.save = original  # type: ignore[method-assign]
+            stub.SaveMemory(request, metadata=md, timeout=20)
+    finally:
+        running.memories.save = original  # type: ignore[method-assign]
+    assert count("UNKNOWN") == before["UNKNOWN"]
+    assert count("OK") == before["OK"] + 1  # control
+    assert not [e for e in logs if e.get("event") == "rpc failed"]

@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from brain.clients import BrainClient, RetryPolicy
-from brain.clients.errors import BrainClientError, FailedPrecondition, InvalidArgument, RateLimited
+from brain.clients.errors import (
+    BrainClientError,
+    FailedPrecondition,
+    InvalidArgument,
+    QuotaExceeded,
+    RateLimited,
+)
 from brain.clients.mcp.config import ProxyConfig, resolve_scope
 
 __all__ = ["hook_capture", "hook_recall"]
@@ -144,7 +150,7 @@ def hook_capture(config: ProxyConfig, stdin: str, env: Mapping[str, str]) -> str
                         idempotency_key=p.idempotency_key,
                         tags=list(p.tags),
                     )
-                except (FailedPrecondition, InvalidArgument, RateLimited) as exc:
+                except (FailedPrecondition, InvalidArgument, QuotaExceeded, RateLimited) as exc:
                     refused.append(str(exc))  # this one only (e.g. a tombstoned value)
                     continue
                 ids.append(response.candidate.id)

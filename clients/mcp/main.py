@@ -18,7 +18,7 @@ recalls share one scope by construction:
                       BRAIN_TLS_CERT + BRAIN_TLS_KEY add a client certificate for mTLS)
     BRAIN_TIMEOUT     per-call deadline in seconds for tools (default 10)
     BRAIN_RESTART_WINDOW    seconds after a lost connection during which tool calls wait for
-                            the server to come back, within BRAIN_TIMEOUT (default 6)
+                            the server to come back, within BRAIN_TIMEOUT (default 15)
     BRAIN_HOOK_TIMEOUT      deadline of `hook recall` (default 2)
     BRAIN_HOOK_TOKEN_BUDGET token budget of `hook recall` (default: the server's)
 
