@@ -72,7 +72,7 @@ from brain.clients._tree import (
     size_of,
     walk,
 )
-from brain.clients.errors import BrainClientError, RateLimited
+from brain.clients.errors import BrainClientError, RateLimited, Unavailable
 from brain.v1 import common_pb2, knowledge_pb2
 
 DEFAULT_JOBS = 8  # PutDocuments calls in flight at once
@@ -106,6 +106,7 @@ class Report:
     labels_kept: int = 0  # stored documents whose labels differ from --labels (no --relabel)
     shared_paths: dict[str, int] = field(default_factory=dict)  # path -> documents there
     kept_for_failures: int = 0  # documents --prune kept because files failed to store
+    not_deleted: int = 0  # deletions not tried once the server could not be reached
 
     def summary(self) -> str:
         relabelled = f", {len(self.relabelled)} relabelled" if self.relabelled else ""
@@ -127,6 +128,11 @@ class Report:
                 f"\n  shared path: {shown(path)}: {n} documents of this bucket have it (put by "
                 "keys with different labels); ingest updates the oldest, the others keep "
                 "their text (delete or relabel them to keep one)"
+            )
+        if self.not_deleted:
+            skipped += (
+                f"\n  not pruned: {self.not_deleted} more document(s) whose files are gone, "
+                "not tried once the server could not be reached; run again once it is back"
             )
         if self.kept_for_failures:
             skipped += (
@@ -356,14 +362,18 @@ def ingest(
     if report.failed and doomed:
         report.kept_for_failures = sum(len(at_path[n]) for n in doomed)
         doomed = []
-    for name in doomed:
-        for doc in at_path[name]:
-            try:
-                client.delete_document(doc.id)
-            except BrainClientError as exc:
-                report.failed.append(f"{name}: {exc}")
-                continue
-            report.deleted.append(name)
+    gone = [(name, doc) for name in doomed for doc in at_path[name]]
+    for n, (name, doc) in enumerate(gone):
+        try:
+            client.delete_document(doc.id)
+        except Unavailable as exc:  # the server is gone: the rest would fail alike, slowly
+            report.failed.append(f"{name}: {exc}")
+            report.not_deleted = len(gone) - n - 1
+            break
+        except BrainClientError as exc:
+            report.failed.append(f"{name}: {exc}")
+            continue
+        report.deleted.append(name)
     report.sort()
     return report
 

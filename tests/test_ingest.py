@@ -17,7 +17,7 @@ from brain.clients.errors import RateLimited
 from brain.clients.ingest import ingest, walk
 from brain.server.errors import NotImplementedYet
 
-from .conftest import BrainServer, unique
+from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
 
 KB = "knowledge:read,knowledge:write,knowledge:delete"
 
@@ -566,3 +566,43 @@ def test_the_deadline_of_each_call_is_set_by_timeout(
         assert list(client.list_documents(collection="t")) == []
     done = run("--timeout", "5")
     assert done.returncode == 0 and "1 created" in done.stderr, done.stderr
+
+
+def test_a_prune_stops_at_a_server_that_is_gone(
+    pg_cluster: PgCluster, loop_thread: LoopThread, tmp_path: Path
+) -> None:
+    """The server lost during a prune: each remaining delete failed on its own, slowly, a
+    line each. The first that cannot reach the server ends the prune; the summary counts
+    the deletions not tried, and the one done before stays done (control)."""
+    server = BrainServer(cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster))
+    server.start()
+    stopped = False
+
+    class StoppingAfterOne(BrainClient):
+        def delete_document(self, id: str, **kw: Any) -> Any:
+            nonlocal stopped
+            if stopped:
+                return super().delete_document(id, **kw)
+            done = super().delete_document(id, **kw)
+            server.stop()  # as if killed: every later call finds nobody
+            stopped = True
+            return done
+
+    try:
+        key = server.mint_key(unique("ingd"), "dev", permissions=KB, namespaces=("proj",))
+        for i in range(6):
+            (tmp_path / f"d{i}.md").write_text(f"# Doc {i}\n\ntext {i}\n")
+        scope = Scope(namespace="proj")
+        with BrainClient(server.target, key, scope=scope) as client:
+            assert len(ingest(client, [tmp_path], "p", cwd=tmp_path).created) == 6
+        for i in range(1, 5):
+            (tmp_path / f"d{i}.md").unlink()
+        with StoppingAfterOne(server.target, key, scope=scope, restart_window=0) as client:
+            report = ingest(client, [tmp_path], "p", cwd=tmp_path, prune=True)
+        assert report.deleted == ["d1.md"]
+        assert len(report.failed) == 1 and "UNAVAILABLE" in report.failed[0], report.failed
+        assert report.not_deleted == 2
+        assert "not pruned: 2 more document(s)" in report.summary()
+    finally:
+        if not stopped:
+            server.stop()

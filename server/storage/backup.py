@@ -259,4 +259,4 @@ async def _insert_rows(
             batch_key = key
         batch.append(json.dumps(row))
         counts[table] = counts.get(table, 0) + 1
-    raise BackupError("the backup is truncated (no end line); nothing was restored")
+    raise BackupError("the backup is truncated (no end line)")
