@@ -432,12 +432,17 @@ def _unbind(bound: tuple[Token[Caller | None], Mapping[str, Token[Any]]]) -> Non
         pass
 
 
+# The client's timer fires first and cancels the call, a transit before the server's copy
+# of the deadline: a call cancelled this close to its deadline was ended by the deadline.
+DEADLINE_SLACK_SECONDS = 0.25
+
+
 def _ended_by_client(context: Ctx) -> grpc.StatusCode:
-    """How a call the client ended is recorded: DEADLINE_EXCEEDED once its deadline has
-    passed, else CANCELLED. Neither is a server fault (a short deadline or a Ctrl-C must
-    not page anyone); a call stuck on the server shows in latency and in "rpc abandoned"."""
+    """How a call the client ended is recorded: DEADLINE_EXCEEDED at its deadline, else
+    CANCELLED. Neither is a server fault (a short deadline or a Ctrl-C must not page
+    anyone); a call stuck on the server shows in latency and in "rpc abandoned"."""
     remaining = context.time_remaining()
-    if remaining is not None and remaining <= 0:
+    if remaining is not None and remaining <= DEADLINE_SLACK_SECONDS:
         return grpc.StatusCode.DEADLINE_EXCEEDED
     return grpc.StatusCode.CANCELLED
 

@@ -415,14 +415,16 @@ def test_a_call_the_client_ends_is_cancelled_or_past_its_deadline_not_a_fault(
                 assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                 assert entered.is_set()  # it reached the server before its deadline
 
-                def counted() -> bool:
-                    return count("CANCELLED") > before["CANCELLED"] and (
-                        count("DEADLINE_EXCEEDED") > before["DEADLINE_EXCEEDED"]
-                    )
+                def ended() -> float:
+                    return sum(count(c) - before[c] for c in ("CANCELLED", "DEADLINE_EXCEEDED"))
+
+                def counted() -> bool:  # (which of the two a deadline is depends on a race
+                    # of the client's and the server's timers; neither is a fault)
+                    return ended() >= 2 and count("CANCELLED") > before["CANCELLED"]
 
                 deadline = time.monotonic() + 20
                 while not counted():
-                    assert time.monotonic() < deadline, "the ended calls were not counted"
+                    assert time.monotonic() < deadline, {c: count(c) - before[c] for c in before}
                     time.sleep(0.05)
             running.memories.save = original  # type: ignore[method-assign]
             stub.SaveMemory(request, metadata=md, timeout=20)

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import grpc
 import psutil
+import pytest
 
 from brain.v1 import identity_pb2, identity_pb2_grpc
 
+from .conftest import PgCluster
 from .test_server_process import SERVER, free_port, postgres_for, wait_serving
 
 
@@ -190,6 +192,44 @@ def test_two_workers_are_one_server_for_metrics_and_the_rate_limit(tmp_path: Pat
         assert samples[("brain_db_pool_connections", frozenset(pools))] > 0
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_killed_parent_takes_its_workers_with_it_and_logs_json_lines_only(
+    tmp_path: Path, pg_cluster: PgCluster
+) -> None:
+    """kill -9 of the parent as soon as it serves, the second worker maybe still starting:
+    that one used to miss the death signal (asked for after the parent died) and serve on
+    as an orphan holding the port. Every worker ends, and all the server's processes wrote
+    to the shared stream are whole JSON lines: multiprocessing's resource tracker warned in
+    plain text, and two workers' lines ran together ('{..}{..}')."""
+    if not pg_cluster.app_dsn:
+        pytest.skip("needs a database URL for the server process")
+    env = {
+        **os.environ, "BRAIN_DATABASE_URL": pg_cluster.app_dsn,
+        "BRAIN_PEPPER_FILE": str(pg_cluster.pepper_file), "BRAIN_DATA_DIR": str(tmp_path),
+        "BRAIN_EMBEDDER": "none", "BRAIN_WORKERS": "2",
+    }  # fmt: skip
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SERVER, "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_serving(f"127.0.0.1:{port}", proc)
+        children = psutil.Process(proc.pid).children()
+        assert len(children) >= 2  # the first worker and the resource tracker, at least
+        proc.kill()
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert alive == [], [" ".join(cmdline(p))[:120] for p in alive]
+        assert proc.stderr is not None
+        lines = proc.stderr.read().splitlines()
+        assert lines, "the server logged nothing?"
+        for line in lines:
+            assert isinstance(json.loads(line), dict), line
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -90,10 +90,16 @@ class SharedState:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _worker_main(settings: Settings, index: int, ready: Event) -> None:
-    """A worker process: one server, as ``brain-server --workers 1`` runs it."""
+def _worker_main(settings: Settings, index: int, ready: Event, parent: int = 0) -> None:
+    """A worker process: one server, as ``brain-server --workers 1`` runs it; it ends with
+    its parent (``parent``: its pid)."""
     with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere best effort
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if parent and os.getppid() != parent:
+        # The parent died before the death signal was asked for (a worker still starting
+        # when it was killed): no signal will come, and an orphan would hold the port,
+        # so that the next brain-server could not listen on it.
+        return
     logs.configure(settings.log_level, settings.log_format, worker=index)
     try:
         asyncio.run(run(settings, ready=ready.set))
@@ -104,12 +110,21 @@ def _worker_main(settings: Settings, index: int, ready: Event) -> None:
         pass
 
 
+_TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+
+
 class Workers:
     """The parent: spawns, supervises and stops the workers."""
 
     def __init__(self, settings: Settings, count: int) -> None:
         self.settings = settings
         self.count = count
+        # The workers' events are semaphores, which multiprocessing's resource tracker (a
+        # process of its own, started with our -W options) cleans up when this process is
+        # killed, with a plain-text warning on the log stream that every line of which is
+        # JSON. Its clean-up is the right outcome, so its warning is kept out.
+        if _TRACKER_QUIET not in sys.warnoptions:
+            sys.warnoptions.append(_TRACKER_QUIET)
         self.context = multiprocessing.get_context("spawn")
         self.procs: dict[int, Any] = {}
         self.ready: dict[int, Event] = {}  # kept: a child unpickles its event after start()
@@ -119,7 +134,7 @@ class Workers:
         ready = self.ready[index] = self.context.Event()
         proc = self.context.Process(
             target=_worker_main,
-            args=(self.settings, index, ready),
+            args=(self.settings, index, ready, os.getpid()),
             name=f"brain-server-worker-{index}",
         )
         proc.start()

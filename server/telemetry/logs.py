@@ -57,7 +57,9 @@ def configure(level: str = "info", fmt: str = "json", worker: int | None = None)
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
+        # One write per line, its newline included: stderr writes through, and print()'s
+        # two writes let the workers' lines interleave on the shared stream ('{..}{..}').
+        logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(_CurrentStderr())
