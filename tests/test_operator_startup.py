@@ -150,8 +150,11 @@ def test_a_stdlib_log_with_a_traceback_is_one_json_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """With JSON logs, a library's warning through stdlib logging (asyncpg's pool, with
-    exc_info) is written as one JSON object on one line, its traceback in a field."""
+    exc_info) is written as one JSON object on one line, its traceback in a field. It
+    carries no request's identity: the pool warns from tasks that copied the context of an
+    ended call, whose request it named; our own line in that context does (control)."""
     logs.configure("info", "json")
+    bound = structlog.contextvars.bind_contextvars(request_id="r-ended", method="/x/Y")
     try:
         try:
             raise ConnectionResetError("connection lost")
@@ -159,14 +162,18 @@ def test_a_stdlib_log_with_a_traceback_is_one_json_line(
             logging.getLogger("asyncpg.pool").warning(
                 "Failed to restore the pool connection floor; retrying", exc_info=True
             )
+        structlog.get_logger("brain.test").warning("ours")
         lines = capsys.readouterr().err.splitlines()
     finally:
+        structlog.contextvars.reset_contextvars(**bound)
         logs.configure("warning")  # as the session's servers log
-    (line,) = lines
+    line, ours = lines
     event = json.loads(line)
     assert event["event"] == "Failed to restore the pool connection floor; retrying"
     assert event["level"] == "warning" and event["logger"] == "asyncpg.pool"
     assert "ConnectionResetError: connection lost" in event["exception"]
+    assert "request_id" not in event and "method" not in event
+    assert json.loads(ours)["request_id"] == "r-ended"
 
 
 def test_brain_admin_database_errors_are_one_line(pg_cluster: PgCluster) -> None:

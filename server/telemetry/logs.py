@@ -45,7 +45,7 @@ def configure(level: str = "info", fmt: str = "json", worker: int | None = None)
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
     )
     shared: list[structlog.types.Processor] = [
-        structlog.contextvars.merge_contextvars,
+        structlog.contextvars.merge_contextvars,  # (first: library lines go without it)
         structlog.processors.add_log_level,
         *tag,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -66,7 +66,10 @@ def configure(level: str = "info", fmt: str = "json", worker: int | None = None)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            # A library's line carries no request's identity: asyncpg's pool warns from
+            # tasks that copied the context of whichever call released a connection, so
+            # its outage warnings named a request that had ended long before.
+            foreign_pre_chain=[*shared[1:], structlog.stdlib.add_logger_name],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 *exc_info,
