@@ -56,7 +56,8 @@ DEFAULT_TIMEOUT = 10.0
 #    from that moment (`ConnectionWatch.stream_lost`), and resumes from its cursor within it.
 #
 # So a server stopped and back within the window (a restart of an embedded server with two
-# workers took 7-8 s on a loaded 2-core machine; 15 s + one reconnect) costs no failed call,
+# workers took 7-14 s on a loaded 2-core machine; 15 s + one reconnect) costs no failed call
+# whose deadline (DEFAULT_TIMEOUT unless given) lasts until then,
 # and a server that stays down fails a call within UNREACHABLE_WAIT (< 1 s) once the window
 # has passed, or at once when the channel never connected and its attempt is refused.
 RESTART_WINDOW = 15.0

@@ -194,7 +194,9 @@ _TLS_HINTS = (
     (
         "Socket closed",
         "if the server speaks TLS, give this client its CA (BRAIN_TLS_CA, --tls-ca, "
-        "root_certificates)",
+        "root_certificates); if it asks for client certificates (mTLS), a certificate and "
+        "key too (BRAIN_TLS_CERT and BRAIN_TLS_KEY, --tls-cert and --tls-key, "
+        "certificate_chain and private_key)",
     ),
 )
 

@@ -456,6 +456,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", help="scope namespace [BRAIN_NAMESPACE]")
     p.add_argument("--session-id", help="scope session [BRAIN_SESSION_ID]")
     p.add_argument("--tls-ca", help="PEM root CA file; enables TLS [BRAIN_TLS_CA]")
+    p.add_argument(
+        "--tls-cert", help="PEM client certificate, for a server that asks for one (mTLS) "
+        "[BRAIN_TLS_CERT]",
+    )  # fmt: skip
+    p.add_argument("--tls-key", help="its PEM private key [BRAIN_TLS_KEY]")
     sub = p.add_subparsers(dest="command", required=True)
     ing = sub.add_parser("ingest", help="store files as knowledge documents (only changed ones)")
     ing.add_argument("paths", nargs="+", type=Path, metavar="PATH")

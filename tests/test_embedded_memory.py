@@ -404,3 +404,33 @@ def test_a_new_clusters_own_value_is_never_taken_for_an_earlier_releases(
         cluster_root,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-1500:]
+
+
+def test_a_start_after_a_postmaster_killed_while_starting_needs_no_operator(
+    cluster_root: Path,
+) -> None:
+    """A PostgreSQL killed while it started left a postmaster.pid cut short (7 of its 8
+    lines), on which the wheel fails: brain-server and brain-admin then ended in a
+    traceback and the PostgreSQL log, every time, until someone deleted the file. The next
+    start removes a dead postmaster's file and starts; a live postmaster's file is kept
+    (control: the cluster it started is still served)."""
+    done = child(
+        """
+        pg = embedded.start(data)
+        pidfile = data / "postmaster.pid"
+        lines = pidfile.read_text().splitlines()
+        assert len(lines) == 8, lines
+        pg.stop()
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()  # a pid that is no postmaster's any more
+        pidfile.write_text("\\n".join([str(dead.pid), *lines[1:7]]) + "\\n")
+        pg = embedded.start(data)
+        live = pg.postmaster_pid()
+        assert live not in (None, dead.pid)
+        assert not embedded._drop_stale_postmaster_pid(data)  # a live one is kept
+        assert pg.postmaster_pid() == live
+        pg.stop()
+        """,
+        cluster_root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-1500:]

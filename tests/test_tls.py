@@ -378,3 +378,29 @@ def test_certs_dev_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
     forced = _admin("certs", "dev", "--out", str(out), "--force", data_dir=tmp_path)
     assert forced.returncode == 0, forced.stderr
     assert (out / "ca.pem").read_bytes() != before
+
+
+def test_brain_ingest_presents_a_client_certificate_from_its_flags(
+    mtls_server: BrainServer, dev_certs: DevCerts, tmp_path: Path
+) -> None:
+    """`brain` takes --tls-cert and --tls-key (it read BRAIN_TLS_CERT and BRAIN_TLS_KEY
+    only): with them it ingests through mTLS; without them the error's hint names the
+    client certificate, not only the CA it was already given."""
+    key = mtls_server.mint_key(unique("tlsi"), "dev", permissions="knowledge:read,knowledge:write",
+                               namespaces=("proj",))  # fmt: skip
+    (tmp_path / "a.md").write_text("# A\n\nalpha\n")
+    env = {**os.environ, "BRAIN_TARGET": mtls_server.target, "BRAIN_API_KEY": key}
+    for name in ("BRAIN_TLS_CERT", "BRAIN_TLS_KEY", "BRAIN_TLS_CA"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "brain.clients.ingest", "--tls-ca", str(dev_certs.ca_cert)]
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, *extra, "ingest", ".", "--collection", "c"], cwd=tmp_path, env=env,
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    refused = run()
+    assert refused.returncode != 0 and "client certificates (mTLS)" in refused.stderr
+    done = run("--tls-cert", str(dev_certs.client_cert), "--tls-key", str(dev_certs.client_key))
+    assert done.returncode == 0 and "1 created" in done.stderr, done.stderr

@@ -57,8 +57,8 @@ class ProxyConfig:
             session_id=pick(args.session_id, "BRAIN_SESSION_ID"),
             tls=env.get("BRAIN_TLS", "").lower() in {"1", "true", "yes"} or tls_ca is not None,
             tls_ca=tls_ca,
-            tls_cert=env.get("BRAIN_TLS_CERT") or None,
-            tls_key=env.get("BRAIN_TLS_KEY") or None,
+            tls_cert=pick(getattr(args, "tls_cert", None), "BRAIN_TLS_CERT") or None,
+            tls_key=pick(getattr(args, "tls_key", None), "BRAIN_TLS_KEY") or None,
             timeout=float(env.get("BRAIN_TIMEOUT") or 10.0),
             restart_window=float(env.get("BRAIN_RESTART_WINDOW") or RESTART_WINDOW),
         )
