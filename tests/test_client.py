@@ -183,7 +183,9 @@ def test_a_short_rate_limit_wait_is_waited_out_even_by_a_write(
     server = BrainServer(
         cluster=pg_cluster,
         loop=loop_thread,
-        settings=server_settings(pg_cluster, rate_limit=20.0, rate_burst=1),
+        # One token, back every 0.67 s: the call after a call is refused (a busy machine
+        # takes nowhere near that between two calls) and the wait is under 1 s.
+        settings=server_settings(pg_cluster, rate_limit=1.5, rate_burst=1),
     )
     server.start()
     try:
@@ -199,6 +201,7 @@ def test_a_short_rate_limit_wait_is_waited_out_even_by_a_write(
             stored = [m for m in client.list() if m.content == "one write, sent twice"]
             assert [m.id for m in stored] == [saved.memory.id]
         eager = RetryPolicy(rate_limit_wait=0)
+        time.sleep(0.7)  # the token back (refilled by time, at 1.5 a second)
         with BrainClient(server.target, key, scope=scope, retry=eager) as client:
             client.whoami()
             with pytest.raises(errors.RateLimited) as limited:
