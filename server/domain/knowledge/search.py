@@ -293,11 +293,12 @@ class ChunkSearch:
         # weaker hits of an answered query still come, ranked lower.
         # (A chunk whose vector has not landed yet has the lexical model's relevance, so
         # its floor: `fuse`.)
-        floor = vectorless = min_relevance
-        if floor is None or vectorless is None:
-            small = size < params.floor_min_rows
-            floor = 0.0 if small else relevance.floor
-            vectorless = 0.0 if small else params.lexical_model.floor
+        if min_relevance is not None:
+            floor = vectorless = min_relevance
+        elif size < params.floor_min_rows:
+            floor = vectorless = 0.0
+        else:
+            floor, vectorless = relevance.floor, params.lexical_model.floor
         if fused and not retrieval.reaches(fused, floor, vectorless):
             return Found([], lanes, below_floor=min(limit, len(fused)))
         return Found(fused[: max(limit, depth or 0)], lanes, query_tokens=query_tokens)
