@@ -6,10 +6,13 @@ by the session PostgreSQL; every client is a real gRPC channel.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from brain.clients import BrainClient
 from brain.clients.errors import BrainClientError
@@ -404,3 +408,56 @@ def test_brain_ingest_presents_a_client_certificate_from_its_flags(
     assert refused.returncode != 0 and "client certificates (mTLS)" in refused.stderr
     done = run("--tls-cert", str(dev_certs.client_cert), "--tls-key", str(dev_certs.client_key))
     assert done.returncode == 0 and "1 created" in done.stderr, done.stderr
+
+
+def test_the_server_process_logs_json_lines_only_through_a_refused_handshake(
+    tmp_path: Path, pg_cluster: PgCluster, dev_certs: DevCerts
+) -> None:
+    """A brain-server process with mTLS, GRPC_VERBOSITY unset, refuses a client without a
+    certificate and serves one with: its stderr is the server's JSON lines only. gRPC's C
+    core wrote its handshake note there in plain text ('I1208 ... ssl_transport_security')."""
+    if not pg_cluster.app_dsn:
+        pytest.skip("needs a database URL for the server process")
+    from .test_server_process import SERVER, free_port
+
+    env = {
+        **os.environ, "BRAIN_DATABASE_URL": pg_cluster.app_dsn,
+        "BRAIN_PEPPER_FILE": str(pg_cluster.pepper_file), "BRAIN_DATA_DIR": str(tmp_path),
+        "BRAIN_EMBEDDER": "none", "BRAIN_WORKERS": "1", "BRAIN_LOG_FORMAT": "json",
+    }  # fmt: skip
+    env.pop("GRPC_VERBOSITY", None)  # this process set it on importing brain.server
+    target = f"localhost:{free_port()}"
+    tls = ("--tls-cert", str(dev_certs.server_cert), "--tls-key", str(dev_certs.server_key),
+           "--tls-client-ca", str(dev_certs.ca_cert))  # fmt: skip
+    log = tmp_path / "server.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen([*SERVER, "--listen", target, *tls], env=env, stderr=stderr)
+    with_cert = _credentials(ca=dev_certs, client=dev_certs)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # positive control: a client with a certificate gets SERVING
+            assert proc.poll() is None, log.read_text()
+            try:
+                with grpc.secure_channel(target, with_cert) as channel:
+                    reply = health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=2
+                    )
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+            except grpc.RpcError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+        no_cert = grpc.secure_channel(target, _credentials(ca=dev_certs))
+        with no_cert, pytest.raises(grpc.RpcError) as refused:
+            health_pb2_grpc.HealthStub(no_cert).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = log.read_text().splitlines()
+    assert any('"server stopped"' in line for line in lines), lines
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line
