@@ -82,7 +82,7 @@ def test_brain_bench_with_the_local_embedder_rebuilds_and_reports_the_hnsw_index
             sys.executable, "-m", "brain.server.measure.bench", "--rows", "50",
             "--concurrency", "1", "--ops", "5", "--seconds", "5",
             "--kinds", "search", "semantic", "get",
-            "--embedders", "local", "--workers", "1", "--json",
+            "--embedders", "local", "--workers", "1", "--embedded-words", "200", "--json",
         ],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

@@ -45,7 +45,13 @@ from brain.server.domain.retrieval.embedders import Embedder
 from brain.server.measure.cpu import Watched
 from brain.server.measure.load import drive, start_echo_server
 from brain.server.measure.private import private_brain, worker_server
-from brain.server.measure.synthetic import fill, sentence, tenant_of, vocabulary
+from brain.server.measure.synthetic import (
+    EMBEDDED_WORDS,
+    fill,
+    sentence,
+    tenant_of,
+    vocabulary,
+)
 from brain.server.runtime.cpus import usable_cpus
 from brain.server.telemetry import logs, metrics
 
@@ -77,6 +83,7 @@ async def run(
     workers: int = 1,
     names_from: int = NAMES_FROM,
     database: tuple[str, str] | None = None,
+    embedded_words: int = EMBEDDED_WORDS,
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     spawn = multiprocessing.get_context("spawn")
@@ -123,7 +130,9 @@ async def run(
                 bucket = await brain.bucket("bench")
                 tenant = await tenant_of(brain, bucket.api_key)
                 model_of = brain.memories.embedder
-                words = await model_of.embed(vocabulary()) if model_of.dimension else []
+                words = (
+                    await model_of.embed(vocabulary(embedded_words)) if model_of.dimension else []
+                )
                 if model_of.dimension:
                     results["embedding"][embedder] = await embedding_cost(model_of, seed)
                 for size in sorted(sizes):
@@ -285,6 +294,12 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
+        "--embedded-words", type=int, default=EMBEDDED_WORDS,
+        help="how many of the most frequent words the model embeds for the fill (a row's "
+        "vector is the mean of its words' among them; the default covers 99.98%% of words "
+        "drawn)",
+    )  # fmt: skip
+    parser.add_argument(
         "--database-url", metavar="OWNER_URL",
         help="a migrated database (as its owner) instead of a fresh embedded one, e.g. a "
         "Citus coordinator (deploy/SCALING.md); a bench tenant is added to it",
@@ -298,13 +313,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if min(args.rows) < 1 or args.workers < 1 or min(args.concurrency) < 1:
         parser.error("--rows and --concurrency need positive numbers")
+    if args.embedded_words < 1:
+        parser.error("--embedded-words needs a positive number")
     if bool(args.database_url) != bool(args.app_database_url):
         parser.error("--database-url and --app-database-url go together")
     logs.configure("warning")
     results = asyncio.run(
         run(args.rows, args.concurrency, args.embedders, args.ops, args.seconds, args.seed,
             args.kinds, args.workers, args.names_from,
-            (args.database_url, args.app_database_url) if args.database_url else None)
+            (args.database_url, args.app_database_url) if args.database_url else None,
+            args.embedded_words)
     )  # fmt: skip
     print(json.dumps(results) if args.json else report(results))
 

@@ -49,9 +49,9 @@ FILL_SQL = """
 EMBEDDED_WORDS = 2_000
 
 
-def vocabulary() -> list[str]:
+def vocabulary(count: int = EMBEDDED_WORDS) -> list[str]:
     """The words whose vectors make up the rows' vectors (the most frequent first)."""
-    return [f"w{i}" for i in range(EMBEDDED_WORDS)]
+    return [f"w{i}" for i in range(count)]
 
 
 async def fill(
@@ -95,7 +95,7 @@ async def fill(
             await conn.executemany(
                 "INSERT INTO bench_words VALUES ($1, $2::vector)",
                 [(word, "[" + ",".join(map(repr, vector)) + "]")
-                 for word, vector in zip(vocabulary(), word_vectors, strict=True)],
+                 for word, vector in zip(vocabulary(len(word_vectors)), word_vectors, strict=True)],
             )  # fmt: skip
         await conn.execute("SELECT setseed($1)", (seed % 1000) / 1000)
         hnsw = None
