@@ -382,3 +382,20 @@ async def test_client_and_proxy_speak_mtls(
             assert hit_ids(await call(session, "recall", query="anything")) == []
     finally:
         await asyncio.to_thread(server.stop)
+
+
+def test_a_tool_call_deadline_outlasts_the_restart_window_by_default() -> None:
+    """With neither variable set, a tool call waits through a whole restart window (a
+    deploy's restart took 7-14 s on a loaded 2-core machine) instead of failing at a 10 s
+    deadline; each variable still sets its own value."""
+    from brain.clients.mcp.config import ProxyConfig
+    from brain.clients.mcp.main import _parser
+
+    args = _parser().parse_args([])
+    default = ProxyConfig.from_args(args, {"BRAIN_API_KEY": "k"})
+    assert default.timeout > default.restart_window + 1  # the wait plus one reconnect
+    env = {"BRAIN_API_KEY": "k", "BRAIN_TIMEOUT": "4", "BRAIN_RESTART_WINDOW": "2"}
+    assert (
+        ProxyConfig.from_args(args, env).timeout,
+        ProxyConfig.from_args(args, env).restart_window,
+    ) == (4.0, 2.0)

@@ -16,6 +16,13 @@ from brain.clients import Scope
 from brain.clients._base import RESTART_WINDOW
 from brain.v1 import common_pb2, identity_pb2
 
+# A tool call's deadline (BRAIN_TIMEOUT). Longer than the clients' 10 s: a call made as a
+# deploy restarts the server waits for it through the whole restart window (a restart of
+# the default server took 7-14 s on a loaded 2-core machine), and an agent would rather
+# wait than see a failed tool call. A call to a server that stays down still fails when
+# the window closes.
+TOOL_TIMEOUT = 30.0
+
 __all__ = ["DEFAULT_TARGET", "ProxyConfig", "resolve_scope"]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -34,7 +41,7 @@ class ProxyConfig:
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
-    timeout: float = 10.0
+    timeout: float = TOOL_TIMEOUT
     restart_window: float = RESTART_WINDOW
 
     @property
@@ -59,7 +66,7 @@ class ProxyConfig:
             tls_ca=tls_ca,
             tls_cert=pick(getattr(args, "tls_cert", None), "BRAIN_TLS_CERT") or None,
             tls_key=pick(getattr(args, "tls_key", None), "BRAIN_TLS_KEY") or None,
-            timeout=float(env.get("BRAIN_TIMEOUT") or 10.0),
+            timeout=float(env.get("BRAIN_TIMEOUT") or TOOL_TIMEOUT),
             restart_window=float(env.get("BRAIN_RESTART_WINDOW") or RESTART_WINDOW),
         )
 

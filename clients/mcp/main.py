@@ -16,7 +16,7 @@ recalls share one scope by construction:
     BRAIN_SESSION_ID  scope.session_id (optional)
     BRAIN_TLS_CA      path to a PEM root CA; turns TLS on (BRAIN_TLS=1 uses the system roots;
                       BRAIN_TLS_CERT + BRAIN_TLS_KEY add a client certificate for mTLS)
-    BRAIN_TIMEOUT     per-call deadline in seconds for tools (default 10)
+    BRAIN_TIMEOUT     per-call deadline in seconds for tools (default 30)
     BRAIN_RESTART_WINDOW    seconds after a lost connection during which tool calls wait for
                             the server to come back, within BRAIN_TIMEOUT (default 15)
     BRAIN_HOOK_TIMEOUT      deadline of `hook recall` (default 2)
