@@ -12,7 +12,7 @@ import pytest
 
 from brain.server.domain.retrieval.lanes import FusedHit
 from brain.server.domain.retrieval.updates import current_first, links, statement, updates
-from brain.v1 import common_pb2
+from brain.v1 import common_pb2, memory_pb2
 
 from .conftest import BrainServer, unique
 from .helpers import Api, ts
@@ -174,6 +174,16 @@ async def test_search_ranks_the_current_state_first(
         hits = await api.search(question, limit=10)
         assert new_id in hits and old_id in hits, question
         assert hits.index(new_id) < hits.index(old_id), question
+        # BuildContext packs in the search's order: it sorted by score again, which put
+        # the older statement first in every case (an outside review's finding).
+        built = await api.memories.BuildContext(
+            memory_pb2.BuildContextRequest(scope=api.scope(), query=question),
+            metadata=api.md,
+        )
+        items = [item.id for item in built.items]
+        assert new_id in items and old_id in items, question
+        assert items.index(new_id) < items.index(old_id), question
+        assert built.context.index(new_id) < built.context.index(old_id), question
     old_id, new_id, question = saved[0]
     before = (await api.get(old_id)).recorded_at  # the older was saved, the newer not yet
     past = await api.search(question, limit=10, time=common_pb2.TimeTravel(as_of=before))

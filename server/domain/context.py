@@ -2,7 +2,8 @@
 
 Memories and knowledge chunks (for keys holding ``knowledge:read``) are interleaved by
 their fused score — each normalised within its own search, so the best of each leads —
-and every item says what it is and where it comes from, so an agent can cite it.
+each list in its search's own order (a newer update above the statement it changes), and
+every item says what it is and where it comes from, so an agent can cite it.
 
 A chosen chunk is shown with its neighbours in the document (`Neighbours`: the chunks
 next to it, of its own section) when the budget allows: a chunk cut from a long section
@@ -136,6 +137,22 @@ def budget(req: memory_pb2.BuildContextRequest) -> tuple[int, int]:
     return tokens, count
 
 
+def _merged(hits: Sequence[Hit], chunks: Sequence[Hit]) -> list[tuple[Hit, bool]]:
+    """Memories and chunks (True) in one order, by score, each list keeping its own order:
+    the search's order of memories is not only by score (a newer update ranks above the
+    statement it changes, a reranker reorders), and packing by score alone undid it."""
+    out: list[tuple[Hit, bool]] = []
+    m = c = 0
+    while m < len(hits) or c < len(chunks):
+        if c == len(chunks) or (m < len(hits) and hits[m].score >= chunks[c].score):
+            out.append((hits[m], False))  # memories first on ties
+            m += 1
+        else:
+            out.append((chunks[c], True))
+            c += 1
+    return out
+
+
 def pack(
     hits: Sequence[Hit],
     token_budget: int,
@@ -143,14 +160,14 @@ def pack(
     conflicts: Mapping[Any, Sequence[common_pb2.Conflict]] | None = None,
     around: Neighbours | None = None,
 ) -> memory_pb2.BuildContextResponse:
-    """Greedy in score order: take each hit whose line still fits the budget; then show
-    chosen chunks with their neighbours while the budget allows (see the module)."""
+    """Greedy in the merged order (`_merged`): take each hit whose line still fits the
+    budget; then show chosen chunks with their neighbours while the budget allows (see
+    the module)."""
     around = around or {}
     header = MIXED_HEADER if chunks else HEADER
     used = estimate_tokens(header)
     taken: list[tuple[Hit, bool, str, Passage | None, Sequence[common_pb2.Conflict]]] = []
-    tagged = [(h, False) for h in hits] + [(h, True) for h in chunks]
-    tagged.sort(key=lambda pair: -pair[0].score)  # stable: memories first on ties
+    tagged = _merged(hits, chunks)
     marks = conflicts or {}
     for hit, is_chunk in tagged:
         found = () if is_chunk else marks.get(hit.row["memory_id"], ())
