@@ -69,6 +69,65 @@ def test_lookalikes_and_additions_are_no_conflict(older: str, newer: str) -> Non
     assert compare(newer, older) is None
 
 
+# A team's bucket as an outside review wrote it: projects, leads, plans and habits that
+# share words ("project", "team", "lead") and correction language ("now", "moved to"), with
+# five real updates among them. One shared word and "now" linked twelve unrelated pairs
+# ("Ana works on project Falcon" / "Priya is now the tech lead of project Falcon").
+TEAM = [
+    "Ana Souza is a backend engineer who works on project Falcon.",
+    "Marco Rossi is the tech lead of project Falcon.",
+    "Kenji Tanaka leads the Heron mobile app project.",
+    "Omar Haddad works on project Kestrel, the data pipeline.",
+    "Sofia Lindqvist is the lead of project Kestrel.",
+    "Decision: Falcon will use PostgreSQL 16 as its primary database.",
+    "The staging database listens on port 5433.",
+    "The Heron v2 release is scheduled for March 14.",
+    "Heron's CI pipeline runs on Jenkins.",
+    "Omar Haddad is on call for the Kestrel pipeline this week.",
+    "Heron's crash-free sessions rate is 99.2 percent on Android.",
+    "The team formats Python with ruff and Go with gofmt; CI rejects unformatted code.",
+    "Team lunch is every Thursday at the Ramen place near the office.",
+    "Tomas Pereira is assigned to the Kestrel project for his internship.",
+    "La reunión con el cliente Acme es el jueves a las 11.",
+    "Priya Nair is now the tech lead of project Falcon, replacing Marco Rossi.",
+    "The staging database now listens on port 5434.",
+    "The Heron v2 release moved to April 4.",
+    "Heron's CI pipeline moved to GitHub Actions instead of Jenkins.",
+    "La reunión con el proveedor de hosting es el lunes a las 9.",
+    "La reunión con el cliente Acme se movió al viernes a las 12.",
+    "Marco Rossi moved to the platform team in May.",
+]
+TEAM_UPDATES = {(1, 15), (6, 16), (7, 17), (8, 18), (14, 20)}  # (older, newer) indexes
+
+
+def test_a_teams_unrelated_memories_are_no_conflicts_and_its_updates_are() -> None:
+    found = set()
+    for j, newer in enumerate(TEAM):
+        for i, older in enumerate(TEAM[:j]):
+            finding = compare(older, newer)
+            if finding is not None and finding.rule != Rule.RESTATEMENT:
+                found.add((i, j))
+    assert found == TEAM_UPDATES
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("The hackathon takes place in Munich", "The hackathon moved to Berlin"),
+        ("The scheduler is pinned to Python 3.10", "The scheduler now runs Python 3.11"),
+        ("The price of the storage upgrade is $9 a month",
+         "Update: the storage upgrade now costs $99 a month"),
+        ("The audit log store is deployed in eu-central-1",
+         "Actually, the audit log store runs in us-east-2 instead of eu-central-1"),
+    ],
+)  # fmt: skip
+def test_a_correction_of_the_same_subject_needs_few_shared_words(older: str, newer: str) -> None:
+    """The correction rule still links statements that share little but their subject:
+    the same opening word, a name or value both hold, or two words side by side."""
+    found = compare(older, newer)
+    assert found is not None and found.rule == Rule.CORRECTION
+
+
 def test_the_semantic_rule_reads_only_cosines_it_was_tuned_on() -> None:
     """Two facts of other teams that share one word and a changed name: MiniLM's cosine of
     0.9 makes them a value update (its rule), multilingual-e5's 0.9 is what any two

@@ -188,3 +188,29 @@ async def test_search_ranks_the_current_state_first(
     before = (await api.get(old_id)).recorded_at  # the older was saved, the newer not yet
     past = await api.search(question, limit=10, time=common_pb2.TimeTravel(as_of=before))
     assert old_id in past and new_id not in past  # as of then, only the older was known
+
+
+async def test_a_larger_limit_only_adds_hits(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """The first hits do not depend on the limit: current-first reorders the same top hits
+    whatever the limit, so an update found at rank 8 cannot come first for limit=10 and
+    stay out for limit=5 (an outside review's finding). Every updated fact is in the
+    bucket, with look-alikes of other subjects, so updates and near misses meet."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice"), namespace=unique("ns"))
+    start = datetime.now(UTC) - timedelta(days=30)
+    for n, (older, newer, _) in enumerate(UPDATED_FACTS):
+        await api.save(older, valid_from=ts(start + timedelta(days=n)))
+        await api.save(newer, valid_from=ts(start + timedelta(days=n + 10)))
+    for n, (first, second) in enumerate(DIFFERENT):
+        await api.save(first, valid_from=ts(start + timedelta(days=n)))
+        await api.save(second, valid_from=ts(start + timedelta(days=n + 10)))
+    await api.save(BUILD[0], valid_from=ts(start))
+    await api.save(BUILD[1], valid_from=ts(start + timedelta(days=3)))
+    compared = 0
+    for _, _, question in [*UPDATED_FACTS, BUILD]:
+        longest = await api.search(question, limit=20)
+        for limit in (1, 3, 5, 10):
+            assert await api.search(question, limit=limit) == longest[:limit], (question, limit)
+            compared += len(longest[:limit])
+    assert compared > 40  # the searches answered (a positive control for the equalities)

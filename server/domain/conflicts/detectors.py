@@ -3,7 +3,8 @@
 A *statement* is read from a memory's text:
 
 - *words* are lower-cased word tokens with a light stem (plural and tense endings, a final
-  ``e``), without English function words; a token of letters and digits that is not a
+  ``e``), without English function words (nor the articles and prepositions of other
+  Latin-script languages: `_OTHER_FUNCTION_WORDS`); a token of letters and digits that is not a
   time, version or ordinal is a word too (an identifier: Q3, ipv6);
 - a *value* is a token that holds a digit (``5433``, ``2pm``, ``3:30``, ``v2.1``,
   ``2025-01-31``, ``$12,000``), a weekday or month, or a capitalised word that does not
@@ -24,9 +25,14 @@ payments risk team" are other subjects):
   the other lacks ("listens on port 5433" / "is served on port 5434");
 - **correction**: the same, when B also uses correction language that A does not ("no
   longer", "moved to", "now", "instead", "took over", "slipped to", "was cut to",
-  "correction", ...); or that language over at least one shared word and a changed value,
-  or over two shared words with overlap >= ``CORRECTED_STATEMENT`` (0.25) without one
-  ("Priya no longer leads payments");
+  "correction", ...); or that language, with or without a changed value, over two shared
+  words with overlap >= ``CORRECTED_STATEMENT`` (0.25) when the two are *anchored* ("Priya
+  no longer leads payments"), or over one shared word and a changed value when both open
+  on the same content word ("The hackathon takes place in Munich" / "The hackathon moved
+  to Berlin"). *Anchored*: a name or value both hold, the same opening content word (after
+  a possessive or a preamble such as "Update:"), or two words side by side in both ("the
+  storage upgrade"). Shared words alone are not enough: a team's memories share
+  "project", "team" and "lead", and "now" is common;
 - **restatement**: the same values and either overlap >= ``RESTATED`` (0.75), or values
   present, the same subject and overlap >= 0.4, or overlap >= 0.5 with a character-shingle
   overlap >= ``RESTATED_SHINGLES`` (0.8: the differing words are spelled alike);
@@ -49,7 +55,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from brain.server.domain.retrieval.updates import _CALENDAR, _FUNCTION_WORDS
+from brain.server.domain.retrieval.updates import _CALENDAR, _FUNCTION_WORDS, _words
 from brain.server.domain.retrieval.updates import _CORRECTION as _UPDATE_CORRECTION
 
 MIN_SHARED = 2
@@ -95,6 +101,17 @@ _MANY_VALUED_WORDS = (
     "partner sell stock carry added add"
 )
 _PRONOUNS = frozenset(["we", "i", "they", "you"])
+# Articles, prepositions and auxiliaries of the other Latin-script languages teams write
+# in (Spanish, French, Portuguese, Italian, German, Dutch), where they are no English word:
+# as content words they made two look-alikes about other things one subject ("La reunión
+# con el cliente ... es el jueves" / "La reunión con el proveedor ... es el lunes").
+_OTHER_FUNCTION_WORDS = _words(
+    "el la los las lo un una unos unas del al de con en es est y o u que por para se su "
+    "sus le les des du et une sont dans sur avec qui au aux ce cette os um uma dos das da "
+    "em na nas nos ao à é são com pelo pela il gli di della delle degli nel nella per che "
+    "è sono der das dem ein eine einen einem einer und ist sind mit von zu im auf für het "
+    "een op te zijn"
+)
 # Bounds the older statement's valid time in words: it held until then, so a newer value
 # does not contradict it ("lived in Munich until 2017" / "has lived in Zurich since 2019").
 _BOUNDED = re.compile(r"\b(until|previously|formerly|used to)\b", re.IGNORECASE)
@@ -191,7 +208,7 @@ def _read(token: str) -> tuple[str, str, bool, bool, bool, bool]:
     )  # fmt: skip
     return (
         lower, stem(lower), lower in _CALENDAR or (digits and _not_identifier(lower)),
-        capital, lower in _FUNCTION_WORDS, opens,
+        capital, lower in _FUNCTION_WORDS or lower in _OTHER_FUNCTION_WORDS, opens,
     )  # fmt: skip
 
 
@@ -306,6 +323,39 @@ def _same_subject(older: Statement, newer: Statement) -> bool:
     return bool(o_head) and set(o_head) <= newer.words and set(n_head) <= older.words
 
 
+# Words that open a message rather than its statement ("Update: the storage upgrade ...").
+_PREAMBLE = _stems("update actually correction note fyi reminder heads-up")
+
+
+def _anchored(older: Statement, newer: Statement) -> bool:
+    """Whether two statements are about one thing, beyond sharing some words: a name or
+    value both still hold ("Falcon", "Postgres"), the same opening content word ("The
+    hackathon takes place in Munich" / "The hackathon moved to Berlin"), or two words
+    side by side in both ("the storage upgrade"). Correction language over shared words
+    alone linked any two memories of a team that mention its projects and leads ("Sofia
+    is the lead of project Kestrel" / "Priya is now the tech lead of project Falcon")."""
+    if older.values & newer.values:
+        return True
+    return _same_opening(older, newer) or bool(_side_by_side(older) & _side_by_side(newer))
+
+
+def _same_opening(older: Statement, newer: Statement) -> bool:
+    o_head, n_head = _subject_words(older), _subject_words(newer)
+    return bool(o_head) and o_head[:1] == n_head[:1]
+
+
+def _subject_words(said: Statement) -> list[str]:
+    # A possessive opens on its owner ("Heron's CI pipeline"), a preamble on nothing.
+    return [w for w in _head(said) if not w.rstrip("s").endswith("'") and w not in _PREAMBLE]
+
+
+def _side_by_side(said: Statement) -> set[tuple[str, str]]:
+    return {
+        (a, b) for a, b in zip(said.order, said.order[1:], strict=False)
+        if a in said.words and b in said.words
+    }  # fmt: skip
+
+
 def calibrated_cosine(model: str | None, cosine: float) -> float:
     """``cosine`` (between vectors of ``model``, ``name:model``) as the semantic rules read
     it: 0, no evidence, for an embedder in `UNCALIBRATED_EMBEDDERS`."""
@@ -339,12 +389,22 @@ def compare_statements(
         if len(shared) >= MIN_SHARED and subject and overlap >= SAME_SUBJECT:
             return Finding(Rule.CORRECTION if corrects else Rule.VALUE_UPDATE, overlap, detail)
         if corrects and (
-            (len(shared) >= MIN_SHARED and overlap >= CORRECTED_STATEMENT) or len(shared) >= 1
+            (
+                len(shared) >= MIN_SHARED
+                and overlap >= CORRECTED_STATEMENT
+                and _anchored(older, newer)
+            )
+            or _same_opening(older, newer)
         ):
             return Finding(Rule.CORRECTION, overlap, f"correction: {detail}")
         if cosine >= SEMANTIC_UPDATE and shared:
             return Finding(Rule.CORRECTION if corrects else Rule.VALUE_UPDATE, overlap, detail)
-    if corrects and len(shared) >= MIN_SHARED and overlap >= CORRECTED_STATEMENT:
+    if (
+        corrects
+        and len(shared) >= MIN_SHARED
+        and overlap >= CORRECTED_STATEMENT
+        and _anchored(older, newer)
+    ):
         return Finding(Rule.CORRECTION, overlap, "correction")
     if older.values == newer.values:
         restated = len(shared) >= MIN_SHARED and (

@@ -48,6 +48,8 @@ from brain.server.storage.visibility import Visibility
 from brain.v1 import common_pb2, memory_pb2
 
 _log = structlog.get_logger("brain.memories")
+# How many of the fused hits current-first reorders, whatever the search's limit.
+CURRENT_FIRST_DEPTH = DEFAULT_SEARCH_LIMIT
 
 
 class Lanes(NamedTuple):
@@ -248,6 +250,12 @@ class MemoryReads(MemoryBase):
         query = check.query("query", query_text)
         f = row_filter(filter_)
         t = time_coords(time, default_any_valid=False)
+        about_now = (
+            self.params.current_first
+            and t.as_of is None
+            and t.valid_at is None
+            and not t.any_valid_time
+        )
         if mode not in memory_pb2.SearchMode.values():
             raise InvalidArgument("mode", f"unknown search mode {mode}")
         vector = None
@@ -347,25 +355,28 @@ class MemoryReads(MemoryBase):
                 if self.observer is not None:
                     self.observer(fused, found.rows)
                 depth = max(limit, self.reranker.top_n) if self.reranker is not None else limit
+                if about_now:  # the top hits may not depend on the limit (below)
+                    depth = max(depth, CURRENT_FIRST_DEPTH)
                 # The lanes read what ranking needs; the hits shown are read in full here.
                 head = await retrieval.shown(conn, vis, fused[:depth])
                 marks = await conflict_marks(conn, vis, head)
         finally:
             if pending is not None:
                 pending.cancel()  # a no-op once awaited
-        recalled = replace(await self.rerank(query, head, limit), conflicts=marks)
-        if (
-            self.params.current_first
-            and t.as_of is None
-            and t.valid_at is None
-            and not t.any_valid_time
-        ):
+        recalled = replace(await self.rerank(query, head, len(head)), conflicts=marks)
+        if about_now:
             # A question about now: a newer statement of a changed value ranks first, by
             # a recorded conflict between two hits (read through the caller's walls) or
-            # by the text rule.
+            # by the text rule. Over the same CURRENT_FIRST_DEPTH hits whatever the limit,
+            # so that a larger limit only adds hits: an update found at rank 8 moved to
+            # the top for limit=10 and not for limit=5.
             linked = links(recalled.conflicts)
             recalled = replace(recalled, hits=current_first(recalled.hits, linked))
-        return recalled
+        shown = recalled.hits[:limit]
+        kept = {h.row["memory_id"] for h in shown}
+        return replace(
+            recalled, hits=shown, conflicts={k: v for k, v in marks.items() if k in kept}
+        )
 
     def reads(self, query: str) -> bool:
         """Whether the (calling tenant's) embedder can read ``query`` (see
