@@ -76,8 +76,11 @@ def check_scope(
     """Raise ScopeViolation unless ``scope`` (and ``nested``) stay inside ``confinement``.
 
     With ``required=False`` (rowless methods) unset fields are allowed, but a field
-    that is set must still agree with the key.
+    that is set must still agree with the key. A field that is no well-formed name (see
+    `is_valid_name`) is the caller's mistake whatever the key: every method refuses it as
+    malformed, as the writes always did (reads took a 70,000-character user id).
     """
+    _check_names(scope, nested)
     if confinement.user_id is not None:
         _check_field("scope.user_id", scope.user_id, {confinement.user_id}, required)
     if confinement.namespaces:
@@ -107,6 +110,25 @@ def check_scope(
             )
         if confinement.namespaces:
             _check_field("filter.namespaces", ns, confinement.namespaces, True)
+
+
+NAME_RULE = (
+    "must be 1-128 characters of letters, digits and . _ : @ / + -, starting with a letter or digit"
+)
+
+
+def _check_names(scope: RequestScope, nested: NestedScope | None) -> None:
+    fields = [
+        ("scope.user_id", scope.user_id),
+        ("scope.namespace", scope.namespace),
+        ("scope.session_id", scope.session_id),
+    ]
+    if nested is not None:
+        fields += [("filter.user_id", nested.user_id), ("filter.session_id", nested.session_id)]
+        fields += [("filter.namespaces", ns) for ns in nested.namespaces]
+    for name, value in fields:
+        if value and not is_valid_name(value):
+            raise ScopeViolation(name, f"{name} {NAME_RULE}", malformed=True)
 
 
 def _check_field(name: str, value: str, allowed: frozenset[str] | set[str], required: bool) -> None:

@@ -352,3 +352,69 @@ async def test_whoami_refuses_a_scope_no_other_call_would_take(
     for scope in (common_pb2.Scope(), common_pb2.Scope(namespace="proj", user_id="alice")):
         answer = await stub.WhoAmI(identity_pb2.WhoAmIRequest(scope=scope), metadata=api.md)
         assert answer.principal == "alice"
+
+
+async def test_a_scope_name_no_write_would_take_is_refused_by_every_read(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A 200-character or spaced user id, namespace or session id was refused by SaveMemory
+    naming the field and answered OK by the reads (an outside review sent 70,000
+    characters). Every method now refuses it the same way; the well-formed read answers."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+    mid = (await api.save("a memory the malformed reads never reach")).memory.id
+    for field, bad in (
+        ("user_id", "u" * 200),
+        ("namespace", "two words"),
+        ("session_id", "s" * 129),
+    ):
+        scope = api.scope(**{field: bad})
+        calls = (
+            api.memories.SearchMemories(
+                memory_pb2.SearchMemoriesRequest(scope=scope, query="memory"), metadata=api.md
+            ),
+            api.memories.ListMemories(memory_pb2.ListMemoriesRequest(scope=scope), metadata=api.md),
+            api.memories.GetMemory(
+                memory_pb2.GetMemoryRequest(scope=scope, id=mid), metadata=api.md
+            ),
+            api.memories.BuildContext(
+                memory_pb2.BuildContextRequest(scope=scope, query="memory"), metadata=api.md
+            ),
+        )
+        for call in calls:
+            assert_invalid(await rpc_error(call), f"scope.{field}")
+    err = await rpc_error(
+        api.memories.SearchMemories(
+            memory_pb2.SearchMemoriesRequest(
+                scope=api.scope(), query="memory", filter=common_pb2.MemoryFilter(user_id="x y")
+            ),
+            metadata=api.md,
+        )
+    )
+    assert_invalid(err, "filter.user_id")
+    assert await api.search("memory") == [mid]  # control: the same search, well formed
+    assert (await api.get(mid)).content == "a memory the malformed reads never reach"
+
+
+async def test_review_within_is_checked_before_a_duplicate_proposal_answers(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """A proposal repeating the caller's pending one answered OK to a review window of
+    10,000 years, which a new proposal is refused; both are refused now, naming the field,
+    and the pending proposal keeps its window."""
+    api = Api(channel, brain_server.mint_key(unique("t"), "alice", permissions=ALL))
+
+    def propose(seconds: int) -> review_pb2.ProposeMemoryRequest:
+        return review_pb2.ProposeMemoryRequest(
+            scope=api.scope(),
+            memory=common_pb2.MemoryDraft(content="the proposal that is pending once"),
+            reason="checking the window",
+            review_within=Duration(seconds=seconds),
+        )
+
+    first = await api.review.ProposeMemory(propose(3600), metadata=api.md)
+    assert first.candidate.status == common_pb2.MEMORY_STATUS_CANDIDATE
+    ten_thousand_years = 10_000 * 365 * 86_400
+    err = await rpc_error(api.review.ProposeMemory(propose(ten_thousand_years), metadata=api.md))
+    assert_invalid(err, "review_within")
+    again = await api.review.ProposeMemory(propose(7200), metadata=api.md)  # control
+    assert again.candidate.id == first.candidate.id

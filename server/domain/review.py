@@ -138,6 +138,12 @@ class Review:
         Its graph assertions are stored pending: they join the graph only on approval. An
         ``automatic`` candidate (graph extraction) may fill only half of the namespace's
         pending-candidate room, so extraction never locks people and agents out of it."""
+        if review_within is not None and review_within > self.limits.max_candidate_ttl:
+            # Checked first: a duplicate of a pending proposal answered OK to a window
+            # that a new proposal is refused.
+            raise InvalidArgument(
+                "review_within", f"at most {self.limits.max_candidate_ttl.days} days"
+            )
         vis = self.memories.visibility(caller)
         new = await self.proposal_place(conn, vis, caller, new, supersedes)
         await sql.lock_value(conn, caller.tenant_id, new)
