@@ -40,6 +40,8 @@ MORE_UPDATED_FACTS = [
     ("测试服务器的内存是16GB", "测试服务器的内存升级到了32GB"),
     ("定例会議は毎週火曜日の15時です", "定例会議は毎週木曜日の16時に変わりました"),
     ("팀 회의는 매주 월요일 10시입니다", "팀 회의는 매주 수요일 11시로 바뀌었습니다"),
+    # one shared word, the subject both open on, and names both still hold
+    ("The Heron v2 release is scheduled for March 14", "The Heron v2 release moved to April 4"),
 ]
 # Alike but not one statement updating another: the rule leaves their order alone.
 DIFFERENT = [
@@ -51,6 +53,8 @@ DIFFERENT = [
     ("测试环境的数据库端口是5433", "生产环境的数据库端口是5432"),  # another subject
     ("The iOS app has 4 open bugs", "The Android app has 9 open bugs"),  # a named subject
     ("Alice speaks French", "Alice also speaks German"),  # additive
+    # one shared word and correction language, but another subject
+    ("Ana Souza works on project Falcon", "Priya Nair is now the tech lead of project Falcon"),
 ]  # fmt: skip
 
 

@@ -27,7 +27,10 @@ just above it, when either
     or (b) each head lies in the other's tokens, the overlap is >= 0.4 and each holds a
     value the other lacks (extra words: "has 8 engineers after the reorg"; any verb:
     "was upgraded to Java 21"), or (c) B uses correction language ("no longer", "moved
-    to", "now", "instead", ...) and the overlap is >= 0.25.
+    to", "now", "instead", ...) and the overlap is >= 0.25. Or they share one such token
+    only, and B uses correction language, both open on it (the same first content token)
+    and still hold a value in common while each holds one the other lacks ("The Heron v2
+    release is scheduled for March 14" / "The Heron v2 release moved to April 4").
 
 Newer means a later ``valid_from`` (then a later ``recorded_at``). Only the order of hits
 the caller already sees changes; nothing is superseded, hidden or scored differently, and a
@@ -126,8 +129,20 @@ def statement(text: str) -> Statement:
 def updates(older: Statement, newer: Statement) -> bool:
     """Whether ``newer`` says what ``older`` says with a changed value (the module's rule)."""
     shared = older.words & newer.words
-    if len(shared) < MIN_SHARED or older.lead != newer.lead or older.adds or newer.adds:
+    if older.lead != newer.lead or older.adds or newer.adds:
         return False
+    if len(shared) < MIN_SHARED:
+        # One shared word is enough for a correction of the same subject: the same first
+        # content word and a name both still hold ("The Heron v2 release is scheduled for
+        # March 14" / "The Heron v2 release moved to April 4").
+        return (
+            len(shared) == 1
+            and newer.corrects
+            and older.head[:1] == newer.head[:1]
+            and bool(older.values & newer.values)
+            and bool(older.values - newer.values)
+            and bool(newer.values - older.values)
+        )
     overlap = len(shared) / len(older.words | newer.words)
     changed = bool(older.values - newer.values) and bool(newer.values - older.values)
     if changed and overlap >= SAME_STATEMENT:
