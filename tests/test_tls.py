@@ -27,7 +27,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from brain.clients import BrainClient
 from brain.clients.errors import BrainClientError
 from brain.server.admin.certs import DevCerts, generate_dev_certs
-from brain.server.runtime.app import StartupError, check_tls_files, start_server
+from brain.server.runtime.app import StartupError, start_server
+from brain.server.runtime.startup import check_tls_files
 from brain.v1 import identity_pb2, identity_pb2_grpc
 
 from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique

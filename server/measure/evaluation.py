@@ -30,7 +30,6 @@ from brain.server.measure.locomo import (
     load_locomo,
     run_locomo,
 )
-from brain.server.runtime.app import StartupError
 from brain.server.runtime.config import (
     add_embedder_arguments,
     add_graph_extract_arguments,
@@ -39,6 +38,7 @@ from brain.server.runtime.config import (
     graph_extract_settings,
     reranker_settings,
 )
+from brain.server.runtime.startup import StartupError
 from brain.server.telemetry import logs
 
 T = TypeVar("T")

@@ -8,8 +8,8 @@ import sys
 
 from brain.authz import CommandParser, add_version_argument
 from brain.server.runtime import workers
-from brain.server.runtime.app import StartupError, run
 from brain.server.runtime.config import add_server_arguments, settings_from_args
+from brain.server.runtime.startup import StartupError
 from brain.server.telemetry import logs
 
 DESCRIPTION = (
@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> None:
     logs.configure(settings.log_level, settings.log_format)
     if settings.workers > 1:
         sys.exit(workers.serve(settings))
+    from brain.server.runtime.app import run  # not in the parent of several workers
+
     try:
         asyncio.run(run(settings))
     except StartupError as exc:

@@ -38,10 +38,10 @@ import structlog
 
 from brain.authz import SharedRateLimiter
 from brain.server.runtime import embedded, ports
-from brain.server.runtime.app import StartupError, run, serve_metrics, server_credentials
 from brain.server.runtime.bootstrap import prepare_embedded
 from brain.server.runtime.config import Settings
 from brain.server.runtime.pepper import PepperError, load_pepper, pepper_path
+from brain.server.runtime.startup import StartupError, serve_metrics, server_credentials
 from brain.server.telemetry import logs, metrics
 
 _log = structlog.get_logger("brain.workers")
@@ -101,6 +101,8 @@ def _worker_main(settings: Settings, index: int, ready: Event, parent: int = 0) 
         # so that the next brain-server could not listen on it.
         return
     logs.configure(settings.log_level, settings.log_format, worker=index)
+    from brain.server.runtime.app import run  # the servicers: the workers' own import
+
     try:
         asyncio.run(run(settings, ready=ready.set))
     except StartupError as exc:
