@@ -234,3 +234,34 @@ def test_a_killed_parent_takes_its_workers_with_it_and_logs_json_lines_only(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_an_early_worker_ends_when_postgresql_does_not_start(tmp_path: Path) -> None:
+    """The first worker is spawned before PostgreSQL starts (it imports the server
+    meanwhile). When PostgreSQL cannot start, the parent says so in one line, exits 2,
+    and the worker waiting for its settings ends with it; nothing is left running."""
+    os.chmod(tmp_path, 0o755)
+    pg = tmp_path / "data" / "pg"
+    pg.mkdir(parents=True)
+    (pg / "PG_VERSION").write_text("99\n")  # a cluster of a version that does not exist
+    pg.chmod(0o700)
+    env = {**os.environ, "BRAIN_DATA_DIR": str(tmp_path / "data"), "BRAIN_EMBEDDER": "none",
+           "BRAIN_WORKERS": "2"}  # fmt: skip
+    env.pop("BRAIN_DATABASE_URL", None)
+    proc = subprocess.Popen(
+        [*SERVER, "--listen", f"127.0.0.1:{free_port()}"], env=env, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    parent = psutil.Process(proc.pid)
+    early: list[psutil.Process] = []
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and not early and time.monotonic() < deadline:
+        early = spawned(parent)  # the early worker (positive control: it existed)
+        time.sleep(0.05)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2, stderr
+    assert early, "no worker was spawned before PostgreSQL started"
+    _, alive = psutil.wait_procs(early, timeout=30)
+    assert alive == []
+    fatal = [json.loads(line) for line in stderr.splitlines() if '"critical"' in line]
+    assert len(fatal) == 1 and "did not start" in str(fatal[0]["event"]), stderr
