@@ -145,8 +145,13 @@ Item = TypeVar("Item")
 
 
 def is_position_marker(item: Any) -> bool:
-    """The message that opens a Watch stream: a cursor, no change (the iterators skip it)."""
-    return isinstance(item, memory_pb2.WatchMemoriesResponse) and not item.HasField("memory")
+    """The message that opens a Watch stream: a cursor, no change (the iterators skip it).
+    A document event carries ``document``, not ``memory``: it is a change."""
+    return (
+        isinstance(item, memory_pb2.WatchMemoriesResponse)
+        and not item.HasField("memory")
+        and not item.HasField("document")
+    )
 
 
 # CANCELLED here is the server's: one that is shutting down cancels calls that arrived as it

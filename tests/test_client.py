@@ -349,6 +349,46 @@ async def test_watch_yields_changes_as_they_happen(brain_server: BrainServer) ->
     assert change.cursor
 
 
+async def test_watch_with_documents_yields_document_changes(brain_server: BrainServer) -> None:
+    """watch(include_documents=True) yields a document's put: both clients skipped every
+    change without a memory as the stream's opening marker (an outside review's finding),
+    though the same request over the stub delivered them. The sync client, in a thread,
+    resumes from the async one's cursor and gets the next document change."""
+    ns = unique("ns")
+    key = brain_server.mint_key(
+        unique("t"), "watcher", namespaces=(ns,),
+        permissions="memories:read,knowledge:read,knowledge:write",
+    )  # fmt: skip
+    async with AsyncBrainClient(brain_server.target, key, scope=Scope(namespace=ns)) as client:
+        stream = client.watch(include_documents=True, timeout=20)
+        first = asyncio.ensure_future(anext(stream))
+        put: set[str] = set()
+        try:
+            for i in range(200):  # the watch starts "from now": put until it sees one
+                done, _ = await asyncio.wait({first}, timeout=0.3)
+                if done:
+                    break
+                doc = await client.put_document("docs", f"note-{i}.md", f"# Note {i}\n\nbody {i}\n")
+                put.add(doc.document.id)
+            change = await asyncio.wait_for(first, timeout=30)
+        finally:
+            first.cancel()
+            await stream.aclose()  # type: ignore[attr-defined]
+        assert change.kind == memory_pb2.CHANGE_KIND_DOCUMENT_PUT
+        assert change.document.id in put and not change.HasField("memory")
+        later = await client.put_document("docs", "later.md", "# Later\n\nput after\n")
+
+    def sync_watch() -> memory_pb2.WatchMemoriesResponse:
+        with client_for(brain_server, key, Scope(namespace=ns)) as sync:
+            for item in sync.watch(include_documents=True, cursor=change.cursor, timeout=20):
+                if item.document.id == later.document.id:
+                    return item
+        raise AssertionError("the sync client's watch ended without the later document")
+
+    resumed = await asyncio.wait_for(asyncio.to_thread(sync_watch), timeout=30)
+    assert resumed.kind == memory_pb2.CHANGE_KIND_DOCUMENT_PUT
+
+
 def test_list_iterates_over_every_page(brain_server: BrainServer) -> None:
     """list() follows next_page_token until every memory has been yielded once."""
     ns = unique("ns")
