@@ -50,8 +50,9 @@ async def test_a_deleted_documents_content_comes_back_only_when_the_put_says_so(
     brain_server: BrainServer, channel: grpc.aio.Channel
 ) -> None:
     """After a delete, a put of any content the document had (any version, at any path of
-    the collection, differently spaced or cased) is FAILED_PRECONDITION naming the tombstone
-    and the flag, and writes nothing; new content, another collection and a put with
+    the collection, with other line endings) is FAILED_PRECONDITION naming the tombstone
+    and the flag, and writes nothing; new content, the content cased or indented anew (a
+    different file: Python and YAML read indentation), another collection and a put with
     readmit_tombstoned are stored (controls), and the readmitted content is free again."""
     tenant = unique("tomb")
     api = Api(channel, brain_server.mint_key(tenant, "w", permissions=KB))
@@ -64,7 +65,7 @@ async def test_a_deleted_documents_content_comes_back_only_when_the_put_says_so(
     for path, text in [
         ("ops/handbook.md", HANDBOOK),  # where it was
         ("elsewhere.md", REVISED),  # the later version, at another path
-        ("copy.md", HANDBOOK.upper().replace("\n\n", "\n  \n")),  # cased and spaced anew
+        ("copy.md", "\ufeff" + HANDBOOK.replace("\n", "\r\n")),  # CRLF and a BOM
     ]:
         err = await rpc_error(put(api, path, text))
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, path
@@ -78,6 +79,10 @@ async def test_a_deleted_documents_content_comes_back_only_when_the_put_says_so(
     assert fresh.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
     other = await put(api, "handbook.md", HANDBOOK, collection="archive")
     assert other.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
+    cased = await put(api, "cased.md", HANDBOOK.upper())
+    assert cased.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
+    spaced = await put(api, "spaced.md", HANDBOOK.replace("The vault", "  The vault"))
+    assert spaced.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
     # The caller says so: the content is put back and its tombstone lifted.
     back = await put(api, "restored.md", HANDBOOK, readmit_tombstoned=True)
     assert back.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
@@ -87,6 +92,31 @@ async def test_a_deleted_documents_content_comes_back_only_when_the_put_says_so(
     assert again.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
     still = await rpc_error(put(api, "revised-again.md", REVISED))  # the other still is
     assert still.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_tombstone_left_before_fingerprints_were_exact_still_holds(
+    brain_server: BrainServer, channel: grpc.aio.Channel
+) -> None:
+    """Tombstones made before content fingerprints were exact hold the case-folded,
+    whitespace-collapsed fingerprint: a put is checked against both, so none lapsed with
+    the upgrade. Here a tombstone is given the old fingerprint: the content, cased anew,
+    is still refused by it (and by nothing else: the control put of new text is stored)."""
+    from brain.server.domain.knowledge.documents import folded_fingerprint
+
+    assert brain_server.running is not None
+    pepper = brain_server.running.memories.pepper
+    api = Api(channel, brain_server.mint_key(unique("tomb"), "w", permissions=KB))
+    doc = (await put(api, "old.md", HANDBOOK)).document
+    await delete_call(api, doc.id)
+    brain_server.sql(
+        "UPDATE document_tombstones SET fingerprint = $1 WHERE document_id = $2",
+        folded_fingerprint(pepper, HANDBOOK),
+        doc.id,
+    )
+    err = await rpc_error(put(api, "cased.md", HANDBOOK.upper()))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    fresh = await put(api, "fresh.md", "# Handbook\n\nSomething else.\n")
+    assert fresh.outcome == knowledge_pb2.PUT_OUTCOME_CREATED
 
 
 async def test_a_tombstone_binds_only_keys_that_could_see_the_document(

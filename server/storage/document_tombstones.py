@@ -41,17 +41,21 @@ class HeldBack:
 
 
 async def held_back(
-    conn: asyncpg.Connection, v: Visibility, bucket: tuple[str, str, str, str], fingerprint: bytes
+    conn: asyncpg.Connection,
+    v: Visibility,
+    bucket: tuple[str, str, str, str],
+    fingerprints: list[bytes],
 ) -> HeldBack:
-    """Once ``lock_contents`` holds the content: the live tombstones of this content in this
-    collection of this bucket that bind ``v`` (it may see the documents they were left by),
-    and the clock."""
-    p = Params(*bucket, fingerprint)
+    """Once ``lock_contents`` holds the content: the live tombstones of this content (any
+    of its ``fingerprints``) in this collection of this bucket that bind ``v`` (it may see
+    the documents they were left by), and the clock."""
+    p = Params(*bucket, fingerprints)
     row = await conn.fetchrow(
         f"""SELECT ARRAY(
                     SELECT t.tombstone_id FROM document_tombstones t
                     WHERE t.namespace = $1 AND t.user_id = $2 AND t.session_id = $3
-                      AND t.collection = $4 AND t.fingerprint = $5 AND t.readmitted_at IS NULL
+                      AND t.collection = $4 AND t.fingerprint = ANY($5::bytea[])
+                      AND t.readmitted_at IS NULL
                       AND {object_visibility(v, p, "t")}
                     ORDER BY t.created_at, t.tombstone_id) AS held,
                 clock_timestamp() AS at""",

@@ -71,8 +71,19 @@ _log = structlog.get_logger("brain.knowledge")
 
 
 def content_fingerprint(pepper: bytes, content: str) -> bytes:
-    """Keyed hash of a document's normalised content (NFKC, case-folded, whitespace
-    collapsed, as memory fingerprints), for tombstones: never the text or a plain hash."""
+    """Keyed hash of a document's content, for tombstones: never the text or a plain hash.
+    Exact but for line endings and a byte-order mark: a deleted file's content stays out,
+    and a file that differs from it (in case, or in whitespace, which Python and YAML read)
+    is another file."""
+    text = content.removeprefix("\ufeff").replace("\r\n", "\n")
+    return hmac.new(pepper, b"document-exact:" + text.encode(), hashlib.sha256).digest()
+
+
+def folded_fingerprint(pepper: bytes, content: str) -> bytes:
+    """The fingerprint of tombstones left before `content_fingerprint` was exact: the
+    content NFKC-normalised, case-folded and whitespace-collapsed, as memory fingerprints.
+    A put is still checked against those, so no tombstone lapsed; none is made any more
+    (it refused files that differed in case or indentation only)."""
     # ASCII is its own NFKC form and lower() is its case fold: skip the slow path.
     folded = content.lower() if content.isascii() else check.normalise(content)
     normalised = " ".join(folded.split()) if content.isascii() else folded
@@ -254,7 +265,10 @@ class Knowledge:
         content was never there). RESOURCE_EXHAUSTED past the tenant's document quotas."""
         await tombstones.lock_contents(conn, caller.tenant_id, where, [fingerprint])
         vis = self.memories.visibility(caller)
-        held = await tombstones.held_back(conn, vis, where, fingerprint)
+        folded = await asyncio.get_running_loop().run_in_executor(
+            _chunkers, folded_fingerprint, self.memories.pepper, req.content
+        )
+        held = await tombstones.held_back(conn, vis, where, [fingerprint, folded])
         if held.tombstones and not req.readmit_tombstoned:
             raise FailedPrecondition(
                 f"content: a document with this content was deleted from collection "
