@@ -36,9 +36,11 @@ value), like ``brain-mcp``; no admin access. It
     them: that is ingest run from another folder than the one the documents were named
     from, and it puts and deletes nothing and says so (exit status 1) unless
     ``--force-prune``;
-  - a file failed to store: a renamed file refused by a full quota would lose its old
-    document, and that document's tombstone would then refuse the file; nothing is
-    deleted, and the report says so;
+  - a file with its content failed to store: a renamed file refused by a full quota
+    would lose its old document, and that document's tombstone would then refuse the
+    file; that document is kept, and the report says so (a file that failed for its own
+    sake, its content too large, say, holds back no other deletion; a file that could not
+    be read, whose content is unknown, holds back every one);
 - fails a file whose content a deleted document of the collection had (the server keeps it
   out unnoticed) unless ``--readmit-tombstoned`` says to put such content back;
 - shows progress in bytes and files on a terminal (tqdm) and ends with one summary line;
@@ -137,8 +139,8 @@ class Report:
         if self.kept_for_failures:
             skipped += (
                 f"\n  not pruned: {self.kept_for_failures} document(s) whose files are gone "
-                "were kept, because files failed to store (a rename refused by a quota would "
-                "lose the document); run again once they store"
+                "were kept, because files with their content failed to store (a rename "
+                "refused by a quota would lose the document); run again once they store"
             )
         held = ""
         if self.prune_held is not None:
@@ -296,6 +298,10 @@ def ingest(
         return "relabelled" if said == "unchanged" and known and relabeling(known) else said
 
     old_server: list[bool] = []  # set once the server answers PutDocuments UNIMPLEMENTED
+    # What --prune must not lose: the contents of files that failed to store (a rename's
+    # new put refused), and files that failed before their content was known.
+    failed_digests: set[str] = set()
+    failed_unread: list[str] = []
 
     def batch(group: list[tuple[Path, str]]) -> list[tuple[str, str, int]]:
         """(outcome, detail, bytes sent) of each file of ``group``, read, hashed and put in
@@ -308,6 +314,8 @@ def ingest(
                 sending.append((i, name, read_as))
             else:
                 results[i] = (*read_as, 0)
+                if read_as[0] == "failed":
+                    failed_unread.append(name)
         answers = None
         whole: BrainClientError | None = None  # the call failed for every file alike
         if sending and not old_server:
@@ -329,6 +337,9 @@ def ingest(
                 results[i] = ("failed", failed, 0)
             else:
                 results[i] = (outcome(answers[n].put, name), "", len(text.encode()))
+        for i, _, text in sending:
+            if results[i] is not None and results[i][0] == "failed":  # type: ignore[index]
+                failed_digests.add(hashlib.sha256(text.encode()).hexdigest())
         return [r for r in results if r is not None]
 
     def record(outcome: str, detail: str, sent: int, name: str, size: int) -> None:
@@ -359,9 +370,13 @@ def ingest(
         report.labels_kept = sum(
             1 for n in seen if n in stored and set(stored[n].labels) != set(labels)
         )
-    if report.failed and doomed:
-        report.kept_for_failures = sum(len(at_path[n]) for n in doomed)
-        doomed = []
+    if doomed and (failed_unread or failed_digests):
+        kept = [
+            n for n in doomed
+            if failed_unread or any(d.content_hash in failed_digests for d in at_path[n])
+        ]  # fmt: skip
+        report.kept_for_failures = sum(len(at_path[n]) for n in kept)
+        doomed = [n for n in doomed if n not in kept]
     gone = [(name, doc) for name in doomed for doc in at_path[name]]
     for n, (name, doc) in enumerate(gone):
         try:

@@ -475,6 +475,28 @@ def test_a_prune_keeps_the_gone_files_documents_when_a_put_failed(
         }  # fmt: skip
 
 
+def test_a_file_that_fails_for_its_own_content_holds_back_no_other_deletion(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """A file the server refuses for its own sake (too many headings: INVALID_ARGUMENT,
+    every run) held back every deletion of every later run (an outside review's finding).
+    Only a document holding a failed file's content is kept now (the rename the test
+    above keeps); an unrelated gone file's document is pruned, and the failure is still
+    reported with exit status 1."""
+    key = brain_server.mint_key(unique("ingp"), "dev", permissions=KB, namespaces=("proj",))
+    (tmp_path / "old.md").write_text("# Old\n\nto be removed\n")
+    (tmp_path / "keep.md").write_text("# Keep\n\nstays\n")
+    with BrainClient(brain_server.target, key, scope=Scope(namespace="proj")) as client:
+        assert len(ingest(client, [tmp_path], "p", cwd=tmp_path).created) == 2
+        (tmp_path / "generated.md").write_text("".join(f"# h{i}\n" for i in range(2_001)))
+        (tmp_path / "old.md").unlink()
+        report = ingest(client, [tmp_path], "p", cwd=tmp_path, prune=True)
+        assert [f.split(":")[0] for f in report.failed] == ["generated.md"], report.failed
+        assert "INVALID_ARGUMENT" in report.failed[0]
+        assert report.deleted == ["old.md"] and report.kept_for_failures == 0
+        assert {d.path for d in client.list_documents(collection="p")} == {"keep.md"}
+
+
 def test_a_path_two_documents_share_is_named_and_pruned_whole(
     brain_server: BrainServer, tmp_path: Path
 ) -> None:
