@@ -109,6 +109,7 @@ class Report:
     shared_paths: dict[str, int] = field(default_factory=dict)  # path -> documents there
     kept_for_failures: int = 0  # documents --prune kept because files failed to store
     not_deleted: int = 0  # deletions not tried once the server could not be reached
+    not_sent: int = 0  # files not sent once the server could not be reached
 
     def summary(self) -> str:
         relabelled = f", {len(self.relabelled)} relabelled" if self.relabelled else ""
@@ -131,10 +132,16 @@ class Report:
                 "keys with different labels); ingest updates the oldest, the others keep "
                 "their text (delete or relabel them to keep one)"
             )
+        if self.not_sent:
+            skipped += (
+                f"\n  not sent: {self.not_sent} more file(s), once the server could not be "
+                "reached; run again once it is back (what was stored is then unchanged)"
+            )
         if self.not_deleted:
             skipped += (
                 f"\n  not pruned: {self.not_deleted} more document(s) whose files are gone, "
-                "not tried once the server could not be reached; run again once it is back"
+                "not tried once the server could not be reached; run again once it is back "
+                "(with --force-prune again if this run needed it)"
             )
         if self.kept_for_failures:
             skipped += (
@@ -302,6 +309,7 @@ def ingest(
     # new put refused), and files that failed before their content was known.
     failed_digests: set[str] = set()
     failed_unread: list[str] = []
+    server_gone: list[bool] = []  # set once a call found the server unreachable
 
     def batch(group: list[tuple[Path, str]]) -> list[tuple[str, str, int]]:
         """(outcome, detail, bytes sent) of each file of ``group``, read, hashed and put in
@@ -327,6 +335,8 @@ def ingest(
                     old_server.append(True)
                 elif exc.code not in ONE_FILES_FAULT:
                     whole = exc
+                    if isinstance(exc, Unavailable):  # the rest would fail alike, slowly
+                        server_gone.append(True)
         for n, (i, name, text) in enumerate(sending):
             if whole is not None:
                 results[i] = ("failed", str(whole), 0)
@@ -358,10 +368,15 @@ def ingest(
     with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="ingest") as pool:
         running: dict[Future[list[tuple[str, str, int]]], list[tuple[str, int]]] = {}
         for group in batches(files):
-            if len(running) >= 2 * max(1, jobs):
+            if len(running) >= 2 * max(1, jobs) and not server_gone:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for f in finished:
                     finish(f, running.pop(f))
+            if server_gone:
+                report.not_sent += len(group)
+                if shown is not None:
+                    shown.advance(sum(size for *_, size in group))
+                continue
             future = pool.submit(batch, [(path, name) for path, name, _ in group])
             running[future] = [(name, size) for _, name, size in group]
         for f in list(running):
@@ -370,10 +385,11 @@ def ingest(
         report.labels_kept = sum(
             1 for n in seen if n in stored and set(stored[n].labels) != set(labels)
         )
-    if doomed and (failed_unread or failed_digests):
+    if doomed and (failed_unread or failed_digests or report.not_sent):
         kept = [
             n for n in doomed
-            if failed_unread or any(d.content_hash in failed_digests for d in at_path[n])
+            if failed_unread or report.not_sent
+            or any(d.content_hash in failed_digests for d in at_path[n])
         ]  # fmt: skip
         report.kept_for_failures = sum(len(at_path[n]) for n in kept)
         doomed = [n for n in doomed if n not in kept]
@@ -488,7 +504,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --prune, delete even when it would delete more documents than this run "
         "found (or it found none of them): by default that looks like the wrong folder",
     )  # fmt: skip
-    ing.add_argument("--labels", default="", help="comma-separated labels for new documents")
+    ing.add_argument("--labels", help="comma-separated labels for new documents")
     ing.add_argument(
         "--relabel", action="store_true",
         help="with --labels, set them on the stored documents of the files walked too "
@@ -527,7 +543,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"brain ingest: no such file or folder: {', '.join(missing)}")
     if not args.collection:
         sys.exit("brain ingest: --collection must name a collection; it is empty")
-    labels = [x.strip() for x in args.labels.split(",") if x.strip()]
+    labels = [x.strip() for x in (args.labels or "").split(",") if x.strip()]
+    if args.labels is not None and len(labels) != len(args.labels.split(",")):
+        sys.exit(
+            f"brain ingest: --labels {args.labels!r} has an empty label; name each label, "
+            "or leave --labels out for the default"
+        )
     if args.relabel and not labels:
         sys.exit("brain ingest: --relabel sets the labels of --labels; name them")
     if not 1 <= args.jobs <= 64:
@@ -554,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except OSError as exc:  # a TLS file (BRAIN_TLS_CA, ...) or a .gitignore that cannot be read
         sys.exit(f"brain ingest: cannot read {exc.filename}: {exc.strerror}")
     print(f"brain ingest: collection {shown(args.collection)}: {report.summary()}", file=sys.stderr)
-    if report.failed or report.prune_held is not None:
+    if report.failed or report.not_sent or report.prune_held is not None:
         sys.exit(1)
 
 

@@ -313,6 +313,8 @@ async def test_values_no_caller_means_are_refused_by_name(
     )
     err = await rpc_error(api.review.ProposeMemory(propose, metadata=api.md))
     assert_invalid(err, "review_within")
+    err = await rpc_error(api.save("a label left empty", labels=["team", ""]))
+    assert_invalid(err, "memory.labels[1]")  # the entry, not "labels: is required"
     assert [m.id for m in await api.list_all()] == [saved.memory.id]  # nothing written
     assert (await api.get(saved.memory.id)).version == 1
 

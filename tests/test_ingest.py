@@ -497,6 +497,21 @@ def test_a_file_that_fails_for_its_own_content_holds_back_no_other_deletion(
         assert {d.path for d in client.list_documents(collection="p")} == {"keep.md"}
 
 
+def test_an_empty_label_in_labels_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    """`--labels ""` meant the default without a word, and `--labels a,,b` dropped the
+    empty one; both are refused now, naming the flag, before the server is asked."""
+    (tmp_path / "a.md").write_text("# A\n")
+    env = {**os.environ, "BRAIN_TARGET": "127.0.0.1:9", "BRAIN_API_KEY": "brk_" + "k" * 40}
+    for given in ("", "team,,ops"):
+        done = subprocess.run(
+            [sys.executable, "-m", "brain.clients.ingest", "ingest", ".", "--collection", "c",
+             "--labels", given],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode != 0 and "--labels" in done.stderr, done.stderr
+        assert "empty label" in done.stderr, done.stderr
+
+
 def test_a_path_two_documents_share_is_named_and_pruned_whole(
     brain_server: BrainServer, tmp_path: Path
 ) -> None:
@@ -625,6 +640,47 @@ def test_a_prune_stops_at_a_server_that_is_gone(
         assert len(report.failed) == 1 and "UNAVAILABLE" in report.failed[0], report.failed
         assert report.not_deleted == 2
         assert "not pruned: 2 more document(s)" in report.summary()
+    finally:
+        if not stopped:
+            server.stop()
+
+
+def test_ingest_stops_sending_at_a_server_that_is_gone(
+    pg_cluster: PgCluster, loop_thread: LoopThread, tmp_path: Path
+) -> None:
+    """The server lost during an ingest: every remaining file failed on its own, slowly, a
+    line each (281 lines in an outside review). The first call that cannot reach the
+    server ends the sending; the summary counts the files not sent, the batch stored
+    before stays stored (control), and nothing is pruned."""
+    server = BrainServer(cluster=pg_cluster, loop=loop_thread, settings=server_settings(pg_cluster))
+    server.start()
+    stopped = False
+
+    class StoppingAfterOne(BrainClient):
+        def put_documents(self, *args: Any, **kw: Any) -> Any:
+            nonlocal stopped
+            if stopped:
+                return super().put_documents(*args, **kw)
+            done = super().put_documents(*args, **kw)
+            server.stop()  # as if killed: every later call finds nobody
+            stopped = True
+            return done
+
+    try:
+        key = server.mint_key(unique("ings"), "dev", permissions=KB, namespaces=("proj",))
+        total = 8 * ingest_module.BATCH_FILES
+        for i in range(total):
+            (tmp_path / f"d{i:03}.md").write_text(f"# Doc {i}\n\ntext {i}\n")
+        scope = Scope(namespace="proj")
+        with StoppingAfterOne(server.target, key, scope=scope, restart_window=0) as client:
+            report = ingest(client, [tmp_path], "p", cwd=tmp_path, prune=True, jobs=1)
+        assert len(report.created) == ingest_module.BATCH_FILES  # the first call's
+        assert all("UNAVAILABLE" in f for f in report.failed), report.failed
+        assert len(report.failed) <= 2 * ingest_module.BATCH_FILES  # the calls in flight
+        assert report.not_sent == total - len(report.created) - len(report.failed)
+        assert report.not_sent >= 4 * ingest_module.BATCH_FILES
+        assert report.deleted == []
+        assert f"not sent: {report.not_sent} more file(s)" in report.summary()
     finally:
         if not stopped:
             server.stop()

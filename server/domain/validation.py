@@ -83,11 +83,12 @@ def name(field: str, value: str, *, required: bool = False) -> str:
 
 
 def names(field: str, values: Iterable[str], *, limit: int) -> list[str]:
-    out = sorted(set(values))
+    given = list(values)
+    out = sorted(set(given))
     if len(out) > limit:
         raise InvalidArgument(field, f"at most {limit} entries")
-    for value in out:
-        name(field, value, required=True)
+    for index, value in enumerate(given):  # the caller's own index names a bad entry
+        name(f"{field}[{index}]", value, required=True)
     return out
 
 
