@@ -154,8 +154,10 @@ async def bm25_rows(
             FROM df
         ),
         -- Candidates: rows holding a rare term; if every term is common (an unspecific
-        -- query), the first rows found holding any of them, up to the cap.
-        docs AS (
+        -- query), the first rows found holding any of them, up to the cap. Read once
+        -- (MATERIALIZED): inlined, the planner read them again for every query term
+        -- (472 ms against 98 ms for an 8-term question over 31,943 chunks).
+        docs AS MATERIALIZED (
             SELECT m.tenant_id, {m_keys}{m_ties}, m.{tsv} AS tsv, length(m.{tsv}) AS dl
             FROM {table} m, q
             WHERE q.rare IS NOT NULL AND m.{tsv} @@ q.rare AND {scope_sql}
