@@ -56,6 +56,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -110,6 +111,7 @@ class Report:
     kept_for_failures: int = 0  # documents --prune kept because files failed to store
     not_deleted: int = 0  # deletions not tried once the server could not be reached
     not_sent: int = 0  # files not sent once the server could not be reached
+    awaiting_vectors: int | None = None  # documents of the run whose chunks await vectors
 
     def summary(self) -> str:
         relabelled = f", {len(self.relabelled)} relabelled" if self.relabelled else ""
@@ -131,6 +133,12 @@ class Report:
                 f"\n  shared path: {shown(path)}: {n} documents of this bucket have it (put by "
                 "keys with different labels); ingest updates the oldest, the others keep "
                 "their text (delete or relabel them to keep one)"
+            )
+        if self.awaiting_vectors:
+            skipped += (
+                f"\n  vectors: {self.awaiting_vectors} document(s) have chunks awaiting their "
+                "vectors, which the server makes in the background (searches match their "
+                "words meanwhile; `brain-admin embeddings status` shows the backlog)"
             )
         if self.not_sent:
             skipped += (
@@ -405,6 +413,13 @@ def ingest(
             report.failed.append(f"{name}: {exc}")
             continue
         report.deleted.append(name)
+    if (report.created or report.updated) and not report.not_sent:
+        # Puts commit chunks searchable by their words; the server embeds them later.
+        with suppress(BrainClientError):  # a figure for the summary only
+            report.awaiting_vectors = sum(
+                1 for d in client.list_documents(collection=collection, page_size=100)
+                if same_bucket(d, scope) and d.path in seen and not d.fully_embedded
+            )  # fmt: skip
     report.sort()
     return report
 

@@ -17,7 +17,7 @@ from brain.clients.errors import RateLimited
 from brain.clients.ingest import ingest, walk
 from brain.server.errors import NotImplementedYet
 
-from .conftest import BrainServer, LoopThread, PgCluster, server_settings, unique
+from .conftest import BrainServer, LoopThread, PgCluster, fillers_held, server_settings, unique
 
 KB = "knowledge:read,knowledge:write,knowledge:delete"
 
@@ -510,6 +510,26 @@ def test_an_empty_label_in_labels_is_refused_before_anything_is_sent(tmp_path: P
         )  # fmt: skip
         assert done.returncode != 0 and "--labels" in done.stderr, done.stderr
         assert "empty label" in done.stderr, done.stderr
+
+
+def test_the_summary_says_how_many_documents_await_their_vectors(
+    brain_server: BrainServer, tmp_path: Path
+) -> None:
+    """A put commits its chunks, searchable by their words, and the server embeds them in
+    the background; the summary said nothing of it (an outside review waited 2.5 hours for
+    a tree's vectors without a word). With the fillers held, both documents put await
+    their vectors, and the summary says so; a run that puts nothing does not ask."""
+    key = brain_server.mint_key(unique("ingv"), "dev", permissions=KB, namespaces=("proj",))
+    for i in range(2):
+        (tmp_path / f"v{i}.md").write_text(f"# Vectors {i}\n\nlater {i}\n")
+    scope = Scope(namespace="proj")
+    with BrainClient(brain_server.target, key, scope=scope) as client, fillers_held():
+        report = ingest(client, [tmp_path], "v", cwd=tmp_path)
+        again = ingest(client, [tmp_path], "v", cwd=tmp_path)
+    assert len(report.created) == 2 and report.awaiting_vectors == 2
+    assert "vectors: 2 document(s) have chunks awaiting their vectors" in report.summary()
+    assert len(again.unchanged) == 2 and again.awaiting_vectors is None
+    assert "vectors:" not in again.summary()
 
 
 def test_a_path_two_documents_share_is_named_and_pruned_whole(
