@@ -97,6 +97,20 @@ def test_the_newer_moves_just_above_the_older_and_the_rest_keeps_its_order() -> 
     assert current_first([other, new, old, unrelated]) == [other, new, old, unrelated]
 
 
+def test_a_weak_hit_is_not_promoted_over_a_strong_one() -> None:
+    """A newer statement moves above the one it updates only with at least a quarter of
+    its relevance: a link put a hit at 0.05 above the answer at 0.45 (an outside review's
+    finding). The same pair with comparable relevance still moves (control)."""
+    old, new = (
+        hit("The team meeting is at 2pm on Friday", 5),
+        hit("The team meeting moved to 3pm on Friday", 1),
+    )
+    old.relevance, new.relevance = 0.45, 0.05
+    assert current_first([old, new]) == [old, new]
+    new.relevance = 0.2
+    assert current_first([old, new]) == [new, old]
+
+
 def test_a_recorded_conflict_orders_two_hits_the_text_rule_does_not_see() -> None:
     """An open value-changing conflict between two hits puts the newer above the older;
     a restatement, a resolved conflict or an older "newer" moves nothing."""

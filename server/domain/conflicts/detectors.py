@@ -304,8 +304,8 @@ def _head(said: Statement) -> list[str]:
     # "We hold the standup ...": a pronoun and its verb come before the subject.
     skip = 1 if said.pronoun else 0
     for word in said.order:
-        if word not in said.words or word in out:
-            continue
+        if word not in said.words or word in out or word in _PREAMBLE or _possessive(word):
+            continue  # ("Update: the ...", "Heron's CI pipeline": not the subject)
         if skip:
             skip -= 1
             continue
@@ -325,35 +325,56 @@ def _same_subject(older: Statement, newer: Statement) -> bool:
 
 # Words that open a message rather than its statement ("Update: the storage upgrade ...").
 _PREAMBLE = _stems("update actually correction note fyi reminder heads-up")
+# Correction language that takes a statement back without a new value ("Priya no longer
+# leads payments"); "now" alone says what holds, mostly a new fact beside the old one.
+_NEGATES = re.compile(
+    r"\b(no longer|not|anymore|no more|instead|rather than|replac(es|ed|ing)|took over|"
+    r"takes over|taken over|in place of|succeeded)\b"
+)
 
 
-def _anchored(older: Statement, newer: Statement) -> bool:
-    """Whether two statements are about one thing, beyond sharing some words: a name or
-    value both still hold ("Falcon", "Postgres"), the same opening content word ("The
-    hackathon takes place in Munich" / "The hackathon moved to Berlin"), or two words
-    side by side in both ("the storage upgrade"). Correction language over shared words
-    alone linked any two memories of a team that mention its projects and leads ("Sofia
-    is the lead of project Kestrel" / "Priya is now the tech lead of project Falcon")."""
-    if older.values & newer.values:
-        return True
-    return _same_opening(older, newer) or bool(_side_by_side(older) & _side_by_side(newer))
+def _same_named_subject(older: Statement, newer: Statement) -> bool:
+    """Whether both statements open on the same content word and name the same things
+    before their second one ("The Heron v2 release is scheduled for March 14" / "The
+    Heron v2 release moved to April 4"), where the subject is, or still share a name or
+    value ("The scheduler is pinned to Python 3.10" / "The scheduler now runs Python
+    3.11"). Correction language over
+    shared words alone linked a team's memories about its other projects ("Project Heron
+    is due on 15 April" / "Project Osprey now has three engineers") and people ("Leo leads
+    the data team" / "The data team now ships a weekly report")."""
+    o_word, o_named = _subject_of(older)
+    n_word, n_named = _subject_of(newer)
+    if not o_word or o_word != n_word:
+        return False
+    return (bool(o_named) and o_named == n_named) or bool(older.values & newer.values)
 
 
-def _same_opening(older: Statement, newer: Statement) -> bool:
-    o_head, n_head = _subject_words(older), _subject_words(newer)
-    return bool(o_head) and o_head[:1] == n_head[:1]
+def _subject_of(said: Statement) -> tuple[str, frozenset[str]]:
+    """The first content word (past a possessive's owner or a preamble such as "Update:")
+    and the values before the second one."""
+    values = {stem(v): v for v in said.values}
+    first, named = "", set()
+    for token in said.order:
+        if token in said.words and token not in _PREAMBLE and not _possessive(token):
+            if first and token != first:
+                break
+            first = token
+        elif token in values:
+            named.add(values[token])
+    return first, frozenset(named)
 
 
-def _subject_words(said: Statement) -> list[str]:
-    # A possessive opens on its owner ("Heron's CI pipeline"), a preamble on nothing.
-    return [w for w in _head(said) if not w.rstrip("s").endswith("'") and w not in _PREAMBLE]
+def _adds_a_value(older: Statement, newer: Statement) -> bool:
+    """Whether the newer statement holds a number, date, time or version the older lacks,
+    of a type the older holds ("The ledger is on Postgres 15" / "The ledger moved from
+    Postgres 15 to 16"); a new name says more often what is added than what changed
+    ("Project Wren now has a Figma prototype")."""
+    kinds = {value_type(v) for v in older.values} - {"name"}
+    return any(value_type(v) in kinds for v in newer.values - older.values)
 
 
-def _side_by_side(said: Statement) -> set[tuple[str, str]]:
-    return {
-        (a, b) for a, b in zip(said.order, said.order[1:], strict=False)
-        if a in said.words and b in said.words
-    }  # fmt: skip
+def _possessive(token: str) -> bool:
+    return token.rstrip("s").endswith("'")
 
 
 def calibrated_cosine(model: str | None, cosine: float) -> float:
@@ -388,24 +409,19 @@ def compare_statements(
     if changed and not (many and not corrects):
         if len(shared) >= MIN_SHARED and subject and overlap >= SAME_SUBJECT:
             return Finding(Rule.CORRECTION if corrects else Rule.VALUE_UPDATE, overlap, detail)
-        if corrects and (
-            (
-                len(shared) >= MIN_SHARED
-                and overlap >= CORRECTED_STATEMENT
-                and _anchored(older, newer)
-            )
-            or _same_opening(older, newer)
-        ):
+        about_it = subject or _same_named_subject(older, newer)
+        if corrects and shared and about_it:
             return Finding(Rule.CORRECTION, overlap, f"correction: {detail}")
         if cosine >= SEMANTIC_UPDATE and shared:
             return Finding(Rule.CORRECTION if corrects else Rule.VALUE_UPDATE, overlap, detail)
-    if (
-        corrects
-        and len(shared) >= MIN_SHARED
-        and overlap >= CORRECTED_STATEMENT
-        and _anchored(older, newer)
-    ):
-        return Finding(Rule.CORRECTION, overlap, "correction")
+    named = bool(shared) and _same_named_subject(older, newer)
+    if corrects and (named or (len(shared) >= MIN_SHARED and overlap >= CORRECTED_STATEMENT)):
+        about_it = subject or named
+        negates = bool(_NEGATES.search(newer.text))
+        if (negates and (about_it or overlap >= RESTATED or bool(older.values & newer.values))) or (
+            about_it and _adds_a_value(older, newer)
+        ):
+            return Finding(Rule.CORRECTION, overlap, "correction")
     if older.values == newer.values:
         restated = len(shared) >= MIN_SHARED and (
             overlap >= RESTATED or (bool(older.values) and overlap >= SAME_SUBJECT and subject)

@@ -367,11 +367,12 @@ class MemoryReads(MemoryBase):
         if about_now:
             # A question about now: a newer statement of a changed value ranks first, by
             # a recorded conflict between two hits (read through the caller's walls) or
-            # by the text rule. Over the same CURRENT_FIRST_DEPTH hits whatever the limit,
-            # so that a larger limit only adds hits: an update found at rank 8 moved to
-            # the top for limit=10 and not for limit=5.
+            # by the text rule. Over the same first CURRENT_FIRST_DEPTH hits whatever the
+            # limit (the rest keep the fused order), so that a larger limit only adds hits:
+            # an update found at rank 8 moved to the top for limit=10 and not for limit=5.
             linked = links(recalled.conflicts)
-            recalled = replace(recalled, hits=current_first(recalled.hits, linked))
+            top = current_first(recalled.hits[:CURRENT_FIRST_DEPTH], linked)
+            recalled = replace(recalled, hits=top + recalled.hits[CURRENT_FIRST_DEPTH:])
         shown = recalled.hits[:limit]
         kept = {h.row["memory_id"] for h in shown}
         return replace(
