@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
@@ -96,6 +97,28 @@ def test_python_by_top_level_definitions() -> None:
     assert chunks[1].content.startswith("@cache")
     broken = chunk("def broken(:\n    pass\n", "python")
     assert [(c.heading_path, c.line_start, c.line_end) for c in broken] == [((), 1, 2)]
+
+
+def test_a_parser_failure_falls_back_to_windows_never_fails_the_put(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CPython before 3.11.8 could fail an ast.parse running beside another thread's with
+    SystemError (python/cpython#106905): puts are chunked on a thread pool, and a batch of
+    an outside review's ingest failed INTERNAL. Parses are serialized now, and a SystemError
+    falls back to line windows as a syntax error does (the parser made to raise it here);
+    the same source parses into its definition's chunk otherwise (control)."""
+    from brain.server.domain.knowledge import chunking
+
+    source = "def load(path):\n    return open(path).read()\n"
+    assert [c.heading_path for c in chunk(source, "python")] == [("load",)]
+
+    def broken(text: str) -> None:
+        raise SystemError("AST constructor recursion depth mismatch (before=33, after=25)")
+
+    monkeypatch.setattr(chunking, "_parse", broken)
+    assert [(c.heading_path, c.line_start, c.line_end) for c in chunk(source, "python")] == [
+        ((), 1, 2)
+    ]
 
 
 def test_a_byte_order_mark_hides_no_heading_or_definition() -> None:

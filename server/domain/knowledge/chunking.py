@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -37,6 +38,18 @@ from markdown_it import MarkdownIt
 from brain.server.domain.knowledge.measures import MAX_CHUNK_CHARS, Characters, Measure
 
 __all__ = ["FORMATS", "MAX_CHUNK_CHARS", "Chunk", "TooComplex", "chunk", "detect_format"]
+
+# One ast.parse at a time: puts are chunked on a thread pool, and CPython before 3.11.8
+# can fail a parse that runs beside another with "SystemError: AST constructor recursion
+# depth mismatch" (python/cpython#106905; an outside review's ingest got INTERNAL for a
+# batch of 14 files). A SystemError still falls back to line windows, as a syntax error does.
+_PARSING = threading.Lock()
+
+
+def _parse(text: str) -> ast.Module:
+    with _PARSING:
+        return ast.parse(text)
+
 
 CODE_WINDOW_LINES = 40
 CODE_OVERLAP_LINES = 8
@@ -170,8 +183,8 @@ class _Cutter:
 
     def python(self, text: str) -> Iterator[Chunk]:
         try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = _parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
             yield from self.windows(0, len(self.lines), ())
             return
         definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
