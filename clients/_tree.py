@@ -3,6 +3,7 @@ file's document is named, and which files are read as text (see `brain.clients.i
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -94,3 +95,12 @@ def size_of(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def content_digests(text: str) -> set[str]:
+    """SHA-256 of the text as stored under any line endings, with or without a byte-order
+    mark: the server's tombstones read them as one content, so a renamed file whose
+    endings changed is still a document --prune must keep while its put fails."""
+    lf = text.removeprefix("\ufeff").replace("\r\n", "\n")
+    forms = {text, lf, lf.replace("\n", "\r\n"), "\ufeff" + lf}
+    return {hashlib.sha256(form.encode()).hexdigest() for form in forms}

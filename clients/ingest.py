@@ -57,7 +57,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -67,9 +66,11 @@ from tqdm import tqdm
 from brain.authz import CommandParser, add_version_argument
 from brain.clients import BrainClient
 from brain.clients._base import check_api_key
+from brain.clients._report import Report, shown
 from brain.clients._tree import (
     OutsideFolder,
     Skipped,
+    content_digests,
     document_path,
     read_text,
     size_of,
@@ -90,106 +91,6 @@ RATE_LIMIT_WAIT = 600.0  # seconds one call may wait for the key's rate limit in
 # (authentication, the server unreachable after retries) fails the call's files alike.
 ONE_FILES_FAULT = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED})
 T = TypeVar("T")
-
-
-@dataclass
-class Report:
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)  # binary, not UTF-8, empty, too large
-    failed: list[str] = field(default_factory=list)  # "path: reason"
-    why_skipped: dict[str, str] = field(default_factory=dict)  # path -> reason
-    sent_bytes: int = 0  # of the files put (created or updated)
-    # --prune held back (it looked like a mistake): how many it would have deleted, how many
-    # stored documents the run found, under which walked paths.
-    prune_held: tuple[int, int, list[str]] | None = None
-    relabelled: list[str] = field(default_factory=list)  # unchanged, given --labels
-    labels_kept: int = 0  # stored documents whose labels differ from --labels (no --relabel)
-    shared_paths: dict[str, int] = field(default_factory=dict)  # path -> documents there
-    kept_for_failures: int = 0  # documents --prune kept because files failed to store
-    not_deleted: int = 0  # deletions not tried once the server could not be reached
-    not_sent: int = 0  # files not sent once the server could not be reached
-    awaiting_vectors: int | None = None  # documents of the run whose chunks await vectors
-
-    def summary(self) -> str:
-        relabelled = f", {len(self.relabelled)} relabelled" if self.relabelled else ""
-        line = (
-            f"{len(self.created)} created, {len(self.updated)} updated, "
-            f"{len(self.unchanged)} unchanged{relabelled}, {len(self.deleted)} deleted, "
-            f"{len(self.skipped)} skipped, {len(self.failed)} failed"
-        )
-        skipped = "".join(
-            f"\n  skipped: {shown(p)} ({self.why_skipped.get(p, '')})" for p in self.skipped
-        )
-        if self.labels_kept:
-            skipped += (
-                f"\n  labels kept: {self.labels_kept} stored document(s) have other labels "
-                "than --labels, which ingest gives new documents only; add --relabel to set them"
-            )
-        for path, n in sorted(self.shared_paths.items()):
-            skipped += (
-                f"\n  shared path: {shown(path)}: {n} documents of this bucket have it (put by "
-                "keys with different labels); ingest updates the oldest, the others keep "
-                "their text (delete or relabel them to keep one)"
-            )
-        if self.awaiting_vectors:
-            skipped += (
-                f"\n  vectors: {self.awaiting_vectors} document(s) have chunks awaiting their "
-                "vectors, which the server makes in the background (searches match their "
-                "words meanwhile; `brain-admin embeddings status` shows the backlog)"
-            )
-        if self.not_sent:
-            skipped += (
-                f"\n  not sent: {self.not_sent} more file(s), once the server could not be "
-                "reached; run again once it is back (what was stored is then unchanged)"
-            )
-        if self.not_deleted:
-            skipped += (
-                f"\n  not pruned: {self.not_deleted} more document(s) whose files are gone, "
-                "not tried once the server could not be reached; run again once it is back "
-                "(with --force-prune again if this run needed it)"
-            )
-        if self.kept_for_failures:
-            skipped += (
-                f"\n  not pruned: {self.kept_for_failures} document(s) whose files are gone "
-                "were kept, because files with their content failed to store (a rename "
-                "refused by a quota would lose the document); run again once they store"
-            )
-        held = ""
-        if self.prune_held is not None:
-            doomed, matched, under = self.prune_held
-            held = (
-                f"\n  nothing was put or deleted: --prune would delete {doomed} of the "
-                f"documents under {', '.join(shown(p) for p in under)}, while this run found "
-                f"{matched} of the stored ones. Documents are named by their path relative to "
-                "the current folder: is this the folder they were ingested from? Pass "
-                "--force-prune to put and delete anyway."
-            )
-        return line + skipped + "".join(f"\n  failed: {shown(f)}" for f in self.failed) + held
-
-    def sort(self) -> None:
-        """Puts finish in any order; the report lists paths in order."""
-        for names in (
-            self.created, self.updated, self.unchanged, self.relabelled, self.skipped, self.failed,
-        ):  # fmt: skip
-            names.sort()
-
-
-def shown(text: str) -> str:
-    """``text`` safe to print on a terminal: control characters (an escape sequence in a
-    file name would recolour it) and the bytes of a file name that are not UTF-8 (which
-    Python reads as lone surrogates) written as escapes."""
-    out = []
-    for c in text:
-        if c.isprintable():
-            out.append(c)
-        elif 0xDC80 <= ord(c) <= 0xDCFF:  # os.fsdecode's escape of one byte
-            out.append(f"\\x{ord(c) - 0xDC00:02x}")
-        else:
-            out.append(c.encode("unicode_escape").decode("ascii"))
-    return "".join(out)
 
 
 class Progress(Protocol):
@@ -357,7 +258,7 @@ def ingest(
                 results[i] = (outcome(answers[n].put, name), "", len(text.encode()))
         for i, _, text in sending:
             if results[i] is not None and results[i][0] == "failed":  # type: ignore[index]
-                failed_digests.add(hashlib.sha256(text.encode()).hexdigest())
+                failed_digests.update(content_digests(text))
         return [r for r in results if r is not None]
 
     def record(outcome: str, detail: str, sent: int, name: str, size: int) -> None:

@@ -466,6 +466,14 @@ def test_a_prune_keeps_the_gone_files_documents_when_a_put_failed(
         assert "not pruned: 1 document(s) whose files are gone were kept" in held.summary()
         paths = {d.path for d in client.list_documents(collection="q")}
         assert paths == {"d0.md", "d1.md", "d2.md"}
+        # The same with line endings changed on the way (an editor, a checkout): the server
+        # reads the content as one for its tombstones, so the old document is kept too.
+        crlf = (tmp_path / "d1.md").read_text().replace("\n", "\r\n")
+        (tmp_path / "d1.md").unlink()
+        (tmp_path / "d4.md").write_bytes(crlf.encode())
+        held = ingest(client, [tmp_path], "q", cwd=tmp_path, prune=True)
+        assert held.deleted == [] and held.kept_for_failures == 2, held.summary()
+        (tmp_path / "d4.md").rename(tmp_path / "d1.md")
         brain_server.admin("tenants", "set-quota", tenant, "--documents", "4")
         done = ingest(client, [tmp_path], "q", cwd=tmp_path, prune=True)
         assert (done.created, done.deleted, done.failed) == (["d3.md"], ["d2.md"], [])
@@ -701,6 +709,9 @@ def test_ingest_stops_sending_at_a_server_that_is_gone(
         assert report.not_sent >= 4 * ingest_module.BATCH_FILES
         assert report.deleted == []
         assert f"not sent: {report.not_sent} more file(s)" in report.summary()
+        # The calls in flight failed alike: three are shown, the rest counted.
+        failed_lines = [line for line in report.summary().splitlines() if "failed:" in line]
+        assert len(failed_lines) <= 4 and "the same way" in failed_lines[-1], failed_lines
     finally:
         if not stopped:
             server.stop()
