@@ -69,7 +69,9 @@ async def _ingest(scratch: Path, address: str, key: str, jobs: int) -> tuple[flo
     said = err.decode(errors="replace").strip()
     if proc.returncode != 0:
         raise RuntimeError(f"brain ingest exited {proc.returncode}: {said[-2000:]}")
-    return seconds, said.splitlines()[-1] if said else ""
+    # The summary's first line ("N created, ..."); the lines under it are indented.
+    heads = [line for line in said.splitlines() if line and not line.startswith(" ")]
+    return seconds, heads[-1] if heads else ""
 
 
 async def run(
