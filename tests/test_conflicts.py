@@ -46,6 +46,9 @@ NOTED = common_pb2.CONFLICT_STATE_NOTED
          "The API rate limit was raised to 500 requests per minute", Rule.CORRECTION),
         ("Priya leads payments", "Priya no longer leads payments", Rule.CORRECTION),
         ("Alice likes coffee", "Alice really likes coffee", Rule.RESTATEMENT),
+        ("Ward 7A has 30 beds", "Ward 7A now has 32 beds", Rule.CORRECTION),  # same ward
+        ("Dmitri owns the billing-export service",
+         "Hannah took over the billing-export service from Dmitri", Rule.CORRECTION),
     ],
 )  # fmt: skip
 def test_each_rule_fires_on_its_case(older: str, newer: str, rule: Rule) -> None:
@@ -62,6 +65,12 @@ def test_each_rule_fires_on_its_case(older: str, newer: str, rule: Rule) -> None
          "The production database listens on port 5432"),  # another subject
         ("Had coffee with Alex on Monday", "Went hiking with Sam on Sunday"),
         ("Alice likes coffee", "Bob likes tea"),
+        # a subject named by a value next to its noun (a third outside review's buckets)
+        ("Ward 7A has 30 beds", "Ward 7B has 24 beds"),
+        ("The EMEA sales kickoff is in Lisbon on 3 February",
+         "The APAC sales kickoff is in Singapore on 10 February"),
+        ("The Tamarin project demo is scheduled for 19 June",
+         "The Nightjar project demo is scheduled for 12 May"),
     ],
 )  # fmt: skip
 def test_lookalikes_and_additions_are_no_conflict(older: str, newer: str) -> None:

@@ -373,6 +373,20 @@ def _adds_a_value(older: Statement, newer: Statement) -> bool:
     return any(value_type(v) in kinds for v in newer.values - older.values)
 
 
+def _subject_names(said: Statement) -> frozenset[str]:
+    """The values right next to the first content word, which name the subject ("ward
+    7B", "the EMEA sales kickoff", "the Tamarin project demo"): two statements alike but
+    for them are about two things, not one changed."""
+    values = {stem(v): v for v in said.values}
+    order = said.order
+    for at, token in enumerate(order):
+        if token in said.words and token not in _PREAMBLE and not _possessive(token):
+            # (Not the opening word: "Dmitri owns the service" names who, not which.)
+            near = [order[i] for i in (at - 1, at + 1) if 1 <= i < len(order)]
+            return frozenset(values[t] for t in near if t in values)
+    return frozenset()
+
+
 def _possessive(token: str) -> bool:
     return token.rstrip("s").endswith("'")
 
@@ -398,6 +412,9 @@ def compare_statements(
     older, newer = _resolve_opening(older_said, newer_said)
     if older.text == newer.text or newer.adds or older.bounded:
         return None
+    o_names, n_names = _subject_names(older), _subject_names(newer)
+    if o_names and n_names and not o_names & n_names:
+        return None  # "Ward 7A has 30 beds" / "Ward 7B has 24 beds": two subjects
     shared = older.words & newer.words
     union = older.words | newer.words
     overlap = len(shared) / len(union) if union else 0.0
