@@ -109,14 +109,20 @@ TEAM = [
 TEAM_UPDATES = {(1, 15), (6, 16), (7, 17), (8, 18), (14, 20)}  # (older, newer) indexes
 
 
-def test_a_teams_unrelated_memories_are_no_conflicts_and_its_updates_are() -> None:
+def linked_pairs(texts: list[str]) -> set[tuple[int, int]]:
+    """(older, newer) indexes of every pair the rules call a change (not a restatement),
+    each text saved after the ones before it."""
     found = set()
-    for j, newer in enumerate(TEAM):
-        for i, older in enumerate(TEAM[:j]):
+    for j, newer in enumerate(texts):
+        for i, older in enumerate(texts[:j]):
             finding = compare(older, newer)
             if finding is not None and finding.rule != Rule.RESTATEMENT:
                 found.add((i, j))
-    assert found == TEAM_UPDATES
+    return found
+
+
+def test_a_teams_unrelated_memories_are_no_conflicts_and_its_updates_are() -> None:
+    assert linked_pairs(TEAM) == TEAM_UPDATES
 
 
 # A second team's bucket, by another outside review: 40 memories, six updates, and
@@ -168,12 +174,7 @@ TEAM_2_UPDATES = {(0, 30), (3, 31), (6, 32), (10, 33), (15, 34), (23, 35)}
 
 
 def test_another_teams_bucket_links_its_updates_and_almost_nothing_else() -> None:
-    found = set()
-    for j, newer in enumerate(TEAM_2):
-        for i, older in enumerate(TEAM_2[:j]):
-            finding = compare(older, newer)
-            if finding is not None and finding.rule != Rule.RESTATEMENT:
-                found.add((i, j))
+    found = linked_pairs(TEAM_2)
     assert len(found & TEAM_2_UPDATES) >= 5  # "moved its events to Snowflake" is missed
     assert len(found - TEAM_2_UPDATES) <= 1, sorted(found - TEAM_2_UPDATES)  # 39 before
 
