@@ -28,9 +28,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_serving(target: str, proc: subprocess.Popen[str], seconds: float = 60) -> None:
+def wait_serving(
+    target: str,
+    proc: subprocess.Popen[str],
+    seconds: float = 60,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> None:
+    """Until the server at ``target`` answers SERVING (over TLS with ``credentials``)."""
     deadline = time.monotonic() + seconds
-    with grpc.insecure_channel(target) as channel:
+    channel = (
+        grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
+    )
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""

@@ -12,7 +12,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -419,7 +418,7 @@ def test_the_server_process_logs_json_lines_only_through_a_refused_handshake(
     core wrote its handshake note there in plain text ('I1208 ... ssl_transport_security')."""
     if not pg_cluster.app_dsn:
         pytest.skip("needs a database URL for the server process")
-    from .test_server_process import SERVER, free_port
+    from .test_server_process import SERVER, free_port, wait_serving
 
     env = {
         **os.environ, "BRAIN_DATABASE_URL": pg_cluster.app_dsn,
@@ -433,21 +432,8 @@ def test_the_server_process_logs_json_lines_only_through_a_refused_handshake(
     log = tmp_path / "server.log"
     with log.open("w") as stderr:
         proc = subprocess.Popen([*SERVER, "--listen", target, *tls], env=env, stderr=stderr)
-    with_cert = _credentials(ca=dev_certs, client=dev_certs)
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # positive control: a client with a certificate gets SERVING
-            assert proc.poll() is None, log.read_text()
-            try:
-                with grpc.secure_channel(target, with_cert) as channel:
-                    reply = health_pb2_grpc.HealthStub(channel).Check(
-                        health_pb2.HealthCheckRequest(), timeout=2
-                    )
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    break
-            except grpc.RpcError:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.2)
+    try:  # positive control: a client with a certificate gets SERVING
+        wait_serving(target, proc, credentials=_credentials(ca=dev_certs, client=dev_certs))
         no_cert = grpc.secure_channel(target, _credentials(ca=dev_certs))
         with no_cert, pytest.raises(grpc.RpcError) as refused:
             health_pb2_grpc.HealthStub(no_cert).Check(health_pb2.HealthCheckRequest(), timeout=5)

@@ -355,7 +355,7 @@ def _subject_of(said: Statement) -> tuple[str, frozenset[str]]:
     values = {stem(v): v for v in said.values}
     first, named = "", set()
     for token in said.order:
-        if token in said.words and token not in _PREAMBLE and not _possessive(token):
+        if _content(said, token):
             if first and token != first:
                 break
             first = token
@@ -380,11 +380,17 @@ def _subject_names(said: Statement) -> frozenset[str]:
     values = {stem(v): v for v in said.values}
     order = said.order
     for at, token in enumerate(order):
-        if token in said.words and token not in _PREAMBLE and not _possessive(token):
+        if _content(said, token):
             # (Not the opening word: "Dmitri owns the service" names who, not which.)
             near = [order[i] for i in (at - 1, at + 1) if 1 <= i < len(order)]
             return frozenset(values[t] for t in near if t in values)
     return frozenset()
+
+
+def _content(said: Statement, token: str) -> bool:
+    """Whether a token (a stem of `Statement.order`) is a content word that can be the
+    subject: not a value or function word, a preamble ("Update:") or a possessive's owner."""
+    return token in said.words and token not in _PREAMBLE and not _possessive(token)
 
 
 def _possessive(token: str) -> bool:
